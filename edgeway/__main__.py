@@ -1,0 +1,3 @@
+from edgeway.cli import main
+
+main()

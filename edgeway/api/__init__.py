@@ -1,0 +1,1 @@
+"""The management API: an ASGI app built from the catalog (see ``app.build``)."""

@@ -1,0 +1,58 @@
+"""API-key authentication: ``Authorization: Bearer <token>`` to the calling identity."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from edgeway import catalog, ids
+from edgeway.api.platform import Caller, Platform
+from edgeway.errors import Forbidden
+from edgeway.store.repo import Repo
+
+_TOKEN_SHAPE = "a token shaped FIRSTPART_SECONDPART"
+
+
+def _bearer(request: Request) -> str:
+    header = request.headers.get("authorization")
+    if header is None:
+        raise Forbidden("The Authorization header is missing. Send "
+                        "'Authorization: Bearer <API key>'.", 200)
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Forbidden("The Authorization header could not be parsed; expected "
+                        "'Bearer <API key>'.", 201)
+    token = token.strip()
+    first, sep, second = token.partition("_")
+    if not sep or len(first) != ids.KSUID_LEN or not second:
+        if ids.split_id(token):
+            raise Forbidden("That is an API key id, not its token; send the token shown "
+                            "when the key was created.", 208)
+        raise Forbidden(f"The credential is not a valid API key: expected {_TOKEN_SHAPE}.",
+                        202)
+    return token
+
+
+async def authenticate(request: Request, platform: Platform) -> Caller:
+    token = _bearer(request)
+    digest = ids.token_hash(token)
+    cached = platform.cached_caller(digest)
+    if cached is not None:
+        return cached
+    repo = Repo(platform.db.reader())
+    item = await repo.by_token(catalog.BY_COLLECTION["api_keys"], digest)
+    if item is None:
+        if await repo.by_token(catalog.BY_COLLECTION["credentials"], digest):
+            raise Forbidden("That is an agent authtoken; the API needs an API key.", 206)
+        raise Forbidden("The API key is not valid: it does not exist or was deleted.", 203)
+    owner = item.doc["owner_id"]
+    is_admin = False
+    if owner.startswith("bot_"):
+        bot = await repo.get(catalog.BY_COLLECTION["bot_users"], owner)
+        if bot is None or not bot.get("active", True):
+            raise Forbidden("The API key belongs to an inactive bot user.", 203)
+    else:
+        user = await repo.get(catalog.BY_COLLECTION["users"], owner)
+        is_admin = bool(user and user.get("admin"))
+    caller = Caller(item.id, owner, is_admin)
+    platform.remember(digest, caller)
+    return caller

@@ -1,0 +1,142 @@
+"""The few operations that are not plain CRUD: reserved-domain certificate detaches and the
+``sources`` sub-collection of event subscriptions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from edgeway import catalog
+from edgeway.api import validate
+from edgeway.api.http import body_bytes, decode, json_response, no_content
+from edgeway.api.platform import Caller, Platform
+from edgeway.catalog.events import SourceIn, source_type
+from edgeway.errors import ApiError, Conflict, NotFound
+from edgeway.store.repo import Repo
+
+Handler = Callable[[Request, Platform, Caller], Any]
+RESERVED = catalog.BY_COLLECTION["reserved_domains"]
+SUBSCRIPTIONS = catalog.BY_COLLECTION["event_subscriptions"]
+
+
+class _Empty(msgspec.Struct, forbid_unknown_fields=True):
+    pass
+
+
+async def _mutate(platform: Platform, kind: catalog.Kind, id_: str,
+                  change: Callable[[dict[str, Any]], Any]) -> Any:
+    validate.id_in_path(kind, id_)
+    async with platform.db.write() as tx:
+        repo = Repo(tx)
+        doc = await repo.get(kind, id_)
+        if doc is None:
+            raise NotFound(f"{kind.title} '{id_}' was not found.", kind.not_found_code)
+        result = change(doc)
+        await repo.replace(kind, id_, doc)
+    return result
+
+
+async def delete_cert_policy(request: Request, platform: Platform, _c: Caller) -> Response:
+    await body_bytes(request, False)
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["certificate_management_policy"] = None
+        doc["certificate_management_status"] = None
+
+    await _mutate(platform, RESERVED, request.path_params["id"], change)
+    return no_content()
+
+
+async def delete_certificate(request: Request, platform: Platform, _c: Caller) -> Response:
+    await body_bytes(request, False)
+
+    def change(doc: dict[str, Any]) -> None:
+        if doc.get("certificate_management_policy"):
+            raise ApiError("The certificate is managed by the certificate management policy; "
+                           "delete the policy instead of detaching the certificate.", 436)
+        doc["certificate"] = None
+
+    await _mutate(platform, RESERVED, request.path_params["id"], change)
+    return no_content()
+
+
+def _source(platform: Platform, sub_id: str, type_: str) -> dict[str, str]:
+    uri = f"{platform.settings.public_url}/event_subscriptions/{sub_id}/sources/{type_}"
+    return {"type": type_, "uri": uri}
+
+
+async def _subscription(platform: Platform, sub_id: str) -> dict[str, Any]:
+    validate.id_in_path(SUBSCRIPTIONS, sub_id)
+    doc = await Repo(platform.db.reader()).get(SUBSCRIPTIONS, sub_id)
+    if doc is None:
+        raise NotFound(f"EventSubscription '{sub_id}' was not found.")
+    return doc
+
+
+async def create_source(request: Request, platform: Platform, _c: Caller) -> Response:
+    sub_id = request.path_params["id"]
+    body = decode(await body_bytes(request, True), SourceIn, {"type": 238})
+    type_ = source_type("type", body["type"])
+
+    def change(doc: dict[str, Any]) -> None:
+        if any(s["type"] == type_ for s in doc["sources"]):
+            raise Conflict(f"The subscription already has the source '{type_}'.", 413)
+        doc["sources"].append({"type": type_})
+
+    await _mutate(platform, SUBSCRIPTIONS, sub_id, change)
+    return json_response(201, _source(platform, sub_id, type_))
+
+
+async def list_sources(request: Request, platform: Platform, _c: Caller) -> Response:
+    await body_bytes(request, False)
+    sub_id = request.path_params["id"]
+    doc = await _subscription(platform, sub_id)
+    return json_response(200, {
+        "sources": [_source(platform, sub_id, s["type"]) for s in doc["sources"]],
+        "uri": f"{platform.settings.public_url}/event_subscriptions/{sub_id}/sources"})
+
+
+async def get_source(request: Request, platform: Platform, _c: Caller) -> Response:
+    if request.method == "PATCH":
+        decode(await body_bytes(request, True), _Empty, {})
+    else:
+        await body_bytes(request, False)
+    sub_id, type_ = request.path_params["id"], request.path_params["type"]
+    doc = await _subscription(platform, sub_id)
+    if not any(s["type"] == type_ for s in doc["sources"]):
+        raise NotFound(f"The subscription has no source '{type_}'.")
+    return json_response(200, _source(platform, sub_id, type_))
+
+
+async def delete_source(request: Request, platform: Platform, _c: Caller) -> Response:
+    await body_bytes(request, False)
+    type_ = request.path_params["type"]
+
+    def change(doc: dict[str, Any]) -> None:
+        before = len(doc["sources"])
+        doc["sources"] = [s for s in doc["sources"] if s["type"] != type_]
+        if len(doc["sources"]) == before:
+            raise NotFound(f"The subscription has no source '{type_}'.")
+
+    await _mutate(platform, SUBSCRIPTIONS, request.path_params["id"], change)
+    return no_content()
+
+
+def routes(wrap: Callable[[Handler, str], Any]) -> list[Route]:
+    sub = "/event_subscriptions/{id}/sources"
+    return [
+        Route("/reserved_domains/{id}/certificate_management_policy",
+              wrap(delete_cert_policy, "DeleteReservedDomainCertificateManagementPolicy"),
+              methods=["DELETE"]),
+        Route("/reserved_domains/{id}/certificate",
+              wrap(delete_certificate, "DeleteReservedDomainCertificate"), methods=["DELETE"]),
+        Route(sub, wrap(create_source, "CreateEventSource"), methods=["POST"]),
+        Route(sub, wrap(list_sources, "ListEventSources"), methods=["GET"]),
+        Route(sub + "/{type}", wrap(get_source, "GetEventSource"), methods=["GET", "PATCH"]),
+        Route(sub + "/{type}", wrap(delete_source, "DeleteEventSource"), methods=["DELETE"]),
+    ]

@@ -1,0 +1,120 @@
+"""Request and response plumbing shared by every handler: version header, content type, body
+decoding into a kind's shape, JSON and error responses."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from edgeway.errors import ApiError, Invalid
+
+VERSION_HEADERS = ("edgeway-version", "service-version")
+SUPPORTED_VERSIONS = ("2",)
+_enc = msgspec.json.Encoder()
+_MSG = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`$")
+_MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]*)`$")
+
+
+def operation_id(request: Request) -> str:
+    op: str = request.scope.get("state", {}).get("operation_id", "")
+    return op
+
+
+def json_response(status: int, body: Any) -> Response:
+    return Response(_enc.encode(body), status, media_type="application/json")
+
+
+def no_content() -> Response:
+    return Response(status_code=204)
+
+
+def error_response(err: ApiError, op_id: str) -> Response:
+    return json_response(err.status, err.body(op_id))
+
+
+def check_version(request: Request) -> None:
+    for name in VERSION_HEADERS:
+        value = request.headers.get(name)
+        if value is not None:
+            if value.strip() not in SUPPORTED_VERSIONS:
+                raise ApiError(f"Unsupported API version '{value}' in header '{name}'. "
+                               "Supported versions: 2.", 217)
+            return
+    raise ApiError("Your request has not specified an API version. Send the header "
+                   "'Edgeway-Version: 2' (or 'Service-Version: 2'). Supported versions: 2.",
+                   218)
+
+
+MAX_BODY = 1 << 20
+
+
+async def _read_capped(request: Request) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        raise ApiError(f"The request body is larger than {MAX_BODY} bytes.", 212, status=413)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise ApiError(f"The request body is larger than {MAX_BODY} bytes.", 212,
+                           status=413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def body_bytes(request: Request, allowed: bool) -> bytes:
+    body = await _read_capped(request)
+    if not body.strip():
+        return b""
+    if not allowed:
+        raise ApiError(f"{request.method} takes no request body.", 211)
+    ctype = request.headers.get("content-type")
+    if ctype is None:
+        raise ApiError("A request body needs 'Content-Type: application/json'.", 216)
+    if ctype.split(";")[0].strip().lower() != "application/json":
+        raise ApiError(f"Unsupported content type '{ctype}'; use application/json.", 210)
+    return body
+
+
+def _member(path: str) -> str:
+    return path.lstrip(".")
+
+
+def decode_error(exc: msgspec.ValidationError | msgspec.DecodeError,
+                 known: list[str], codes: dict[str, int]) -> ApiError:
+    if not isinstance(exc, msgspec.ValidationError):
+        return ApiError(f"The request body is not valid JSON: {exc}", 213)
+    m = _MSG.match(str(exc))
+    assert m is not None
+    msg, path = m["msg"], _member(m["path"] or "")
+    unknown = _UNKNOWN.match(msg)
+    if unknown:
+        member = ".".join(p for p in (path, unknown["name"]) if p)
+        hint = f"; supported members: {', '.join(known)}" if not path else ""
+        err = Invalid(member, f"unknown member{hint}", 214)
+        err.msg = f"Unknown request member '{member}'{hint}."
+        return err
+    missing = _MISSING.match(msg)
+    if missing:
+        member = ".".join(p for p in (path, missing["name"]) if p)
+        return Invalid(member, "is required", 1405 if not path else 215)
+    if not path:
+        return ApiError(f"The request body must be a JSON object ({msg}).", 213)
+    top = path.split(".")[0].split("[")[0]
+    return Invalid(path, msg[0].lower() + msg[1:], codes.get(top, 215))
+
+
+def decode(body: bytes, shape: type[msgspec.Struct], codes: dict[str, int]) -> dict[str, Any]:
+    """Strictly decode ``body`` into ``shape``; the result keeps only members that were sent."""
+    try:
+        value = msgspec.json.decode(body or b"{}", type=shape)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise decode_error(exc, list(shape.__struct_fields__), codes) from None
+    out: dict[str, Any] = msgspec.to_builtins(value)
+    return out

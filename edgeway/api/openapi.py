@@ -1,0 +1,141 @@
+"""The OpenAPI 3.1 document, generated from the same declarations that build the routes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from edgeway import catalog
+from edgeway.catalog.model import Kind
+from edgeway.catalog.shapes import shapes
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["status_code", "msg", "details"],
+    "properties": {
+        "error_code": {"type": "string"},
+        "status_code": {"type": "integer"},
+        "msg": {"type": "string"},
+        "details": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+_VERSION = {"name": "Edgeway-Version", "in": "header", "required": True,
+            "schema": {"type": "string", "enum": ["2"]},
+            "description": "API version; 'Service-Version' is accepted too."}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def operation(op_id: str, summary: str, ok: str, ok_schema: dict[str, Any] | None, *,
+              body: dict[str, Any] | None = None, body_required: bool = False,
+              params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    responses: dict[str, Any] = {
+        ok: {"description": summary, **({"content": _json(ok_schema)} if ok_schema else {})},
+        "4XX": {"description": "error", "content": _json(_ref("Error"))},
+    }
+    out: dict[str, Any] = {"operationId": op_id, "summary": summary,
+                           "parameters": [_VERSION, *(params or [])], "responses": responses}
+    if body is not None:
+        out["requestBody"] = {"required": body_required, "content": _json(body)}
+    return out
+
+
+def id_param(kind: Kind, name: str = "id") -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True,
+            "schema": {"type": "string", "pattern": f"^{kind.prefix}_[0-9A-Za-z]{{27}}$"}}
+
+
+def _page_params(kind: Kind) -> list[dict[str, Any]]:
+    before = id_param(kind, "before_id")
+    return [{**before, "in": "query", "required": False},
+            {"name": "limit", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 1, "maximum": 100}}]
+
+
+def kind_paths(kind: Kind) -> dict[str, dict[str, Any]]:
+    s = shapes(kind)
+    t = kind.title
+    item = _ref(s.response.__name__)
+    coll: dict[str, Any] = {}
+    one: dict[str, Any] = {}
+    required = any(f.create == "required" for f in kind.fields)
+    if "create" in kind.ops:
+        coll["post"] = operation(f"Create{t}", f"Create a {t}", "201", item,
+                                 body=_ref(s.create.__name__), body_required=required)
+    if "list" in kind.ops:
+        coll["get"] = operation(f"List{t}", f"List {kind.collection}", "200",
+                                _ref(s.page.__name__), params=_page_params(kind))
+    p = [id_param(kind)]
+    if "get" in kind.ops:
+        one["get"] = operation(f"Get{t}", f"Get a {t}", "200", item, params=p)
+    if "update" in kind.ops:
+        one["patch"] = operation(f"Update{t}", f"Update a {t}", "200", item,
+                                 body=_ref(s.update.__name__), params=p)
+    if "delete" in kind.ops:
+        one["delete"] = operation(f"Delete{t}", f"Delete a {t}", "204", None, params=p)
+    return {f"/{kind.collection}": coll, f"/{kind.collection}/{{id}}": one}
+
+
+def _extra_paths() -> dict[str, dict[str, Any]]:
+    rd = catalog.BY_COLLECTION["reserved_domains"]
+    esb = catalog.BY_COLLECTION["event_subscriptions"]
+    sub = [id_param(esb)]
+    typ = {"name": "type", "in": "path", "required": True, "schema": {"type": "string"}}
+    src = _ref("EventSource")
+    return {
+        "/reserved_domains/{id}/certificate_management_policy": {"delete": operation(
+            "DeleteReservedDomainCertificateManagementPolicy", "Stop certificate management",
+            "204", None, params=[id_param(rd)])},
+        "/reserved_domains/{id}/certificate": {"delete": operation(
+            "DeleteReservedDomainCertificate", "Detach an uploaded certificate", "204", None,
+            params=[id_param(rd)])},
+        "/event_subscriptions/{id}/sources": {
+            "post": operation("CreateEventSource", "Add an event type", "201", src,
+                              body=_ref("SourceIn"), body_required=True, params=sub),
+            "get": operation("ListEventSources", "List event types", "200",
+                             _ref("EventSourceList"), params=sub)},
+        "/event_subscriptions/{id}/sources/{type}": {
+            "get": operation("GetEventSource", "Get an event type", "200", src,
+                             params=[*sub, typ]),
+            "patch": operation("UpdateEventSource", "Update an event type", "200", src,
+                               body={"type": "object", "additionalProperties": False},
+                               params=[*sub, typ]),
+            "delete": operation("DeleteEventSource", "Remove an event type", "204", None,
+                                params=[*sub, typ])},
+    }
+
+
+class EventSourceList(msgspec.Struct):
+    sources: list[catalog.events.EventSource]
+    uri: str
+
+
+def document(public_url: str) -> dict[str, Any]:
+    types: list[Any] = [catalog.events.SourceIn, catalog.events.EventSource, EventSourceList]
+    paths: dict[str, dict[str, Any]] = {}
+    for kind in catalog.ALL:
+        if not kind.routed:
+            continue
+        s = shapes(kind)
+        types += [s.create, s.update, s.response, s.page]
+        paths.update({k: v for k, v in kind_paths(kind).items() if v})
+    paths.update(_extra_paths())
+    _, components = msgspec.json.schema_components(
+        types, ref_template="#/components/schemas/{name}")
+    components["Error"] = ERROR_SCHEMA
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Edgeway management API", "version": "2"},
+        "servers": [{"url": public_url}],
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {"schemas": components, "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer"}}},
+    }

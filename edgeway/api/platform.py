@@ -1,0 +1,37 @@
+"""The running platform as the API sees it: settings, database and the API-key cache."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from edgeway.catalog.model import Settings
+from edgeway.store.db import Database
+
+
+@dataclass(frozen=True)
+class Caller:
+    key_id: str
+    owner_id: str
+    is_admin: bool
+
+
+@dataclass
+class Platform:
+    settings: Settings
+    db: Database
+    # token hash -> (caller, monotonic expiry). Entries live AUTH_TTL seconds, and every write
+    # to api_keys, users or bot_users in this process clears the cache at once.
+    auth_cache: dict[str, tuple[Caller, float]] = field(default_factory=dict)
+    auth_ttl: float = 5.0
+
+    def cached_caller(self, token_hash: str) -> Caller | None:
+        hit = self.auth_cache.get(token_hash)
+        if hit is None or hit[1] < time.monotonic():
+            return None
+        return hit[0]
+
+    def remember(self, token_hash: str, caller: Caller) -> None:
+        if len(self.auth_cache) > 10_000:
+            self.auth_cache.clear()
+        self.auth_cache[token_hash] = (caller, time.monotonic() + self.auth_ttl)

@@ -1,0 +1,56 @@
+"""First start: the admin user and the first API key; also ``edgeway api-keys create``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from edgeway import catalog, ids
+from edgeway.store.db import Database, UniqueViolation
+from edgeway.store.repo import Repo
+
+USERS = catalog.BY_COLLECTION["users"]
+API_KEYS = catalog.BY_COLLECTION["api_keys"]
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def admin_user(repo: Repo) -> str:
+    """The id of the platform's admin user, created on first use."""
+    existing = await repo.setting("admin_user_id")
+    if existing:
+        return existing
+    user_id = ids.new_id(USERS.prefix)
+    await repo.insert(USERS, user_id, {"name": "admin", "admin": True, "created_at": _now()})
+    await repo.put_setting("admin_user_id", user_id)
+    return user_id
+
+
+async def _issue(repo: Repo, owner_id: str, description: str) -> str:
+    key_id = ids.new_id(API_KEYS.prefix)
+    token = ids.new_token(key_id)
+    doc = {"description": description, "metadata": "", "owner_id": owner_id,
+           "token": None, "created_at": _now()}
+    await repo.insert(API_KEYS, key_id, doc, ids.token_hash(token))
+    await repo.set_links(API_KEYS, key_id, [("owner_id", owner_id)])
+    return token
+
+
+async def create_api_key(db: Database, description: str) -> str:
+    async with db.write() as tx:
+        repo = Repo(tx)
+        return await _issue(repo, await admin_user(repo), description)
+
+
+async def first_start(db: Database) -> str | None:
+    """On an empty database, create the admin user and its first API key; else None."""
+    try:
+        async with db.write() as tx:
+            repo = Repo(tx)
+            if await repo.setting("bootstrapped"):
+                return None
+            await repo.put_setting("bootstrapped", _now())
+            return await _issue(repo, await admin_user(repo), "created on first start")
+    except UniqueViolation:
+        return None  # another node bootstrapped at the same moment

@@ -1,0 +1,16 @@
+"""The catalog: every resource kind, declared once (see ``model`` for the language)."""
+
+from __future__ import annotations
+
+from edgeway.catalog import authorities, domains, events, identity, ip, runtime
+from edgeway.catalog.model import Context, Field, Kind, Link, Ref, Settings
+
+ALL: tuple[Kind, ...] = (
+    *identity.KINDS, *domains.KINDS, *ip.KINDS, *authorities.KINDS, *events.KINDS,
+    *runtime.KINDS,
+)
+BY_COLLECTION: dict[str, Kind] = {k.collection: k for k in ALL}
+BY_PREFIX: dict[str, Kind] = {k.prefix: k for k in ALL}
+
+__all__ = ["ALL", "BY_COLLECTION", "BY_PREFIX", "Context", "Field", "Kind", "Link", "Ref",
+           "Settings"]

@@ -1,0 +1,181 @@
+"""Event kinds: destinations (where events go) and subscriptions (which events go there)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from edgeway.catalog import checks
+from edgeway.catalog.model import Context, Field, Kind, Link, standard
+from edgeway.errors import Invalid
+
+_CHANGE_SOURCES = (
+    "api_key", "certificate_authority", "domain", "event_destination", "event_subscription",
+    "ip_policy", "ip_policy_rule", "ip_restriction", "secret", "ssh_certificate_authority",
+    "ssh_host_certificate", "ssh_public_key", "ssh_user_certificate", "tcp_address",
+    "tls_certificate", "tunnel_credential", "vault",
+)
+EVENT_TYPES: tuple[str, ...] = (
+    *(f"{src}_{verb}.v0" for src in _CHANGE_SOURCES for verb in ("created", "updated", "deleted")),
+    "http_request_complete.v0", "tcp_connection_closed.v0", "agent_session_start.v0",
+    "agent_session_stop.v0",
+)
+
+
+class _Strict(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class CloudRole(_Strict):
+    role_arn: str
+
+
+class CloudCreds(_Strict):
+    access_key_id: str
+    secret_access_key: str
+
+
+class CloudAuth(_Strict):
+    role: CloudRole | None = None
+    creds: CloudCreds | None = None
+
+
+class DeliveryStream(_Strict):
+    auth: CloudAuth
+    delivery_stream_arn: str
+
+
+class DataStream(_Strict):
+    auth: CloudAuth
+    stream_arn: str
+
+
+class LogGroup(_Strict):
+    auth: CloudAuth
+    log_group_arn: str
+
+
+class Monitoring(_Strict):
+    api_key: str
+    tags: str = ""
+    service: str = ""
+    site: str = ""
+
+
+class CloudLogsIngestion(_Strict):
+    tenant_id: str
+    client_id: str
+    client_secret: str
+    logs_ingestion_uri: str
+    data_collection_rule_id: str
+    data_collection_stream_name: str
+
+
+class EventTarget(_Strict):
+    delivery_stream: DeliveryStream | None = None
+    data_stream: DataStream | None = None
+    log_group: LogGroup | None = None
+    monitoring: Monitoring | None = None
+    cloud_logs_ingestion: CloudLogsIngestion | None = None
+
+
+_ARNS = {
+    "delivery_stream": ("delivery_stream_arn", "firehose", "deliverystream/"),
+    "data_stream": ("stream_arn", "kinesis", "stream/"),
+    "log_group": ("log_group_arn", "logs", "log-group:"),
+}
+
+
+def _auth(member: str, auth: dict[str, Any]) -> None:
+    chosen = [k for k in ("role", "creds") if auth.get(k) is not None]
+    if len(chosen) != 1:
+        raise Invalid(member, "exactly one of 'role' or 'creds' must be set "
+                      f"(got {len(chosen)})", 240)
+    if chosen == ["role"]:
+        checks.arn(f"{member}.role.role_arn", auth["role"]["role_arn"], "iam", "role/")
+    else:
+        for key in ("access_key_id", "secret_access_key"):
+            checks.non_empty(f"{member}.creds.{key}", auth["creds"][key], 240)
+
+
+def _target(value: dict[str, Any], _ctx: Context) -> dict[str, Any]:
+    chosen = [k for k, v in value.items() if v is not None]
+    if len(chosen) != 1:
+        raise Invalid("target", "exactly one target member must be set, one of "
+                      + ", ".join(value) + f" (got {len(chosen)})", 236)
+    name = chosen[0]
+    body = value[name]
+    if name in _ARNS:
+        arn_member, service, resource = _ARNS[name]
+        _auth(f"target.{name}.auth", body["auth"])
+        checks.arn(f"target.{name}.{arn_member}", body[arn_member], service, resource)
+    elif name == "monitoring":
+        checks.non_empty("target.monitoring.api_key", body["api_key"], 236)
+    else:
+        for key, text in body.items():
+            checks.non_empty(f"target.{name}.{key}", text, 236)
+        checks.https_url(f"target.{name}.logs_ingestion_uri", body["logs_ingestion_uri"])
+    return value
+
+
+EVENT_DESTINATIONS = Kind(
+    collection="event_destinations", prefix="ed", list_key="event_destinations",
+    title="EventDestination", event_name="event_destination",
+    describe="Where events are delivered: exactly one target.",
+    fields=(
+        *standard(),
+        Field("format", Literal["json"], "serialization of events; only json", update=True,
+              default="json"),
+        Field("target", EventTarget, "the delivery target: exactly one member set",
+              create="required", update=True, check=_target),
+    ),
+)
+
+
+class SourceIn(_Strict):
+    type: str
+
+
+class EventSource(msgspec.Struct, kw_only=True):
+    type: str
+    uri: str
+
+
+def source_type(member: str, value: str) -> str:
+    if value not in EVENT_TYPES:
+        raise Invalid(member, f"'{value}' is not an event type; types look like "
+                      "'ip_policy_created.v0' (see the API reference for the list)", 238)
+    return value
+
+
+def _sources(value: list[dict[str, str]], _ctx: Context) -> list[dict[str, str]]:
+    seen: set[str] = set()
+    for i, item in enumerate(value):
+        source_type(f"sources[{i}].type", item["type"])
+        if item["type"] in seen:
+            raise Invalid(f"sources[{i}].type", f"'{item['type']}' is listed twice", 215)
+        seen.add(item["type"])
+    return [{"type": item["type"]} for item in value]
+
+
+def present_sources(value: list[dict[str, str]], uri: str) -> list[dict[str, str]]:
+    return [{"type": s["type"], "uri": f"{uri}/sources/{s['type']}"} for s in value]
+
+
+EVENT_SUBSCRIPTIONS = Kind(
+    collection="event_subscriptions", prefix="esb", list_key="event_subscriptions",
+    title="EventSubscription", event_name="event_subscription",
+    describe="Which event types are delivered to which destinations.",
+    fields=(
+        *standard(),
+        Field("sources", list[SourceIn], "event types to deliver", update=True,
+              default=list, empty_is_unset=True, check=_sources, out_type=list[EventSource],
+              present=present_sources),
+        Field("destination_ids", list[str], "event destinations to deliver to", update=True,
+              default=list, response=False,
+              link=Link(("event_destinations",), "restrict", render_as="destinations")),
+    ),
+)
+
+KINDS = (EVENT_DESTINATIONS, EVENT_SUBSCRIPTIONS)

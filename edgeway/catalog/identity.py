@@ -1,0 +1,78 @@
+"""Identity kinds: users (internal), API keys, bot users and agent credentials (authtokens)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgeway.catalog import checks
+from edgeway.catalog.model import Context, Field, Kind, Link, standard
+from edgeway.errors import Forbidden
+
+OWNER = Link(("users", "bot_users"), "cascade", code=627)
+
+
+def _owner_check(doc: dict[str, Any], ctx: Context) -> None:
+    owner = doc.get("owner_id")
+    if owner is not None and owner != ctx.caller_id and not ctx.caller_is_admin:
+        raise Forbidden("Only an admin may set 'owner_id' to an identity other than itself.", 630)
+
+
+def _default_owner(doc: dict[str, Any], ctx: Context, _old: object) -> dict[str, Any]:
+    return {"owner_id": doc.get("owner_id") or ctx.caller_id}
+
+
+def _owner_field() -> Field:
+    return Field("owner_id", str, "owning user or bot user; defaults to the caller",
+                 link=OWNER)
+
+
+def _token_field() -> Field:
+    return Field("token", str | None, "the secret; returned only by the create call",
+                 create="no")
+
+
+def _name(value: str, _ctx: Context) -> str:
+    checks.non_empty("name", value)
+    checks.byte_limit("name", value, 255)
+    return value
+
+
+USERS = Kind(
+    collection="users", prefix="usr", list_key="users", title="User", routed=False,
+    fields=(Field("name", str, "display name"), Field("admin", bool, "admin rights",
+                                                       default=True)),
+)
+
+API_KEYS = Kind(
+    collection="api_keys", prefix="ak", list_key="keys", title="APIKey", secret=True,
+    event_name="api_key",
+    describe="API keys authenticate calls to this API; the token is shown once.",
+    fields=(*standard(), _token_field(), _owner_field()),
+    check=_owner_check, derive=_default_owner,
+)
+
+BOT_USERS = Kind(
+    collection="bot_users", prefix="bot", list_key="bot_users", title="BotUser",
+    describe="Identities that belong to no human user, for agents and automation.",
+    fields=(
+        Field("name", str, "name of the bot user", create="required", update=True,
+              check=_name),
+        Field("active", bool, "false refuses every API key and credential of the bot",
+              update=True, default=True),
+    ),
+)
+
+CREDENTIALS = Kind(
+    collection="credentials", prefix="cr", list_key="credentials", title="Credential",
+    secret=True, event_name="tunnel_credential",
+    describe="Agent authtokens; the token is shown once.",
+    fields=(
+        *standard(), _token_field(),
+        Field("acl", list[str], "bind rules: '*' or 'bind:<domain|*.domain|host:port|k=v>'",
+              update=True, default=list, check=checks.acl_rules),
+        _owner_field(),
+    ),
+    check=_owner_check, derive=_default_owner,
+)
+
+KINDS = (USERS, API_KEYS, BOT_USERS, CREDENTIALS)

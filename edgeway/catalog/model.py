@@ -1,0 +1,147 @@
+"""The declaration language of the catalog: what a resource kind and its members are.
+
+A ``Kind`` is declared once; the API routes, request and response shapes, tables, OpenAPI
+document and the generic CRUD tests are all derived from it. Nothing here does I/O: checks are
+pure functions of the submitted value and a ``Context`` of platform settings.
+
+A ``Field`` says how one member behaves on create, on update and in responses:
+
+* ``create`` — ``required``, ``optional`` or ``no`` (server-derived or response-only);
+* ``update`` — accepted by PATCH; ``immutable`` members are accepted by the shape only to be
+  refused with a clear message;
+* ``link`` — the member holds ids of other resources; the store records the link, the API checks
+  the target exists and renders ``Ref`` objects under ``link.render_as``;
+* ``check`` — normalises and validates the value, raising ``errors.Invalid``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+
+Presence = Literal["required", "optional", "no"]
+OnDelete = Literal["restrict", "cascade", "keep"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Platform settings the derived members depend on."""
+
+    public_url: str = "http://127.0.0.1:8080"
+    base_domain: str = "edgeway.localhost"
+    regions: tuple[str, ...] = ("us", "us-cal-1", "eu", "au", "ap", "jp", "sa", "in")
+    name_servers: tuple[str, ...] = ()
+
+    @property
+    def ns_targets(self) -> tuple[str, ...]:
+        if self.name_servers:
+            return self.name_servers
+        return tuple(f"ns{i}.{self.base_domain}" for i in range(1, 5))
+
+
+@dataclass(frozen=True)
+class Context:
+    settings: Settings
+    now: datetime
+    caller_id: str
+    caller_is_admin: bool
+
+
+Check = Callable[[Any, Context], Any]
+# (new document, context, stored document or None on create) -> members to set
+Derive = Callable[[dict[str, Any], Context, dict[str, Any] | None], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Link:
+    """Ids in this member point at resources of ``kinds``.
+
+    ``on_delete`` says what deleting the target does: ``restrict`` refuses while linked,
+    ``cascade`` deletes this resource too, ``keep`` leaves a dangling reference (rendered as a
+    Ref still, and treated by enforcement as an empty resource).
+    """
+
+    kinds: tuple[str, ...]
+    on_delete: OnDelete
+    render_as: str | None = None
+    code: int = 380
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: Any
+    doc: str = ""
+    create: Presence = "optional"
+    update: bool = False
+    immutable: bool = False
+    default: Any = None
+    link: Link | None = None
+    check: Check | None = None
+    empty_is_unset: bool = False
+    response: bool = True
+    out_type: Any = None
+    max_bytes: int | None = None
+    # (stored value, resource uri) -> response value, for members rendered with server data
+    present: Callable[[Any, str], Any] | None = None
+    code: int = 215
+
+    def default_value(self) -> Any:
+        d = self.default
+        return d() if callable(d) else d
+
+
+@dataclass(frozen=True)
+class Kind:
+    collection: str
+    prefix: str
+    list_key: str
+    title: str
+    fields: tuple[Field, ...]
+    ops: frozenset[str] = frozenset({"create", "get", "list", "update", "delete"})
+    unique: tuple[tuple[str, ...], ...] = ()
+    unique_msg: str = "already exists"
+    unique_code: int = 413
+    parent: str | None = None
+    check: Callable[[dict[str, Any], Context], None] | None = None
+    derive: Derive | None = None
+    secret: bool = False
+    not_found_code: int | None = None
+    event_name: str = ""
+    describe: str = ""
+    routed: bool = True
+
+    @property
+    def table(self) -> str:
+        return self.collection.replace("/", "_")
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    @property
+    def links(self) -> tuple[Field, ...]:
+        return tuple(f for f in self.fields if f.link is not None)
+
+
+class Ref(msgspec.Struct, kw_only=True):
+    id: str
+    uri: str
+
+
+def standard(description: bool = True) -> tuple[Field, ...]:
+    """The ``description`` and ``metadata`` members most kinds carry."""
+    if not description:
+        return ()
+    return (
+        Field("description", str, "human-readable description, at most 255 bytes", update=True,
+              default="", max_bytes=255),
+        Field("metadata", str, "arbitrary machine-readable data, at most 4096 bytes",
+              update=True, default="", max_bytes=4096),
+    )

@@ -1,0 +1,92 @@
+"""``edgeway serve`` and ``edgeway api-keys create``. Every option also reads an
+``EDGEWAY_*`` environment variable; the command line wins."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from edgeway import bootstrap
+from edgeway.catalog.model import Settings
+from edgeway.config import ServerConfig, default_data_dir, parse_addr, public_url_for, split_list
+from edgeway.store.migrate import open_database
+
+DEFAULTS = Settings()
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"EDGEWAY_{name}", default)
+
+
+def _store_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", type=Path, default=Path(_env("DATA_DIR") or default_data_dir()),
+                   help="where the SQLite database lives (default: %(default)s)")
+    p.add_argument("--database-url", default=_env("DATABASE_URL"),
+                   help="postgresql://user@host:port/db to use PostgreSQL instead of SQLite")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="edgeway", description=__doc__)
+    sub = top.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the platform")
+    _store_options(serve)
+    serve.add_argument("--api-addr", default=_env("API_ADDR", "127.0.0.1:8080"),
+                       help="management API listen address (default: %(default)s)")
+    serve.add_argument("--public-url", default=_env("PUBLIC_URL"),
+                       help="base of every uri member (default: http://<api-addr>)")
+    serve.add_argument("--base-domain", default=_env("BASE_DOMAIN", DEFAULTS.base_domain),
+                       help="the platform's own domain (default: %(default)s)")
+    serve.add_argument("--regions", default=_env("REGIONS", ",".join(DEFAULTS.regions)),
+                       help="comma-separated region codes (default: %(default)s)")
+    serve.add_argument("--name-servers", default=_env("NAME_SERVERS", ""),
+                       help="comma-separated NS targets for agent ingresses "
+                            "(default: ns1..ns4.<base-domain>)")
+    keys = sub.add_parser("api-keys", help="manage API keys from the command line")
+    keys_sub = keys.add_subparsers(dest="action", required=True)
+    create = keys_sub.add_parser("create", help="create an API key and print its token")
+    create.add_argument("--description", default="created with edgeway api-keys create")
+    _store_options(create)
+    return top
+
+
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    host, port = parse_addr(args.api_addr)
+    regions = split_list(args.regions)
+    if not regions:
+        raise ValueError("--regions needs at least one region code")
+    settings = Settings(
+        public_url=(args.public_url or public_url_for(host, port)).rstrip("/"),
+        base_domain=args.base_domain.strip(".").lower(),
+        regions=regions,
+        name_servers=split_list(args.name_servers),
+    )
+    return ServerConfig(args.data_dir, args.database_url, host, port, settings)
+
+
+async def _api_key(args: argparse.Namespace) -> None:
+    db = await open_database(args.database_url, args.data_dir)
+    try:
+        print(await bootstrap.create_api_key(db, args.description))
+    finally:
+        await db.close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        if args.command == "serve":
+            from edgeway.server import serve
+            asyncio.run(serve(server_config(args)))
+        else:
+            asyncio.run(_api_key(args))
+    except (ValueError, OSError) as exc:
+        print(f"edgeway: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        pass

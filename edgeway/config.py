@@ -1,0 +1,41 @@
+"""Command-line and environment configuration of the server."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeway.catalog.model import Settings
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "edgeway"
+
+
+def parse_addr(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"address {text!r} must be HOST:PORT with a port from 1 to 65535")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def split_list(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    data_dir: Path
+    database_url: str | None
+    api_host: str
+    api_port: int
+    settings: Settings
+
+
+def public_url_for(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    if ":" in shown:
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}"

@@ -1,0 +1,67 @@
+"""Identifiers and secrets: prefixed KSUIDs, shown-once tokens and their hashes.
+
+An id is ``<prefix>_<27 base62 chars>``: a KSUID (4-byte big-endian seconds since the KSUID
+epoch, then 16 random bytes). Ids made by one process are strictly increasing, even within one
+second, so ordering by id is ordering by creation: within a second the payload of the previous
+id is incremented by a random step instead of drawn afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import threading
+import time
+
+ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+EPOCH = 1_400_000_000
+KSUID_LEN = 27
+_MAX = 1 << 160
+ID_RE = re.compile(r"^([a-z]+)_([0-9A-Za-z]{27})$")
+
+_lock = threading.Lock()
+_last = 0
+
+
+def _encode(n: int) -> str:
+    out = []
+    for _ in range(KSUID_LEN):
+        n, r = divmod(n, 62)
+        out.append(ALPHABET[r])
+    return "".join(reversed(out))
+
+
+def ksuid(now: float | None = None) -> str:
+    """A new KSUID, strictly greater than the previous one made by this process."""
+    global _last
+    ts = int(now if now is not None else time.time()) - EPOCH
+    candidate = (ts << 128) | secrets.randbits(128)
+    with _lock:
+        if candidate <= _last:
+            candidate = _last + 1 + secrets.randbits(32)
+        if candidate >= _MAX:
+            raise OverflowError("KSUID space exhausted")
+        _last = candidate
+    return _encode(candidate)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{ksuid()}"
+
+
+def split_id(value: str) -> tuple[str, str] | None:
+    """``(prefix, ksuid)`` of a well-formed id, else None."""
+    m = ID_RE.match(value)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def new_token(owner_id: str) -> str:
+    """A shown-once secret shaped ``<ksuid of the owner id>_<random>``."""
+    secret = "".join(secrets.choice(ALPHABET) for _ in range(32))  # ~190 bits
+    return f"{owner_id.split('_', 1)[1]}_{secret}"
+
+
+def token_hash(token: str) -> str:
+    """Tokens carry 190 random bits, so a fast hash is enough; never store them in clear."""
+    return hashlib.sha256(token.encode()).hexdigest()

@@ -1,0 +1,37 @@
+"""``edgeway serve``: open the store, bootstrap, run the API until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from edgeway import bootstrap
+from edgeway.api.app import build
+from edgeway.api.platform import Platform
+from edgeway.config import ServerConfig
+from edgeway.store.migrate import open_database
+
+log = logging.getLogger("edgeway")
+
+
+async def serve(cfg: ServerConfig) -> None:
+    db = await open_database(cfg.database_url, cfg.data_dir)
+    try:
+        token = await bootstrap.first_start(db)
+        if token:
+            print(f"First start: created an admin API key. It is shown only this once:\n"
+                  f"  {token}", flush=True)
+        platform = Platform(cfg.settings, db)
+        config = uvicorn.Config(build(platform), host=cfg.api_host, port=cfg.api_port,
+                                log_config=None, access_log=False, lifespan="off",
+                                server_header=False)
+        server = uvicorn.Server(config)
+        where = "SQLite " + str(cfg.data_dir / "edgeway.db") if not cfg.database_url \
+            else "PostgreSQL"
+        log.info('{"event": "start", "api": "%s", "store": "%s"}',
+                 cfg.settings.public_url, where)
+        await server.serve()
+    finally:
+        await db.close()
+        log.info('{"event": "stopped"}')

@@ -1,0 +1,67 @@
+"""Open the configured database and bring its schema to the latest Alembic revision.
+
+Runs at every start, on both backends. On PostgreSQL an advisory lock serialises nodes that
+start together; on SQLite the file lock does.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from edgeway.store.db import Database, PgDatabase, SqliteDatabase, asyncpg_dsn
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+_LOCK_KEY = 0x65646765776179  # "edgeway"
+
+
+def alembic_config(connection: Any = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def _upgrade(connection: sa.Connection) -> None:
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    if connection.dialect.name == "postgresql":
+        connection.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+    command.upgrade(alembic_config(connection), "head")
+
+
+def sqlalchemy_url(url: str) -> str:
+    return "postgresql+asyncpg://" + asyncpg_dsn(url).split("://", 1)[1]
+
+
+async def migrate_postgres(url: str) -> None:
+    engine = create_async_engine(sqlalchemy_url(url))
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(_upgrade)
+    finally:
+        await engine.dispose()
+
+
+def migrate_sqlite(path: Path) -> None:
+    engine = sa.create_engine(f"sqlite:///{path}")
+    try:
+        with engine.begin() as conn:
+            _upgrade(conn)
+    finally:
+        engine.dispose()
+
+
+async def open_database(database_url: str | None, data_dir: Path) -> Database:
+    if database_url:
+        await migrate_postgres(database_url)
+        return await PgDatabase.open(database_url)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / "edgeway.db"
+    migrate_sqlite(path)
+    return SqliteDatabase(path)

@@ -1,0 +1,106 @@
+"""The generic repository: stored documents of any kind, their links, and settings.
+
+It speaks in kinds, ids and documents (dicts of stored members); it never sees HTTP. SQL is
+built here from the catalog's table names, which are identifiers we declared, never input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from edgeway.catalog.model import Kind
+from edgeway.store.db import Tx
+from edgeway.store.schema import key_columns
+
+_enc = msgspec.json.Encoder()
+_dec = msgspec.json.Decoder(dict[str, Any])
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    doc: dict[str, Any]
+
+
+def _key_values(kind: Kind, doc: dict[str, Any]) -> list[str]:
+    return [str(doc[c.removeprefix("k_")]) for c in key_columns(kind)]
+
+
+class Repo:
+    def __init__(self, tx: Tx) -> None:
+        self.tx = tx
+
+    async def get(self, kind: Kind, id_: str) -> dict[str, Any] | None:
+        row = await self.tx.fetchone(f"SELECT doc FROM {kind.table} WHERE id = ?", id_)
+        return _dec.decode(row[0]) if row else None
+
+    async def page(self, kind: Kind, before_id: str | None, limit: int) -> list[Item]:
+        if before_id is None:
+            rows = await self.tx.fetchall(
+                f"SELECT id, doc FROM {kind.table} ORDER BY id DESC LIMIT ?", limit)
+        else:
+            rows = await self.tx.fetchall(
+                f"SELECT id, doc FROM {kind.table} WHERE id < ? ORDER BY id DESC LIMIT ?",
+                before_id, limit)
+        return [Item(r[0], _dec.decode(r[1])) for r in rows]
+
+    async def existing(self, kind: Kind, ids: list[str]) -> set[str]:
+        if not ids:
+            return set()
+        marks = ", ".join("?" for _ in ids)
+        rows = await self.tx.fetchall(
+            f"SELECT id FROM {kind.table} WHERE id IN ({marks})", *ids)
+        return {r[0] for r in rows}
+
+    async def insert(self, kind: Kind, id_: str, doc: dict[str, Any],
+                     token_hash: str | None = None) -> None:
+        cols = ["id", "doc", *key_columns(kind)]
+        vals: list[Any] = [id_, _enc.encode(doc).decode(), *_key_values(kind, doc)]
+        if kind.secret:
+            cols.append("token_hash")
+            vals.append(token_hash)
+        marks = ", ".join("?" for _ in cols)
+        await self.tx.execute(
+            f"INSERT INTO {kind.table} ({', '.join(cols)}) VALUES ({marks})", *vals)
+
+    async def replace(self, kind: Kind, id_: str, doc: dict[str, Any]) -> None:
+        sets = ", ".join(f"{c} = ?" for c in ["doc", *key_columns(kind)])
+        await self.tx.execute(f"UPDATE {kind.table} SET {sets} WHERE id = ?",
+                              _enc.encode(doc).decode(), *_key_values(kind, doc), id_)
+
+    async def delete(self, kind: Kind, id_: str) -> bool:
+        await self.tx.execute("DELETE FROM links WHERE src_id = ?", id_)
+        return await self.tx.execute(f"DELETE FROM {kind.table} WHERE id = ?", id_) > 0
+
+    async def by_token(self, kind: Kind, token_hash: str) -> Item | None:
+        row = await self.tx.fetchone(
+            f"SELECT id, doc FROM {kind.table} WHERE token_hash = ?", token_hash)
+        return Item(row[0], _dec.decode(row[1])) if row else None
+
+    async def any(self, kind: Kind) -> bool:
+        return await self.tx.fetchone(f"SELECT 1 FROM {kind.table} LIMIT 1") is not None
+
+    async def set_links(self, src_kind: Kind, src_id: str,
+                        links: list[tuple[str, str]]) -> None:
+        await self.tx.execute("DELETE FROM links WHERE src_id = ?", src_id)
+        for member, dst in dict.fromkeys(links):
+            await self.tx.execute(
+                "INSERT INTO links (src_id, member, dst_id, src_kind) VALUES (?, ?, ?, ?)",
+                src_id, member, dst, src_kind.collection)
+
+    async def links_to(self, dst_id: str) -> list[tuple[str, str, str]]:
+        """``(src_kind, src_id, member)`` for every resource that refers to ``dst_id``."""
+        rows = await self.tx.fetchall(
+            "SELECT src_kind, src_id, member FROM links WHERE dst_id = ? ORDER BY src_id",
+            dst_id)
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    async def setting(self, key: str) -> str | None:
+        row = await self.tx.fetchone("SELECT value FROM settings WHERE key = ?", key)
+        return str(row[0]) if row else None
+
+    async def put_setting(self, key: str, value: str) -> None:
+        await self.tx.execute("INSERT INTO settings (key, value) VALUES (?, ?)", key, value)

@@ -1,0 +1,56 @@
+"""Tables, derived from the catalog: one table per kind plus ``links`` and ``settings``.
+
+A kind's table holds ``id`` (primary key; ids sort by creation, so paging walks this index),
+``doc`` (the stored members as JSON text), one ``k_<member>`` column per member of a unique
+key, and ``token_hash`` for kinds with a shown-once secret. ``links`` records every id a
+resource refers to, indexed by target, so deletes can restrict, cascade or keep.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from edgeway import catalog
+from edgeway.catalog.model import Kind
+
+metadata = sa.MetaData()
+
+settings = sa.Table(
+    "settings", metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+links = sa.Table(
+    "links", metadata,
+    sa.Column("src_id", sa.String(64), primary_key=True),
+    sa.Column("member", sa.String(64), primary_key=True),
+    sa.Column("dst_id", sa.String(64), primary_key=True),
+    sa.Column("src_kind", sa.String(64), nullable=False),
+    sa.Index("ix_links_dst_id", "dst_id"),
+)
+
+
+def key_columns(kind: Kind) -> list[str]:
+    cols: list[str] = []
+    for key in kind.unique:
+        cols += [f"k_{m}" for m in key if f"k_{m}" not in cols]
+    return cols
+
+
+def _table(kind: Kind) -> sa.Table:
+    cols: list[sa.Column[str] | sa.Constraint] = [
+        sa.Column("id", sa.String(64), primary_key=True),
+        sa.Column("doc", sa.Text, nullable=False),
+    ]
+    cols += [sa.Column(c, sa.String(255), nullable=False) for c in key_columns(kind)]
+    for key in kind.unique:
+        cols.append(sa.UniqueConstraint(*[f"k_{m}" for m in key],
+                                        name=f"uq_{kind.table}_{'_'.join(key)}"))
+    if kind.secret:
+        cols.append(sa.Column("token_hash", sa.String(64), nullable=False))
+        cols.append(sa.UniqueConstraint("token_hash", name=f"uq_{kind.table}_token_hash"))
+    return sa.Table(kind.table, metadata, *cols)
+
+
+tables: dict[str, sa.Table] = {k.collection: _table(k) for k in catalog.ALL}
