@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import signal
+from collections.abc import Iterator
 
 import uvicorn
 
@@ -13,6 +17,28 @@ from edgeway.config import ServerConfig
 from edgeway.store.migrate import open_database
 
 log = logging.getLogger("edgeway")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGINT/SIGTERM after shutting down, so the process would die by the
+    signal; we stop on them ourselves and exit 0 after a clean shutdown."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._stop, sig)
+        try:
+            yield
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    def _stop(self, sig: signal.Signals) -> None:
+        log.info('{"event": "signal", "signal": "%s"}', sig.name)
+        if self.should_exit:
+            self.force_exit = True
+        self.should_exit = True
 
 
 async def serve(cfg: ServerConfig) -> None:
@@ -26,7 +52,7 @@ async def serve(cfg: ServerConfig) -> None:
         config = uvicorn.Config(build(platform), host=cfg.api_host, port=cfg.api_port,
                                 log_config=None, access_log=False, lifespan="off",
                                 server_header=False)
-        server = uvicorn.Server(config)
+        server = _Server(config)
         where = "SQLite " + str(cfg.data_dir / "edgeway.db") if not cfg.database_url \
             else "PostgreSQL"
         log.info('{"event": "start", "api": "%s", "store": "%s"}',

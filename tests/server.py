@@ -1,0 +1,119 @@
+"""Run a real ``edgeway serve`` process on a loopback port for tests (and benchmarks)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import httpx
+
+PG_URL = os.environ.get("EDGEWAY_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+HEADERS = {"Edgeway-Version": "2"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    base_url: str
+    token: str
+    proc: subprocess.Popen[str]
+    data_dir: Path
+    database_url: str | None
+    log_path: Path
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {**HEADERS, "Authorization": f"Bearer {token or self.token}"}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=30)
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+        return self.proc.returncode
+
+
+def _read_token(proc: subprocess.Popen[str], deadline: float) -> str:
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"edgeway serve exited early ({proc.poll()})")
+        if line.startswith("First start"):
+            return proc.stdout.readline().strip()
+    raise RuntimeError("edgeway serve printed no API key")
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[str], deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"edgeway serve exited ({proc.returncode})")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("edgeway serve did not start listening")
+
+
+def start(data_dir: Path, database_url: str | None = None, *extra: str) -> Server:
+    port = free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = data_dir / "server.log"
+    cmd = [sys.executable, "-m", "edgeway", "serve", "--api-addr", f"127.0.0.1:{port}",
+           "--data-dir", str(data_dir), *extra]
+    if database_url:
+        cmd += ["--database-url", database_url]
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+    deadline = time.monotonic() + 60
+    try:
+        token = _read_token(proc, deadline)
+        _wait_listening(port, proc, deadline)
+    except Exception:
+        proc.kill()
+        raise RuntimeError(log_path.read_text()) from None
+    return Server(f"http://127.0.0.1:{port}", token, proc, data_dir, database_url, log_path)
+
+
+async def _admin(sql: str) -> None:
+    conn = await asyncpg.connect(PG_URL)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@contextmanager
+def fresh_pg_database() -> Iterator[str]:
+    """A new, empty database on the test server, dropped afterwards."""
+    name = f"edgeway_t_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+    try:
+        yield PG_URL.rsplit("/", 1)[0] + "/" + name
+    finally:
+        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
