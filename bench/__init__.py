@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): run from the repository root, e.g. python -m bench.api_bench."""

@@ -1,0 +1,148 @@
+"""Conventions every operation shares: auth, version header, bodies, errors, paging, ids."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from tests.server import Server
+
+
+def code(r: httpx.Response) -> str:
+    return str(r.json().get("error_code", ""))
+
+
+def test_auth_failures_are_403_with_the_error_body(server: Server) -> None:
+    with httpx.Client(base_url=server.base_url, headers={"Edgeway-Version": "2"}) as c:
+        cases = {
+            None: "_200",
+            "Basic abc": "_201",
+            "Bearer": "_201",
+            "Bearer garbage": "_202",
+            f"Bearer {'A' * 27}_nothing": "_203",
+            f"Bearer ak_{'A' * 27}": "_208",
+        }
+        for header, suffix in cases.items():
+            headers = {"Authorization": header} if header else {}
+            r = c.get("/ip_policies", headers=headers)
+            assert r.status_code == 403, header
+            body = r.json()
+            assert body["status_code"] == 403 and code(r).endswith(suffix), (header, body)
+            assert body["details"]["operation_id"] == r.headers["edgeway-operation-id"]
+
+
+def test_an_agent_authtoken_is_not_an_api_key(api: httpx.Client, server: Server) -> None:
+    token = api.post("/credentials", json={}).json()["token"]
+    with server.client(token) as c:
+        r = c.get("/ip_policies")
+    assert r.status_code == 403 and code(r).endswith("_206")
+
+
+def test_a_deleted_api_key_stops_working_at_once(api: httpx.Client, server: Server) -> None:
+    key = api.post("/api_keys", json={"description": "short-lived"}).json()
+    with server.client(key["token"]) as c:
+        assert c.get("/ip_policies").status_code == 200
+        assert api.delete(f"/api_keys/{key['id']}").status_code == 204
+        assert c.get("/ip_policies").status_code == 403
+
+
+def test_version_header(server: Server) -> None:
+    auth = {"Authorization": f"Bearer {server.token}"}
+    with httpx.Client(base_url=server.base_url, headers=auth) as c:
+        r = c.get("/ip_policies")
+        assert r.status_code == 400 and code(r).endswith("_218")
+        assert "Edgeway-Version" in r.json()["msg"]
+        assert c.get("/ip_policies", headers={"Service-Version": "2"}).status_code == 200
+        assert c.get("/ip_policies", headers={"edgeway-version": "2"}).status_code == 200
+        r = c.get("/ip_policies", headers={"Edgeway-Version": "3"})
+        assert r.status_code == 400 and code(r).endswith("_217")
+
+
+def test_body_rules(api: httpx.Client) -> None:
+    r = api.post("/ip_policies", content=b'{"description":"x"}')
+    assert r.status_code == 400 and code(r).endswith("_216")
+    r = api.post("/ip_policies", content=b'{"description":"x"}',
+                 headers={"Content-Type": "text/plain"})
+    assert r.status_code == 400 and code(r).endswith("_210")
+    json_ct = {"Content-Type": "application/json"}
+    r = api.post("/ip_policies", content=b'{"description":', headers=json_ct)
+    assert r.status_code == 400 and code(r).endswith("_213")
+    r = api.post("/ip_policies", content=b"[1, 2]", headers=json_ct)
+    assert r.status_code == 400 and "object" in r.json()["msg"]
+    r = api.request("GET", "/ip_policies", content=b"{}", headers=json_ct)
+    assert r.status_code == 400 and code(r).endswith("_211")
+    r = api.post("/ip_policies", content=b" " * (2 << 20), headers=json_ct)
+    assert r.status_code == 413
+    ok = api.post("/ip_policies", content=b'{"description":"utf8"}',
+                  headers={"Content-Type": "application/json; charset=utf-8"})
+    assert ok.status_code == 201
+
+
+def test_no_body_means_an_empty_object(api: httpx.Client) -> None:
+    r = api.post("/ip_policies")
+    assert r.status_code == 201 and r.json()["description"] == ""
+    r = api.post("/bot_users")
+    assert r.status_code == 400 and "name" in r.json()["msg"]
+
+
+def test_missing_required_member_is_named(api: httpx.Client) -> None:
+    r = api.post("/ip_policy_rules", json={"cidr": "10.0.0.0/8", "action": "allow"})
+    assert r.status_code == 400
+    assert "ip_policy_id" in r.json()["msg"] and r.json()["details"]["member"] == "ip_policy_id"
+
+
+def test_unknown_path_and_method(api: httpx.Client) -> None:
+    r = api.get("/no_such_collection")
+    assert r.status_code == 404
+    assert r.json()["details"]["path"] == "/no_such_collection"
+    assert "error_code" not in r.json()
+    r = api.put("/ip_policies")
+    assert r.status_code == 405 and "POST" in r.headers["allow"]
+    assert r.json()["status_code"] == 405
+
+
+def test_paging_parameters(api: httpx.Client) -> None:
+    for limit, suffix in (("0", "_233"), ("101", "_233"), ("abc", "_244"), ("-1", "_244")):
+        r = api.get("/ip_policies", params={"limit": limit})
+        assert r.status_code == 400 and code(r).endswith(suffix), limit
+    r = api.get("/ip_policies", params={"color": "red"})
+    assert r.status_code == 400 and code(r).endswith("_231") and "color" in r.json()["msg"]
+    r = api.get("/ip_policies?limit=1&limit=2")
+    assert r.status_code == 400 and code(r).endswith("_232")
+    r = api.get("/ip_policies", params={"before_id": "rd_" + "A" * 27})
+    assert r.status_code == 400 and "ipp_" in r.json()["msg"]
+    assert api.get("/ip_policies", params={"limit": "100"}).status_code == 200
+
+
+def test_default_page_is_100_and_a_short_last_page_has_no_next(api: httpx.Client) -> None:
+    for _ in range(101):
+        assert api.post("/bot_users", json={"name": "pager"}).status_code == 201
+    page = api.get("/bot_users").json()
+    assert len(page["bot_users"]) == 100 and page["next_page_uri"] is not None
+    rest = api.get(page["next_page_uri"]).json()
+    assert rest["next_page_uri"] is None
+    assert {b["id"] for b in rest["bot_users"]}.isdisjoint(b["id"] for b in page["bot_users"])
+
+
+def test_openapi_describes_every_route(api: httpx.Client, server: Server) -> None:
+    doc = api.get("/openapi.json").json()
+    assert doc["openapi"].startswith("3.1")
+    assert doc["servers"] == [{"url": server.base_url}]
+    for path in ("/ip_policies", "/ip_policies/{id}", "/api_keys", "/credentials/{id}",
+                 "/event_subscriptions/{id}/sources/{type}", "/tunnel_sessions"):
+        assert path in doc["paths"], path
+    ops = [op for item in doc["paths"].values() for op in item.values()]
+    assert len({op["operationId"] for op in ops}) == len(ops)
+    rd = doc["components"]["schemas"]["ReservedDomain"]
+    assert "acme_challenge_cname_target" in rd["required"]
+
+
+def test_one_structured_log_line_per_request(api: httpx.Client, server: Server) -> None:
+    r = api.get("/ip_policies", params={"limit": "7"})
+    op = r.headers["edgeway-operation-id"]
+    lines = [json.loads(x) for x in server.log().splitlines() if op in x]
+    assert len(lines) == 1
+    assert lines[0] | {"ms": 0} == {"event": "request", "method": "GET", "path": "/ip_policies",
+                                    "status": 200, "ms": 0, "client": "127.0.0.1",
+                                    "operation_id": op}

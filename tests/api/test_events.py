@@ -1,0 +1,138 @@
+"""Event destinations and subscriptions, with the sources sub-collection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+ROLE = {"role": {"role_arn": "arn:aws:iam::123456789012:role/edgeway"}}
+CREDS = {"creds": {"access_key_id": "AKIA", "secret_access_key": "s3cr3t"}}
+
+
+def dest(api: httpx.Client, target: dict[str, Any], **extra: Any) -> httpx.Response:
+    return api.post("/event_destinations", json={"target": target, **extra})
+
+
+def test_every_target_kind(api: httpx.Client) -> None:
+    targets = {
+        "delivery_stream": {"auth": ROLE, "delivery_stream_arn":
+                            "arn:aws:firehose:us-east-1:123456789012:deliverystream/edge"},
+        "data_stream": {"auth": CREDS,
+                        "stream_arn": "arn:aws:kinesis:eu-west-1:123456789012:stream/edge"},
+        "log_group": {"auth": ROLE,
+                      "log_group_arn": "arn:aws:logs:us-east-1:123456789012:log-group:edge"},
+        "monitoring": {"api_key": "k", "tags": "env:prod", "service": "edge",
+                       "site": "datadoghq.eu"},
+        "cloud_logs_ingestion": {
+            "tenant_id": "t", "client_id": "c", "client_secret": "s",
+            "logs_ingestion_uri": "https://dce.example.com", "data_collection_rule_id": "dcr",
+            "data_collection_stream_name": "Custom-Edge_CL"},
+    }
+    for name, target in targets.items():
+        r = dest(api, {name: target})
+        assert r.status_code == 201, (name, r.text)
+        body = r.json()
+        assert body["format"] == "json"
+        assert set(body["target"]) == set(targets)
+        assert [k for k, v in body["target"].items() if v is not None] == [name]
+        if "auth" in target:
+            assert set(body["target"][name]["auth"]) == {"role", "creds"}
+
+
+@pytest.mark.parametrize(("target", "member", "suffix"), [
+    ({}, "target", "_236"),
+    ({"monitoring": {"api_key": "k"}, "data_stream": {"auth": ROLE, "stream_arn": "x"}},
+     "target", "_236"),
+    ({"data_stream": {"auth": {}, "stream_arn":
+                      "arn:aws:kinesis:us-east-1:123456789012:stream/a"}},
+     "target.data_stream.auth", "_240"),
+    ({"data_stream": {"auth": {**ROLE, **CREDS}, "stream_arn":
+                      "arn:aws:kinesis:us-east-1:123456789012:stream/a"}},
+     "target.data_stream.auth", "_240"),
+    ({"data_stream": {"auth": ROLE, "stream_arn": "not-an-arn"}},
+     "target.data_stream.stream_arn", "_236"),
+    ({"log_group": {"auth": ROLE, "log_group_arn":
+                    "arn:aws:kinesis:us-east-1:123456789012:stream/a"}},
+     "target.log_group.log_group_arn", "_236"),
+    ({"data_stream": {"auth": {"role": {"role_arn": "arn:aws:s3:::bucket"}},
+                      "stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/a"}},
+     "target.data_stream.auth.role.role_arn", "_236"),
+    ({"monitoring": {"api_key": " "}}, "target.monitoring.api_key", "_236"),
+    ({"monitoring": {"apikey": "k"}}, "target.monitoring.apikey", "_214"),
+    ({"cloud_logs_ingestion": {
+        "tenant_id": "t", "client_id": "c", "client_secret": "s",
+        "logs_ingestion_uri": "http://plain.example.com", "data_collection_rule_id": "d",
+        "data_collection_stream_name": "s"}},
+     "target.cloud_logs_ingestion.logs_ingestion_uri", "_236"),
+])
+def test_bad_targets(api: httpx.Client, target: dict[str, Any], member: str,
+                     suffix: str) -> None:
+    r = dest(api, target)
+    assert r.status_code == 400, r.text
+    assert member in r.json()["msg"] and r.json()["error_code"].endswith(suffix)
+
+
+def test_format_and_required_target(api: httpx.Client) -> None:
+    ok = {"monitoring": {"api_key": "k"}}
+    r = dest(api, ok, format="xml")
+    assert r.status_code == 400 and "format" in r.json()["msg"]
+    assert api.post("/event_destinations", json={"format": "json"}).status_code == 400
+    d = dest(api, ok).json()
+    r = api.patch(f"/event_destinations/{d['id']}", json={"target": {"monitoring": None}})
+    assert r.status_code == 400
+    r = api.patch(f"/event_destinations/{d['id']}", json={"description": "x"})
+    assert r.json()["target"]["monitoring"]["api_key"] == "k"
+
+
+def test_subscriptions_and_sources(api: httpx.Client, ) -> None:
+    d = dest(api, {"monitoring": {"api_key": "k"}}).json()
+    r = api.post("/event_subscriptions", json={"sources": [{"type": "ip_policy_created.v0"}],
+                                               "destination_ids": [d["id"]]})
+    assert r.status_code == 201, r.text
+    sub = r.json()
+    base = sub["uri"]
+    assert sub["sources"] == [{"type": "ip_policy_created.v0",
+                               "uri": f"{base}/sources/ip_policy_created.v0"}]
+    assert sub["destinations"] == [{"id": d["id"], "uri": d["uri"]}]
+    r = api.post(f"/event_subscriptions/{sub['id']}/sources", json={"type": "bogus.v0"})
+    assert r.status_code == 400 and r.json()["error_code"].endswith("_238")
+    r = api.post(f"/event_subscriptions/{sub['id']}/sources",
+                 json={"type": "http_request_complete.v0"})
+    assert r.status_code == 201
+    assert r.json()["uri"] == f"{base}/sources/http_request_complete.v0"
+    dup = api.post(f"/event_subscriptions/{sub['id']}/sources",
+                   json={"type": "http_request_complete.v0"})
+    assert dup.status_code == 400
+    listed = api.get(f"/event_subscriptions/{sub['id']}/sources").json()
+    assert [s["type"] for s in listed["sources"]] == ["ip_policy_created.v0",
+                                                      "http_request_complete.v0"]
+    assert listed["uri"] == f"{base}/sources"
+    one = f"/event_subscriptions/{sub['id']}/sources/http_request_complete.v0"
+    assert api.get(one).status_code == 200
+    assert api.patch(one, json={}).status_code == 200
+    assert api.patch(one, json={"type": "x"}).status_code == 400
+    assert api.delete(one).status_code == 204
+    assert api.get(one).status_code == 404
+    assert api.delete(one).status_code == 404
+    assert len(api.get(f"/event_subscriptions/{sub['id']}").json()["sources"]) == 1
+
+
+def test_subscription_rules(api: httpx.Client) -> None:
+    r = api.post("/event_subscriptions", json={"sources": [{"type": "nope.v0"}]})
+    assert r.status_code == 400 and "sources[0].type" in r.json()["msg"]
+    r = api.post("/event_subscriptions", json={"sources": [{"type": "domain_created.v0"}] * 2})
+    assert r.status_code == 400 and "twice" in r.json()["msg"]
+    r = api.post("/event_subscriptions", json={"destination_ids": ["ed_" + "0" * 27]})
+    assert r.status_code == 400 and "destination_ids[0]" in r.json()["msg"]
+
+
+def test_a_destination_in_use_cannot_be_deleted(api: httpx.Client) -> None:
+    d = dest(api, {"monitoring": {"api_key": "k"}}).json()
+    sub = api.post("/event_subscriptions", json={"destination_ids": [d["id"]]}).json()
+    r = api.delete(f"/event_destinations/{d['id']}")
+    assert r.status_code == 400 and sub["id"] in r.json()["msg"]
+    assert api.get(f"/event_destinations/{d['id']}").status_code == 200
+    api.patch(f"/event_subscriptions/{sub['id']}", json={"destination_ids": []})
+    assert api.delete(f"/event_destinations/{d['id']}").status_code == 204
