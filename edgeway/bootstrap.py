@@ -27,6 +27,14 @@ async def admin_user(repo: Repo) -> str:
     return user_id
 
 
+async def _mark_bootstrapped(repo: Repo) -> bool:
+    """True if this call marked the database; False if it was marked before."""
+    if await repo.setting("bootstrapped"):
+        return False
+    await repo.put_setting("bootstrapped", _now())
+    return True
+
+
 async def _issue(repo: Repo, owner_id: str, description: str) -> str:
     key_id = ids.new_id(API_KEYS.prefix)
     token = ids.new_token(key_id)
@@ -40,6 +48,7 @@ async def _issue(repo: Repo, owner_id: str, description: str) -> str:
 async def create_api_key(db: Database, description: str) -> str:
     async with db.write() as tx:
         repo = Repo(tx)
+        await _mark_bootstrapped(repo)  # a database with a key is no longer empty
         return await _issue(repo, await admin_user(repo), description)
 
 
@@ -48,9 +57,8 @@ async def first_start(db: Database) -> str | None:
     try:
         async with db.write() as tx:
             repo = Repo(tx)
-            if await repo.setting("bootstrapped"):
+            if not await _mark_bootstrapped(repo):
                 return None
-            await repo.put_setting("bootstrapped", _now())
             return await _issue(repo, await admin_user(repo), "created on first start")
     except UniqueViolation:
         return None  # another node bootstrapped at the same moment

@@ -14,6 +14,7 @@ from pathlib import Path
 from edgeway import bootstrap
 from edgeway.catalog.model import Settings
 from edgeway.config import ServerConfig, default_data_dir, parse_addr, public_url_for, split_list
+from edgeway.store.db import StoreUnavailable
 from edgeway.store.migrate import open_database
 
 DEFAULTS = Settings()
@@ -85,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             asyncio.run(serve(server_config(args)))
         else:
             asyncio.run(_api_key(args))
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, StoreUnavailable) as exc:
         print(f"edgeway: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:

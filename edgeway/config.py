@@ -16,7 +16,7 @@ def default_data_dir() -> Path:
 
 def parse_addr(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise ValueError(f"address {text!r} must be HOST:PORT with a port from 1 to 65535")
     return host.strip("[]") or "127.0.0.1", int(port)
 

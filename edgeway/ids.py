@@ -20,10 +20,6 @@ KSUID_LEN = 27
 _MAX = 1 << 160
 ID_RE = re.compile(r"^([a-z]+)_([0-9A-Za-z]{27})$")
 
-_lock = threading.Lock()
-_last = 0
-
-
 def _encode(n: int) -> str:
     out = []
     for _ in range(KSUID_LEN):
@@ -32,18 +28,26 @@ def _encode(n: int) -> str:
     return "".join(reversed(out))
 
 
-def ksuid(now: float | None = None) -> str:
-    """A new KSUID, strictly greater than the previous one made by this process."""
-    global _last
-    ts = int(now if now is not None else time.time()) - EPOCH
-    candidate = (ts << 128) | secrets.randbits(128)
-    with _lock:
-        if candidate <= _last:
-            candidate = _last + 1 + secrets.randbits(32)
-        if candidate >= _MAX:
-            raise OverflowError("KSUID space exhausted")
-        _last = candidate
-    return _encode(candidate)
+class KsuidGenerator:
+    """Strictly increasing KSUIDs: never below the previous one made by this generator."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def __call__(self, now: float | None = None) -> str:
+        ts = int(now if now is not None else time.time()) - EPOCH
+        candidate = (ts << 128) | secrets.randbits(128)
+        with self._lock:
+            if candidate <= self._last:
+                candidate = self._last + 1 + secrets.randbits(32)
+            if candidate >= _MAX:
+                raise OverflowError("KSUID space exhausted")
+            self._last = candidate
+        return _encode(candidate)
+
+
+ksuid = KsuidGenerator()
 
 
 def new_id(prefix: str) -> str:

@@ -36,6 +36,7 @@ class Server:
     data_dir: Path
     database_url: str | None
     log_path: Path
+    stdout_tail: str = ""
 
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {**HEADERS, "Authorization": f"Bearer {token or self.token}"}
@@ -53,6 +54,7 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         assert self.proc.stdout is not None
+        self.stdout_tail = self.proc.stdout.read()
         self.proc.stdout.close()
         return self.proc.returncode
 
@@ -80,7 +82,9 @@ def _wait_listening(port: int, proc: subprocess.Popen[str], deadline: float) -> 
     raise RuntimeError("edgeway serve did not start listening")
 
 
-def start(data_dir: Path, database_url: str | None = None, *extra: str) -> Server:
+def start(data_dir: Path, database_url: str | None = None, *extra: str,
+          token: str | None = None) -> Server:
+    """Start a server; pass ``token`` when the database was bootstrapped before."""
     port = free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "server.log"
@@ -92,7 +96,7 @@ def start(data_dir: Path, database_url: str | None = None, *extra: str) -> Serve
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
     deadline = time.monotonic() + 60
     try:
-        token = _read_token(proc, deadline)
+        token = token or _read_token(proc, deadline)
         _wait_listening(port, proc, deadline)
     except Exception:
         proc.kill()

@@ -87,13 +87,13 @@ def page_params(request: Request, kind: Kind) -> tuple[str | None, int]:
         if key in seen:
             raise ApiError(f"The query parameter '{key}' was given more than once.", 232)
         seen[key] = value
-    limit_text = seen.get("limit", "") or str(MAX_PAGE)
-    if not limit_text.strip().isdigit():
+    limit_text = seen.get("limit", str(MAX_PAGE))
+    if not (limit_text.isascii() and limit_text.isdigit()):
         raise Invalid("limit", f"'{limit_text}' is not a whole number", 244)
     limit = int(limit_text)
     if not 1 <= limit <= MAX_PAGE:
         raise Invalid("limit", f"page size limit must be between 1 and {MAX_PAGE}", 233)
-    before = seen.get("before_id") or None
+    before = seen.get("before_id")
     if before is not None:
         validate.id_in_path(kind, before)
     return before, limit

@@ -55,7 +55,7 @@ MAX_BODY = 1 << 20
 
 async def _read_capped(request: Request) -> bytes:
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY:
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY:
         raise ApiError(f"The request body is larger than {MAX_BODY} bytes.", 212, status=413)
     chunks: list[bytes] = []
     size = 0

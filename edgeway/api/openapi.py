@@ -69,6 +69,9 @@ def kind_paths(kind: Kind) -> dict[str, dict[str, Any]]:
     if "create" in kind.ops:
         coll["post"] = operation(f"Create{t}", f"Create a {t}", "201", item,
                                  body=_ref(s.create.__name__), body_required=required)
+        coll["post"]["responses"]["201"]["links"] = {
+            op: {"operationId": f"{op}{t}", "parameters": {"id": "$response.body#/id"}}
+            for op in ("Get", "Update", "Delete") if op.lower() in kind.ops}
     if "list" in kind.ops:
         coll["get"] = operation(f"List{t}", f"List {kind.collection}", "200",
                                 _ref(s.page.__name__), params=_page_params(kind))

@@ -55,7 +55,7 @@ def _acl_target(member: str, target: str) -> str:
         return target
     if ":" in target:
         host, _, port = target.rpartition(":")
-        if not port.isdigit() or not 1 <= int(port) <= 65535:
+        if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
             raise Invalid(member, f"address rule 'bind:{target}' needs a port from 1 to 65535", 600)
         return f"{_acl_host(member, host)}:{int(port)}"
     return domain_name(member, target, wildcard=True, code=600)

@@ -26,6 +26,19 @@ import asyncpg
 Row = Sequence[Any]
 
 
+class StoreUnavailable(Exception):
+    """The database could not be opened or migrated; the message says which and why."""
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in creds:
+        return url
+    return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+
+
 class UniqueViolation(Exception):
     """A unique constraint refused a write; ``detail`` names the constraint or columns."""
 

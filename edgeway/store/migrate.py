@@ -15,7 +15,14 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from edgeway.store.db import Database, PgDatabase, SqliteDatabase, asyncpg_dsn
+from edgeway.store.db import (
+    Database,
+    PgDatabase,
+    SqliteDatabase,
+    StoreUnavailable,
+    asyncpg_dsn,
+    redact,
+)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _LOCK_KEY = 0x65646765776179  # "edgeway"
@@ -58,10 +65,18 @@ def migrate_sqlite(path: Path) -> None:
 
 
 async def open_database(database_url: str | None, data_dir: Path) -> Database:
-    if database_url:
-        await migrate_postgres(database_url)
-        return await PgDatabase.open(database_url)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / "edgeway.db"
-    migrate_sqlite(path)
-    return SqliteDatabase(path)
+    """Migrate and open PostgreSQL (if a URL is given) or the SQLite file in ``data_dir``."""
+    where = redact(database_url) if database_url else str(data_dir / "edgeway.db")
+    try:
+        if database_url:
+            asyncpg_dsn(database_url)
+            await migrate_postgres(database_url)
+            return await PgDatabase.open(database_url)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path = data_dir / "edgeway.db"
+        migrate_sqlite(path)
+        return SqliteDatabase(path)
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise StoreUnavailable(f"cannot open the database at {where}: {exc}") from exc

@@ -103,7 +103,8 @@ def test_unknown_path_and_method(api: httpx.Client) -> None:
 
 
 def test_paging_parameters(api: httpx.Client) -> None:
-    for limit, suffix in (("0", "_233"), ("101", "_233"), ("abc", "_244"), ("-1", "_244")):
+    for limit, suffix in (("0", "_233"), ("101", "_233"), ("abc", "_244"), ("-1", "_244"),
+                          ("²", "_244"), ("١٢", "_244"), ("", "_244"), (" 5", "_244")):
         r = api.get("/ip_policies", params={"limit": limit})
         assert r.status_code == 400 and code(r).endswith(suffix), limit
     r = api.get("/ip_policies", params={"color": "red"})

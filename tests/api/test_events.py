@@ -31,6 +31,7 @@ def test_every_target_kind(api: httpx.Client) -> None:
             "data_collection_stream_name": "Custom-Edge_CL"},
     }
     for name, target in targets.items():
+        assert isinstance(target, dict)
         r = dest(api, {name: target})
         assert r.status_code == 201, (name, r.text)
         body = r.json()

@@ -23,7 +23,8 @@ def test_acl_accepts_every_documented_form(api: httpx.Client) -> None:
 
 @pytest.mark.parametrize("rule", ["foo", "bind:", "bind:bad_domain!.com", "bind:a=b c",
                                   "bind:host.example.com:99999", "bind:nodot", "**",
-                                  "bind:a.*.example.com", "connect:x.example.com"])
+                                  "bind:h.example.com:²", "bind:a.*.example.com",
+                                  "connect:x.example.com"])
 def test_acl_refuses_bad_rules(api: httpx.Client, rule: str) -> None:
     r = api.post("/credentials", json={"acl": ["*", rule]})
     assert r.status_code == 400, rule

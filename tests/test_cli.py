@@ -1,0 +1,87 @@
+"""The command line: api-keys create, restarts, bad options, signals."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BACKENDS
+from tests.server import fresh_pg_database, start
+
+
+def edgeway(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "edgeway", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.fixture(params=BACKENDS)
+def store_args(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
+    with ExitStack() as stack:
+        args = ["--data-dir", str(tmp_path / "data")]
+        if request.param == "postgres":
+            args += ["--database-url", stack.enter_context(fresh_pg_database())]
+        yield args
+
+
+def test_api_keys_create_prints_a_working_key(store_args: list[str], tmp_path: Path) -> None:
+    made = edgeway("api-keys", "create", "--description", "for scripts", *store_args)
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    assert len(token.split("_")[0]) == 27 and "\n" not in token
+    url = store_args[3] if len(store_args) > 2 else None
+    srv = start(Path(store_args[1]), url, token=token)
+    try:
+        with srv.client() as c:
+            keys = c.get("/api_keys").json()["keys"]
+            assert [k["description"] for k in keys] == ["for scripts"]
+            assert keys[0]["owner_id"].startswith("usr_") and keys[0]["token"] is None
+    finally:
+        assert srv.stop() == 0
+    assert "First start" not in srv.stdout_tail
+
+
+def test_data_survives_a_restart_and_the_first_key_is_printed_once(tmp_path: Path) -> None:
+    srv = start(tmp_path)
+    with srv.client() as c:
+        pid = c.post("/ip_policies", json={"description": "keep me"}).json()["id"]
+    assert srv.stop() == 0
+    again = start(tmp_path, None, token=srv.token)
+    try:
+        with again.client() as c:
+            assert c.get(f"/ip_policies/{pid}").json()["description"] == "keep me"
+    finally:
+        assert again.stop() == 0
+    assert "First start" not in again.stdout_tail
+
+
+def test_sigint_is_a_clean_shutdown(tmp_path: Path) -> None:
+    srv = start(tmp_path)
+    srv.proc.send_signal(signal.SIGINT)
+    assert srv.proc.wait(15) == 0
+    assert srv.stop() == 0
+    assert '"event": "stopped"' in srv.log()
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--api-addr", "nowhere"], "HOST:PORT"),
+    (["--api-addr", "127.0.0.1:70000"], "HOST:PORT"),
+    (["--database-url", "mysql://x/y"], "PostgreSQL URL"),
+    (["--regions", ","], "at least one region"),
+])
+def test_bad_options_fail_clearly(tmp_path: Path, args: list[str], words: str) -> None:
+    r = edgeway("serve", "--data-dir", str(tmp_path), *args)
+    assert r.returncode == 2
+    assert words in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_unreachable_database_fails_clearly(tmp_path: Path) -> None:
+    r = edgeway("serve", "--data-dir", str(tmp_path), "--database-url",
+                "postgresql://postgres@127.0.0.1:1/none")
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr and "database" in r.stderr.lower()
