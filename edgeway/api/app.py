@@ -39,6 +39,7 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     async def run(request: Request) -> Response:
         platform: Platform = request.app.state.platform
         try:
+            await platform.restrictions.check(request.client.host if request.client else None)
             caller = await authenticate(request, platform)
             check_version(request)
             return await handler(request, platform, caller)

@@ -22,7 +22,6 @@ from edgeway.store.db import UniqueViolation
 from edgeway.store.repo import Repo
 
 MAX_PAGE = 100
-_AUTH_KINDS = frozenset({"api_keys", "users", "bot_users"})
 
 
 def now() -> datetime:
@@ -66,6 +65,7 @@ async def create(request: Request, platform: Platform, caller: Caller, kind: Kin
         except UniqueViolation:
             raise _unique_error(kind, doc) from None
         await repo.set_links(kind, id_, links)
+    platform.changed(kind.collection)
     return json_response(201, render(kind, id_, doc, platform.settings.public_url, token))
 
 
@@ -135,14 +135,14 @@ async def update(request: Request, platform: Platform, caller: Caller, kind: Kin
             raise _unique_error(kind, doc) from None
         if any(doc.get(f.name) != old.get(f.name) for f in kind.links):
             await repo.set_links(kind, id_, links)
-    if kind.collection in _AUTH_KINDS:
-        platform.auth_cache.clear()
+    platform.changed(kind.collection)
     return json_response(200, render(kind, id_, doc, platform.settings.public_url))
 
 
-async def remove(repo: Repo, kind: Kind, id_: str, seen: set[str]) -> None:
-    """Delete one resource, honouring each referring member's ``on_delete``."""
-    seen.add(id_)
+async def remove(repo: Repo, kind: Kind, id_: str, seen: dict[str, Kind]) -> None:
+    """Delete one resource, honouring each referring member's ``on_delete``; ``seen`` collects
+    everything deleted."""
+    seen[id_] = kind
     for src_kind_name, src_id, member in await repo.links_to(id_):
         src_kind = catalog.BY_COLLECTION[src_kind_name]
         link = src_kind.field(member).link
@@ -162,6 +162,8 @@ async def delete(request: Request, platform: Platform, caller: Caller, kind: Kin
         repo = Repo(tx)
         if await repo.get(kind, id_) is None:
             raise _not_found(kind, id_)
-        await remove(repo, kind, id_, set())
-    platform.auth_cache.clear()
+        deleted: dict[str, Kind] = {}
+        await remove(repo, kind, id_, deleted)
+    for gone in {k.collection for k in deleted.values()}:
+        platform.changed(gone)
     return no_content()

@@ -38,6 +38,7 @@ async def _mutate(platform: Platform, kind: catalog.Kind, id_: str,
             raise NotFound(f"{kind.title} '{id_}' was not found.", kind.not_found_code)
         result = change(doc)
         await repo.replace(kind, id_, doc)
+    platform.changed(kind.collection)
     return result
 
 

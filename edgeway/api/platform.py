@@ -5,8 +5,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from edgeway.api.restrict import KINDS as RESTRICTION_KINDS
+from edgeway.api.restrict import ApiRestrictions
 from edgeway.catalog.model import Settings
 from edgeway.store.db import Database
+
+AUTH_KINDS = frozenset({"api_keys", "users", "bot_users"})
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,17 @@ class Platform:
     # to api_keys, users or bot_users in this process clears the cache at once.
     auth_cache: dict[str, tuple[Caller, float]] = field(default_factory=dict)
     auth_ttl: float = 5.0
+    restrictions: ApiRestrictions = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.restrictions = ApiRestrictions(self.db)
+
+    def changed(self, collection: str) -> None:
+        """A write to ``collection`` committed: drop what was compiled from it."""
+        if collection in AUTH_KINDS:
+            self.auth_cache.clear()
+        if collection in RESTRICTION_KINDS:
+            self.restrictions.invalidate()
 
     def cached_caller(self, token_hash: str) -> Caller | None:
         hit = self.auth_cache.get(token_hash)

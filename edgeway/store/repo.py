@@ -47,6 +47,21 @@ class Repo:
                 before_id, limit)
         return [Item(r[0], _dec.decode(r[1])) for r in rows]
 
+    async def all_docs(self, kind: Kind) -> list[tuple[str, dict[str, Any]]]:
+        """Every resource of a kind, for the small kinds that are compiled whole."""
+        rows = await self.tx.fetchall(f"SELECT id, doc FROM {kind.table} ORDER BY id")
+        return [(r[0], _dec.decode(r[1])) for r in rows]
+
+    async def docs_where(self, kind: Kind, member: str,
+                         values: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        """Resources whose unique-key member ``member`` is one of ``values``."""
+        if not values:
+            return []
+        marks = ", ".join("?" for _ in values)
+        rows = await self.tx.fetchall(
+            f"SELECT id, doc FROM {kind.table} WHERE k_{member} IN ({marks})", *values)
+        return [(r[0], _dec.decode(r[1])) for r in rows]
+
     async def existing(self, kind: Kind, ids: list[str]) -> set[str]:
         if not ids:
             return set()
