@@ -59,6 +59,13 @@ def _page_params(kind: Kind) -> list[dict[str, Any]]:
              "schema": {"type": "integer", "minimum": 1, "maximum": 100}}]
 
 
+def _tagged(kind: Kind, paths: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    for item in paths.values():
+        for op in item.values():
+            op["tags"] = [kind.collection]
+    return paths
+
+
 def kind_paths(kind: Kind) -> dict[str, dict[str, Any]]:
     s = shapes(kind)
     t = kind.title
@@ -128,7 +135,7 @@ def document(public_url: str) -> dict[str, Any]:
             continue
         s = shapes(kind)
         types += [s.create, s.update, s.response, s.page]
-        paths.update({k: v for k, v in kind_paths(kind).items() if v})
+        paths.update(_tagged(kind, {k: v for k, v in kind_paths(kind).items() if v}))
     paths.update(_extra_paths())
     _, components = msgspec.json.schema_components(
         types, ref_template="#/components/schemas/{name}")
@@ -138,6 +145,8 @@ def document(public_url: str) -> dict[str, Any]:
         "info": {"title": "Edgeway management API", "version": "2"},
         "servers": [{"url": public_url}],
         "security": [{"bearer": []}],
+        "tags": [{"name": k.collection, "description": k.describe} for k in catalog.ALL
+                 if k.routed],
         "paths": paths,
         "components": {"schemas": components, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer"}}},

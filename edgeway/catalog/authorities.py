@@ -39,7 +39,7 @@ def _derived(name: str, typ: Any, doc: str) -> Field:
 
 CERTIFICATE_AUTHORITIES = Kind(
     collection="certificate_authorities", prefix="ca", list_key="certificate_authorities",
-    title="CertificateAuthority", event_name="certificate_authority",
+    title="CertificateAuthority",
     describe="CA certificates that client certificates are checked against (mutual TLS).",
     fields=(
         *standard(),

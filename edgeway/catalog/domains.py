@@ -191,7 +191,7 @@ def _derive_reserved(doc: dict[str, Any], ctx: Context,
 
 RESERVED_DOMAINS = Kind(
     collection="reserved_domains", prefix="rd", list_key="reserved_domains",
-    title="ReservedDomain", event_name="domain",
+    title="ReservedDomain",
     describe="Domains (plain or wildcard) reserved for your endpoints, with managed certificates.",
     unique=(("domain",),), unique_msg="the domain '{domain}' is already reserved",
     unique_code=413,

@@ -121,7 +121,7 @@ def _target(value: dict[str, Any], _ctx: Context) -> dict[str, Any]:
 
 EVENT_DESTINATIONS = Kind(
     collection="event_destinations", prefix="ed", list_key="event_destinations",
-    title="EventDestination", event_name="event_destination",
+    title="EventDestination",
     describe="Where events are delivered: exactly one target.",
     fields=(
         *standard(),
@@ -165,7 +165,7 @@ def present_sources(value: list[dict[str, str]], uri: str) -> list[dict[str, str
 
 EVENT_SUBSCRIPTIONS = Kind(
     collection="event_subscriptions", prefix="esb", list_key="event_subscriptions",
-    title="EventSubscription", event_name="event_subscription",
+    title="EventSubscription",
     describe="Which event types are delivered to which destinations.",
     fields=(
         *standard(),

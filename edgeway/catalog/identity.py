@@ -45,7 +45,6 @@ USERS = Kind(
 
 API_KEYS = Kind(
     collection="api_keys", prefix="ak", list_key="keys", title="APIKey", secret=True,
-    event_name="api_key",
     describe="API keys authenticate calls to this API; the token is shown once.",
     fields=(*standard(), _token_field(), _owner_field()),
     check=_owner_check, derive=_default_owner,
@@ -64,7 +63,7 @@ BOT_USERS = Kind(
 
 CREDENTIALS = Kind(
     collection="credentials", prefix="cr", list_key="credentials", title="Credential",
-    secret=True, event_name="tunnel_credential",
+    secret=True,
     describe="Agent authtokens; the token is shown once.",
     fields=(
         *standard(), _token_field(),

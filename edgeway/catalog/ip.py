@@ -10,7 +10,7 @@ from edgeway.errors import Invalid
 
 IP_POLICIES = Kind(
     collection="ip_policies", prefix="ipp", list_key="ip_policies", title="IPPolicy",
-    event_name="ip_policy", not_found_code=1402,
+    not_found_code=1402,
     describe="Named sets of allow/deny CIDR rules, applied through IP restrictions and modules.",
     fields=standard(),
 )
@@ -22,7 +22,7 @@ def _cidr(value: str, _ctx: Context) -> str:
 
 IP_POLICY_RULES = Kind(
     collection="ip_policy_rules", prefix="ipr", list_key="ip_policy_rules",
-    title="IPPolicyRule", event_name="ip_policy_rule", not_found_code=1404,
+    title="IPPolicyRule", not_found_code=1404,
     describe="One CIDR of an IP policy, allowed or denied.",
     unique=(("ip_policy_id", "cidr"),),
     unique_msg="IP policy '{ip_policy_id}' already has a rule for '{cidr}'", unique_code=1408,
@@ -53,7 +53,7 @@ def _restriction_check(doc: dict[str, Any], _ctx: Context) -> None:
 
 IP_RESTRICTIONS = Kind(
     collection="ip_restrictions", prefix="ipx", list_key="ip_restrictions",
-    title="IPRestriction", event_name="ip_restriction",
+    title="IPRestriction",
     describe="Restrict dashboard, API, agent or endpoint traffic to the allowed addresses.",
     fields=(
         *standard(),

@@ -106,12 +106,10 @@ class Kind:
     unique: tuple[tuple[str, ...], ...] = ()
     unique_msg: str = "already exists"
     unique_code: int = 413
-    parent: str | None = None
     check: Callable[[dict[str, Any], Context], None] | None = None
     derive: Derive | None = None
     secret: bool = False
     not_found_code: int | None = None
-    event_name: str = ""
     describe: str = ""
     routed: bool = True
 
