@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             asyncio.run(serve(server_config(args)))
         else:
             asyncio.run(_api_key(args))
-    except (ValueError, OSError, StoreUnavailable) as exc:
+    except (ValueError, OSError, StoreUnavailable) as exc:  # SealError is a ValueError
         print(f"edgeway: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:

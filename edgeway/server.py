@@ -14,6 +14,7 @@ from edgeway import bootstrap
 from edgeway.api.app import build
 from edgeway.api.platform import Platform
 from edgeway.config import ServerConfig
+from edgeway.pki import seal
 from edgeway.store.migrate import open_database
 
 log = logging.getLogger("edgeway")
@@ -48,7 +49,7 @@ async def serve(cfg: ServerConfig) -> None:
         if token:
             print(f"First start: created an admin API key. It is shown only this once:\n"
                   f"  {token}", flush=True)
-        platform = Platform(cfg.settings, db)
+        platform = Platform(cfg.settings, db, seal.load(cfg.data_dir))
         config = uvicorn.Config(build(platform), host=cfg.api_host, port=cfg.api_port,
                                 log_config=None, access_log=False, lifespan="off",
                                 server_header=False)

@@ -29,7 +29,8 @@ def now() -> datetime:
 
 
 def context(platform: Platform, caller: Caller) -> Context:
-    return Context(platform.settings, now(), caller.owner_id, caller.is_admin)
+    return Context(platform.settings, now(), caller.owner_id, caller.is_admin,
+                   platform.sealer)
 
 
 def _codes(kind: Kind) -> dict[str, int]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from edgeway.api.restrict import KINDS as RESTRICTION_KINDS
 from edgeway.api.restrict import ApiRestrictions
 from edgeway.catalog.model import Settings
+from edgeway.pki.seal import Sealer
 from edgeway.store.db import Database
 
 AUTH_KINDS = frozenset({"api_keys", "users", "bot_users"})
@@ -24,6 +25,7 @@ class Caller:
 class Platform:
     settings: Settings
     db: Database
+    sealer: Sealer
     # token hash -> (caller, monotonic expiry). Entries live AUTH_TTL seconds, and every write
     # to api_keys, users or bot_users in this process clears the cache at once.
     auth_cache: dict[str, tuple[Caller, float]] = field(default_factory=dict)

@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from edgeway.pki.seal import Sealer
+
 Presence = Literal["required", "optional", "no"]
 OnDelete = Literal["restrict", "cascade", "keep"]
 
@@ -49,6 +51,7 @@ class Context:
     now: datetime
     caller_id: str
     caller_is_admin: bool
+    sealer: Sealer
 
 
 Check = Callable[[Any, Context], Any]

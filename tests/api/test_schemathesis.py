@@ -21,6 +21,7 @@ from edgeway import bootstrap
 from edgeway.api.app import build
 from edgeway.api.platform import Platform
 from edgeway.catalog.model import Settings
+from edgeway.pki import seal
 from edgeway.store.migrate import open_database
 
 
@@ -29,7 +30,8 @@ def _app(tmp: Path) -> tuple[object, str]:
         db = await open_database(None, tmp)
         token = await bootstrap.first_start(db)
         assert token
-        return build(Platform(Settings(public_url="http://testserver"), db)), token
+        sealer = seal.load(tmp)
+        return build(Platform(Settings(public_url="http://testserver"), db, sealer)), token
     return asyncio.run(setup())
 
 
