@@ -54,7 +54,7 @@ class Sample:
     update: Body = field(default_factory=lambda: {"description": "changed", "metadata": "{}"})
 
 
-SAMPLES: dict[str, Sample] = {
+BASE: dict[str, Sample] = {
     "api_keys": Sample(lambda _a: {"description": "ci"}),
     "bot_users": Sample(lambda _a: {"name": uniq("bot-")}, {"name": "renamed", "active": False}),
     "credentials": Sample(lambda _a: {"acl": ["bind:*.example.com"]}),
@@ -67,3 +67,11 @@ SAMPLES: dict[str, Sample] = {
     "event_destinations": Sample(_destination),
     "event_subscriptions": Sample(_subscription),
 }
+
+
+def _all() -> dict[str, Sample]:
+    from tests.api import samples_edges, samples_ssh
+    return {**BASE, **samples_ssh.SAMPLES, **samples_edges.SAMPLES}
+
+
+SAMPLES = _all()
