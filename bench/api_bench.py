@@ -1,7 +1,8 @@
 """Management API benchmark: create, get and list (page of 100) on ``/ip_policies`` with 1k and
 100k rows, on SQLite and PostgreSQL, each next to a bare ASGI app returning fixed JSON, served
-by uvicorn the way ``edgeway serve`` serves the API (``asyncio.run(Server.serve())``: stdlib
-asyncio loop, httptools, no access log, no lifespan), on the same machine in the same run.
+by uvicorn the way ``edgeway serve`` serves the API (``uvicorn.Server.serve()`` on the event
+loop ``edgeway.cli`` picks (uvloop when installed), httptools, no access log, no lifespan), on
+the same machine in the same run.
 
 Run from the repository root:  python -m bench.api_bench [--backends sqlite,postgres] [--quick]
 Needs wrk (``apt-get install wrk``). Rows are seeded straight into the database in bulk. Exit
@@ -69,10 +70,13 @@ async def bare_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 
 def serve_bare(port: int) -> None:
-    import uvicorn  # the same Config and the same asyncio.run(Server.serve()) as edgeway.server
+    import uvicorn  # the same Config, server and event loop as edgeway.server / edgeway.cli
+
+    from edgeway.cli import _loop_factory
     config = uvicorn.Config(bare_app, host="127.0.0.1", port=port, log_config=None,
                             access_log=False, lifespan="off", server_header=False)
-    asyncio.run(uvicorn.Server(config).serve())
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(uvicorn.Server(config).serve())
 
 
 def pin(pid: int, cpus: set[int] | None) -> None:

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from edgeway import bootstrap
@@ -77,13 +77,23 @@ async def _api_key(args: argparse.Namespace) -> None:
         await db.close()
 
 
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop when it is installed (it comes with uvicorn[standard]), else asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         if args.command == "serve":
             from edgeway.server import serve
-            asyncio.run(serve(server_config(args)))
+            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                runner.run(serve(server_config(args)))
         else:
             asyncio.run(_api_key(args))
     except (ValueError, OSError, StoreUnavailable) as exc:  # SealError is a ValueError

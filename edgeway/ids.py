@@ -20,12 +20,24 @@ KSUID_LEN = 27
 _MAX = 1 << 160
 ID_RE = re.compile(r"^([a-z]+)_([0-9A-Za-z]{27})$")
 
-def _encode(n: int) -> str:
-    out = []
-    for _ in range(KSUID_LEN):
-        n, r = divmod(n, 62)
-        out.append(ALPHABET[r])
-    return "".join(reversed(out))
+_PAIRS = [a + b for a in ALPHABET for b in ALPHABET]
+_CHUNK = 62**9
+
+
+def _chunk9(n: int) -> str:
+    """Nine base62 digits of a number below 62**9 (small-int arithmetic only)."""
+    n, a = divmod(n, 3844)
+    n, b = divmod(n, 3844)
+    n, c = divmod(n, 3844)
+    n, d = divmod(n, 3844)
+    return ALPHABET[n] + _PAIRS[d] + _PAIRS[c] + _PAIRS[b] + _PAIRS[a]
+
+
+def encode(n: int) -> str:
+    """The 27-character base62 form of a 160-bit number."""
+    high, low = divmod(n, _CHUNK)
+    top, mid = divmod(high, _CHUNK)
+    return _chunk9(top) + _chunk9(mid) + _chunk9(low)
 
 
 class KsuidGenerator:
@@ -44,7 +56,7 @@ class KsuidGenerator:
             if candidate >= _MAX:
                 raise OverflowError("KSUID space exhausted")
             self._last = candidate
-        return _encode(candidate)
+        return encode(candidate)
 
 
 ksuid = KsuidGenerator()

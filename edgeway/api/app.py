@@ -1,21 +1,25 @@
 """Build the ASGI app from the catalog: one set of CRUD routes per routed kind, the extras,
-``/openapi.json``, and the request log / operation id / last-resort error wrapper."""
+``/openapi.json``; plus the operation id, one JSON log line per request, and a 500 body
+(never a traceback) for anything that escaped a handler.
+
+Dispatch is our own (``router``): a segment lookup instead of Starlette's regex scan, and no
+middleware stack; handlers still take and return Starlette requests and responses.
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
+import secrets
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from edgeway import __version__, catalog, ids
 from edgeway.api import crud, extras
@@ -23,10 +27,12 @@ from edgeway.api.auth import authenticate
 from edgeway.api.http import check_version, error_response, json_response, operation_id
 from edgeway.api.openapi import document
 from edgeway.api.platform import Caller, Platform
+from edgeway.api.router import Router
 from edgeway.errors import ApiError, NotFound
 
 log = logging.getLogger("edgeway.api")
 Handler = Callable[[Request, Platform, Caller], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]
 _CRUD: tuple[tuple[str, str, str, Any], ...] = (
     ("create", "", "POST", crud.create), ("list", "", "GET", crud.list_),
     ("get", "/{id}", "GET", crud.get), ("update", "/{id}", "PATCH", crud.update),
@@ -34,8 +40,8 @@ _CRUD: tuple[tuple[str, str, str, Any], ...] = (
 )
 
 
-def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-    """Authenticate, check the version header, run the handler; ApiErrors become bodies."""
+def endpoint(handler: Handler) -> Endpoint:
+    """IP restrictions, API key, version header, then the handler; ApiErrors become bodies."""
     async def run(request: Request) -> Response:
         platform: Platform = request.app.state.platform
         try:
@@ -48,23 +54,22 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     return run
 
 
-def _wrap(handler: Handler, _name: str) -> Callable[[Request], Awaitable[Response]]:
+def _wrap(handler: Handler, _name: str) -> Endpoint:
     return endpoint(handler)
 
 
-def routes() -> list[Route]:
-    out: list[Route] = []
+def routes() -> list[tuple[str, str, Endpoint]]:
+    out: list[tuple[str, str, Endpoint]] = []
     for kind in catalog.ALL:
         if not kind.routed:
             continue
         for op, suffix, method, fn in _CRUD:
             if op in kind.ops:
-                handler = functools.partial(fn, kind=kind)
-                out.append(Route(f"/{kind.collection}{suffix}", endpoint(handler),
-                                 methods=[method]))
-    out += extras.routes(_wrap)
-    out.append(Route("/openapi.json", openapi, methods=["GET"]))
-    out.append(Route("/", root, methods=["GET"]))
+                out.append((f"/{kind.collection}{suffix}", method,
+                            endpoint(functools.partial(fn, kind=kind))))
+    out += [(r.path, m, r.endpoint) for r in extras.routes(_wrap) for m in r.methods or ()
+            if m != "HEAD"]
+    out += [("/openapi.json", "GET", openapi), ("/", "GET", root)]
     return out
 
 
@@ -80,64 +85,95 @@ async def root(request: Request) -> Response:
                                "openapi": f"{base}/openapi.json"})
 
 
-async def http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    op = operation_id(request)
-    if exc.status_code == 405:
-        err = ApiError(f"{request.method} is not supported on {request.url.path}.", None,
-                       status=405)
-        resp = error_response(err, op)
-        resp.headers.update(exc.headers or {})
-        return resp
-    nf = NotFound("Not Found")
-    nf.details = {"path": request.url.path}
-    return error_response(nf, op)
+class _State:
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
 
 
-class RequestLog:
-    """Outermost layer: operation id, one JSON log line per request, and a 500 body (never a
-    traceback) for anything that escaped the handlers."""
+class OperationIds:
+    """``op_`` + a KSUID-shaped id, cheaply: this second's timestamp, a per-process random
+    part and a counter (operation ids identify requests in logs; they need not be secret)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def __init__(self) -> None:
+        self._salt = secrets.randbits(96) << 32
+        self._count = 0
+
+    def __call__(self) -> str:
+        self._count = (self._count + 1) & 0xFFFFFFFF
+        ts = int(time.time()) - ids.EPOCH
+        return "op_" + ids.encode((ts << 128) | self._salt | self._count)
+
+
+class Api:
+    """The ASGI application."""
+
+    def __init__(self, platform: Platform) -> None:
+        self.state = _State(platform)
+        self.router = Router()
+        for path, method, fn in routes():
+            self.router.add(path, [method], fn)
+        self._op = OperationIds()
         self._enc = msgspec.json.Encoder()
+        self._out = sys.stderr
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
             return
-        op = f"op_{ids.ksuid()}"
-        scope.setdefault("state", {})["operation_id"] = op
+        op = self._op()
+        scope["app"] = self
+        scope["state"] = {"operation_id": op}
         start = time.perf_counter()
-        status = [0]
+        status = 0
 
-        async def send_wrapper(message: Message) -> None:
+        async def send_op(message: Message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
-                status[0] = message["status"]
-                message["headers"] = [*message.get("headers", []),
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()),
                                       (b"edgeway-operation-id", op.encode())]
             await send(message)
 
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self._dispatch(scope, receive, send_op)
         except Exception:
             log.exception("unhandled error in %s %s", scope["method"], scope["path"])
-            if status[0] == 0:
+            if status == 0:
                 err = ApiError("Internal server error; the operation id identifies it in the "
                                "server log.", None, status=500)
-                await error_response(err, op)(scope, receive, send_wrapper)
+                await error_response(err, op)(scope, receive, send_op)
         finally:
-            self._log(scope, op, status[0], start)
+            self._log(scope, op, status, start)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        found = self.router.match(scope["path"])
+        method = "GET" if scope["method"] == "HEAD" else scope["method"]
+        if found is None:
+            nf = NotFound("Not Found")
+            nf.details = {"path": scope["path"]}
+            response = error_response(nf, operation_id(request))
+        elif method not in found[0]:
+            err = ApiError(f"{scope['method']} is not supported on {scope['path']}.", None,
+                           status=405)
+            response = error_response(err, operation_id(request))
+            response.headers["Allow"] = ", ".join(sorted(found[0]))
+        else:
+            fn, names = found[0][method]
+            scope["path_params"] = dict(zip(names, found[1], strict=True))
+            response = await fn(request)
+        await response(scope, receive, send)
 
     def _log(self, scope: Scope, op: str, status: int, start: float) -> None:
         client = scope.get("client") or ("", 0)
         line = {"event": "request", "method": scope["method"], "path": scope["path"],
                 "status": status, "ms": round((time.perf_counter() - start) * 1000, 2),
                 "client": client[0], "operation_id": op}
-        logging.getLogger("edgeway.access").info(self._enc.encode(line).decode())
+        try:
+            self._out.write(self._enc.encode(line).decode() + "\n")
+            self._out.flush()
+        except (OSError, ValueError):
+            pass  # a closed or full log stream must not fail requests
 
 
-def build(platform: Platform) -> ASGIApp:
-    app = Starlette(routes=routes(), exception_handlers={HTTPException: http_error})
-    app.state.platform = platform
-    return RequestLog(app)
+def build(platform: Platform) -> Api:
+    return Api(platform)

@@ -54,7 +54,10 @@ MAX_BODY = 1 << 20
 
 
 async def _read_capped(request: Request) -> bytes:
-    declared = request.headers.get("content-length", "")
+    headers = request.headers
+    declared = headers.get("content-length", "")
+    if not declared and "transfer-encoding" not in headers:
+        return b""  # HTTP/1.1: no length and no chunked coding means no body
     if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY:
         raise ApiError(f"The request body is larger than {MAX_BODY} bytes.", 212, status=413)
     chunks: list[bytes] = []

@@ -34,8 +34,8 @@ class Repo:
         self.tx = tx
 
     async def get(self, kind: Kind, id_: str) -> dict[str, Any] | None:
-        row = await self.tx.fetchone(f"SELECT doc FROM {kind.table} WHERE id = ?", id_)
-        return _dec.decode(row[0]) if row else None
+        raw = await self.tx.doc_by_id(kind.table, id_)
+        return _dec.decode(raw) if raw is not None else None
 
     async def page(self, kind: Kind, before_id: str | None, limit: int) -> list[Item]:
         if before_id is None:
