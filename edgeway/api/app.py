@@ -22,7 +22,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from edgeway import __version__, catalog, ids
-from edgeway.api import crud, extras
+from edgeway.api import crud, extras, modules
 from edgeway.api.auth import authenticate
 from edgeway.api.http import check_version, error_response, json_response, operation_id
 from edgeway.api.openapi import document
@@ -65,8 +65,9 @@ def routes() -> list[tuple[str, str, Endpoint]]:
             continue
         for op, suffix, method, fn in _CRUD:
             if op in kind.ops:
-                out.append((f"/{kind.collection}{suffix}", method,
+                out.append((f"{kind.url}{suffix}", method,
                             endpoint(functools.partial(fn, kind=kind))))
+    out += [(path, method, endpoint(fn)) for path, method, fn in modules.routes()]
     out += [(r.path, m, r.endpoint) for r in extras.routes(_wrap) for m in r.methods or ()
             if m != "HEAD"]
     out += [("/openapi.json", "GET", openapi), ("/", "GET", root)]

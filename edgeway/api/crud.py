@@ -3,6 +3,7 @@ delete. Handlers validate, call the repository inside one transaction, and rende
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl
@@ -11,11 +12,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from edgeway import catalog, ids
-from edgeway.api import validate
+from edgeway.api import hostports, present, validate
 from edgeway.api.http import body_bytes, decode, json_response, no_content
 from edgeway.api.platform import Caller, Platform
-from edgeway.api.render import render
-from edgeway.catalog.model import Context, Kind
+from edgeway.catalog.model import Context, Fetch, Kind
 from edgeway.catalog.shapes import shapes
 from edgeway.errors import ApiError, Conflict, Invalid, NotFound
 from edgeway.store.db import UniqueViolation
@@ -41,42 +41,75 @@ def _unique_error(kind: Kind, doc: dict[str, Any]) -> Conflict:
     return Conflict(kind.unique_msg.format(**doc), kind.unique_code)
 
 
-def _not_found(kind: Kind, id_: str) -> NotFound:
-    return NotFound(f"{kind.title} '{id_}' was not found.", kind.not_found_code)
+def _fetcher(repo: Repo) -> Fetch:
+    async def fetch(collection: str, id_: str) -> dict[str, Any] | None:
+        return await repo.get(catalog.BY_COLLECTION[collection], id_)
+    return fetch
+
+
+def _path_members(request: Request, kind: Kind) -> dict[str, str]:
+    """Members a nested kind takes from its URL (``edge_id`` of a route)."""
+    return {k: v for k, v in request.path_params.items() if k != "id"}
+
+
+async def _parents_exist(repo: Repo, kind: Kind, members: dict[str, str]) -> None:
+    for name, value in members.items():
+        link = kind.field(name).link
+        assert link is not None
+        parent = catalog.BY_COLLECTION[link.kinds[0]]
+        validate.id_in_path(parent, value)
+        if await repo.get(parent, value) is None:
+            raise NotFound(f"{parent.title} '{value}' was not found.", parent.not_found_code)
+
+
+async def load(repo: Repo, request: Request, kind: Kind) -> tuple[str, dict[str, Any]]:
+    """The resource the URL names; a nested one must sit under the parent the URL names."""
+    id_ = validate.id_in_path(kind, request.path_params["id"])
+    doc = await repo.get(kind, id_)
+    path = _path_members(request, kind)
+    if doc is None or any(doc.get(k) != v for k, v in path.items()):
+        where = "".join(f" under '{v}'" for v in path.values())
+        raise NotFound(f"{kind.title} '{id_}' was not found{where}.", kind.not_found_code)
+    return id_, doc
 
 
 async def create(request: Request, platform: Platform, caller: Caller, kind: Kind) -> Response:
     body = decode(await body_bytes(request, True), shapes(kind).create, _codes(kind))
     ctx = context(platform, caller)
     given = validate.members(kind, body, ctx, update=False)
+    given.update(_path_members(request, kind))
     if kind.check:
         kind.check(given, ctx)
     doc = {f.name: f.default_value() for f in kind.fields}
     doc.update(given)
     if kind.derive:
-        doc.update(kind.derive(given, ctx, None))
+        # in a thread: deriving may generate keys (an RSA 4096 CA key takes ~0.5 s)
+        doc.update(await asyncio.to_thread(kind.derive, given, ctx, None))
     doc["created_at"] = ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ")
     id_ = ids.new_id(kind.prefix)
     token = ids.new_token(id_) if kind.secret else None
     async with platform.db.write() as tx:
         repo = Repo(tx)
+        await _parents_exist(repo, kind, _path_members(request, kind))
         links = await validate.links(repo, kind, doc, None)
+        if kind.resolve:
+            doc.update(await kind.resolve(doc, ctx, _fetcher(repo)))
         try:
             await repo.insert(kind, id_, doc, ids.token_hash(token) if token else None)
         except UniqueViolation:
             raise _unique_error(kind, doc) from None
-        await repo.set_links(kind, id_, links)
+        await repo.set_links(kind, id_, links + await hostports.bind(repo, kind, id_, doc))
+        shown = await present.one(repo, kind, id_, doc, platform.settings.public_url, token)
     platform.changed(kind.collection)
-    return json_response(201, render(kind, id_, doc, platform.settings.public_url, token))
+    return json_response(201, shown)
 
 
 async def get(request: Request, platform: Platform, caller: Caller, kind: Kind) -> Response:
     await body_bytes(request, False)
-    id_ = validate.id_in_path(kind, request.path_params["id"])
-    doc = await Repo(platform.db.reader()).get(kind, id_)
-    if doc is None:
-        raise _not_found(kind, id_)
-    return json_response(200, render(kind, id_, doc, platform.settings.public_url))
+    repo = Repo(platform.db.reader())
+    id_, doc = await load(repo, request, kind)
+    return json_response(200, await present.one(repo, kind, id_, doc,
+                                                platform.settings.public_url))
 
 
 def page_params(request: Request, kind: Kind) -> tuple[str | None, int]:
@@ -103,41 +136,46 @@ def page_params(request: Request, kind: Kind) -> tuple[str | None, int]:
 async def list_(request: Request, platform: Platform, caller: Caller, kind: Kind) -> Response:
     await body_bytes(request, False)
     before, limit = page_params(request, kind)
-    items = await Repo(platform.db.reader()).page(kind, before, limit + 1)
+    repo = Repo(platform.db.reader())
+    items = await repo.page(kind, before, limit + 1)
     base = platform.settings.public_url
-    uri = f"{base}/{kind.collection}"
+    uri = f"{base}{kind.url}"
     more = len(items) > limit
     items = items[:limit]
     nxt = f"{uri}?before_id={items[-1].id}&limit={limit}" if more else None
-    return json_response(200, {
-        kind.list_key: [render(kind, it.id, it.doc, base) for it in items],
-        "uri": uri, "next_page_uri": nxt})
+    return json_response(200, {kind.list_key: await present.many(repo, kind, items, base),
+                               "uri": uri, "next_page_uri": nxt})
+
+
+async def apply(repo: Repo, kind: Kind, id_: str, old: dict[str, Any],
+                given: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """Write ``given`` over the stored ``old``: rules, derived members, references, claims."""
+    doc = {**old, **given}
+    if kind.check:
+        kind.check(doc, ctx)
+    if kind.derive:
+        doc.update(await asyncio.to_thread(kind.derive, doc, ctx, old))
+    links = await validate.links(repo, kind, doc, old, id_)
+    try:
+        await repo.replace(kind, id_, doc)
+    except UniqueViolation:
+        raise _unique_error(kind, doc) from None
+    await repo.set_links(kind, id_, links + await hostports.bind(repo, kind, id_, doc))
+    return doc
 
 
 async def update(request: Request, platform: Platform, caller: Caller, kind: Kind) -> Response:
-    id_ = validate.id_in_path(kind, request.path_params["id"])
+    validate.id_in_path(kind, request.path_params["id"])
     body = decode(await body_bytes(request, True), shapes(kind).update, _codes(kind))
     ctx = context(platform, caller)
     given = validate.members(kind, body, ctx, update=True)
     async with platform.db.write() as tx:
         repo = Repo(tx)
-        old = await repo.get(kind, id_)
-        if old is None:
-            raise _not_found(kind, id_)
-        doc = {**old, **given}
-        if kind.check:
-            kind.check(doc, ctx)
-        if kind.derive:
-            doc.update(kind.derive(doc, ctx, old))
-        links = await validate.links(repo, kind, doc, old)
-        try:
-            await repo.replace(kind, id_, doc)
-        except UniqueViolation:
-            raise _unique_error(kind, doc) from None
-        if any(doc.get(f.name) != old.get(f.name) for f in kind.links):
-            await repo.set_links(kind, id_, links)
+        id_, old = await load(repo, request, kind)
+        doc = await apply(repo, kind, id_, old, given, ctx)
+        shown = await present.one(repo, kind, id_, doc, platform.settings.public_url)
     platform.changed(kind.collection)
-    return json_response(200, render(kind, id_, doc, platform.settings.public_url))
+    return json_response(200, shown)
 
 
 async def remove(repo: Repo, kind: Kind, id_: str, seen: dict[str, Kind]) -> None:
@@ -158,11 +196,9 @@ async def remove(repo: Repo, kind: Kind, id_: str, seen: dict[str, Kind]) -> Non
 
 async def delete(request: Request, platform: Platform, caller: Caller, kind: Kind) -> Response:
     await body_bytes(request, False)
-    id_ = validate.id_in_path(kind, request.path_params["id"])
     async with platform.db.write() as tx:
         repo = Repo(tx)
-        if await repo.get(kind, id_) is None:
-            raise _not_found(kind, id_)
+        id_, _ = await load(repo, request, kind)
         deleted: dict[str, Kind] = {}
         await remove(repo, kind, id_, deleted)
     for gone in {k.collection for k in deleted.values()}:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
 
 from edgeway import catalog
+from edgeway.api.modules import ATTACHED
 from edgeway.catalog.model import Kind
+from edgeway.catalog.modules import REGISTRY, On
 from edgeway.catalog.shapes import shapes
 
 ERROR_SCHEMA = {
@@ -66,6 +69,44 @@ def _tagged(kind: Kind, paths: dict[str, dict[str, Any]]) -> dict[str, dict[str,
     return paths
 
 
+def _parent_params(kind: Kind) -> list[dict[str, Any]]:
+    """Path parameters of a nested kind's URL (the ``edge_id`` of routes)."""
+    out = []
+    for name in re.findall(r"\{(\w+)\}", kind.path or ""):
+        link = kind.field(name).link
+        assert link is not None
+        out.append(id_param(catalog.BY_COLLECTION[link.kinds[0]], name))
+    return out
+
+
+def _links(kind: Kind) -> dict[str, Any]:
+    params = {"id": "$response.body#/id"}
+    params.update({p["name"]: f"$response.body#/{p['name']}" for p in _parent_params(kind)})
+    return {op: {"operationId": f"{op}{kind.title}", "parameters": params}
+            for op in ("Get", "Update", "Delete") if op.lower() in kind.ops}
+
+
+def module_paths(kind: Kind, on: On) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    params = [*_parent_params(kind), id_param(kind)]
+    for f in kind.fields:
+        m = REGISTRY.get(f.name)
+        if m is None:
+            continue
+        t = kind.title + "".join(w.capitalize() for w in f.name.split("_")) + "Module"
+        body = m.request_for(on)
+        shown = _ref(m.response.__name__)
+        out[f"{kind.url}/{{id}}/{f.name}"] = {
+            "put": operation(f"Replace{t}", f"Replace the {f.name} module", "200", shown,
+                             body=_ref(body.__name__), params=params),
+            "get": operation(f"Get{t}", f"Get the {f.name} module", "200", shown,
+                             params=params),
+            "delete": operation(f"Delete{t}", f"Remove the {f.name} module", "204", None,
+                                params=params),
+        }
+    return out
+
+
 def kind_paths(kind: Kind) -> dict[str, dict[str, Any]]:
     s = shapes(kind)
     t = kind.title
@@ -73,16 +114,16 @@ def kind_paths(kind: Kind) -> dict[str, dict[str, Any]]:
     coll: dict[str, Any] = {}
     one: dict[str, Any] = {}
     required = any(f.create == "required" for f in kind.fields)
+    parents = _parent_params(kind)
     if "create" in kind.ops:
         coll["post"] = operation(f"Create{t}", f"Create a {t}", "201", item,
-                                 body=_ref(s.create.__name__), body_required=required)
-        coll["post"]["responses"]["201"]["links"] = {
-            op: {"operationId": f"{op}{t}", "parameters": {"id": "$response.body#/id"}}
-            for op in ("Get", "Update", "Delete") if op.lower() in kind.ops}
+                                 body=_ref(s.create.__name__), body_required=required,
+                                 params=parents)
+        coll["post"]["responses"]["201"]["links"] = _links(kind)
     if "list" in kind.ops:
         coll["get"] = operation(f"List{t}", f"List {kind.collection}", "200",
                                 _ref(s.page.__name__), params=_page_params(kind))
-    p = [id_param(kind)]
+    p = [*parents, id_param(kind)]
     if "get" in kind.ops:
         one["get"] = operation(f"Get{t}", f"Get a {t}", "200", item, params=p)
     if "update" in kind.ops:
@@ -90,7 +131,7 @@ def kind_paths(kind: Kind) -> dict[str, dict[str, Any]]:
                                  body=_ref(s.update.__name__), params=p)
     if "delete" in kind.ops:
         one["delete"] = operation(f"Delete{t}", f"Delete a {t}", "204", None, params=p)
-    return {f"/{kind.collection}": coll, f"/{kind.collection}/{{id}}": one}
+    return {kind.url: coll, f"{kind.url}/{{id}}": one}
 
 
 def _extra_paths() -> dict[str, dict[str, Any]]:
@@ -122,6 +163,15 @@ def _extra_paths() -> dict[str, dict[str, Any]]:
     }
 
 
+def _module_types(kind: Kind, on: On) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for f in kind.fields:
+        if f.name in REGISTRY:
+            m = REGISTRY[f.name]
+            out += [(f.name, m.request_for(on)), (f.name, m.response)]
+    return out
+
+
 class EventSourceList(msgspec.Struct):
     sources: list[catalog.events.EventSource]
     uri: str
@@ -136,6 +186,10 @@ def document(public_url: str) -> dict[str, Any]:
         s = shapes(kind)
         types += [s.create, s.update, s.response, s.page]
         paths.update(_tagged(kind, {k: v for k, v in kind_paths(kind).items() if v}))
+        if kind.collection in ATTACHED:
+            on = ATTACHED[kind.collection]
+            paths.update(_tagged(kind, module_paths(kind, on)))
+            types += [m for name, m in _module_types(kind, on)]
     paths.update(_extra_paths())
     _, components = msgspec.json.schema_components(
         types, ref_template="#/components/schemas/{name}")

@@ -27,7 +27,8 @@ def members(kind: Kind, body: dict[str, Any], ctx: Context, *, update: bool) -> 
         if update and f.immutable:
             raise Invalid(name, "cannot be changed after creation; delete and re-create the "
                           "resource instead", 215)
-        if update and f.empty_is_unset and _empty(value):
+        if update and ((f.empty_is_unset and _empty(value)) or
+                       (f.null_is_unset and value is None)):
             continue
         if f.max_bytes is not None and isinstance(value, str):
             checks.byte_limit(name, value, f.max_bytes)
@@ -45,18 +46,34 @@ def id_in_path(kind: Kind, value: str) -> str:
     return value
 
 
-def _link_ids(value: Any) -> list[str]:
+def refs(f: Field, value: Any) -> list[tuple[str, str]]:
+    """``(member path, id)`` for every id a link member holds."""
     if value is None:
         return []
-    return list(value) if isinstance(value, list) else [value]
+    if f.refs is not None:
+        return f.refs(value)
+    if isinstance(value, list):
+        return [(f"{f.name}[{i}]", v) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return [(f"{f.name}.{k}", k) for k in value]
+    return [(f.name, value)]
 
 
-def _member_name(f: Field, i: int) -> str:
-    return f"{f.name}[{i}]" if f.type is not str else f.name
+async def _reaches(repo: Repo, start: str, goal: str, member: str) -> bool:
+    seen, todo = {start}, [start]
+    while todo:
+        node = todo.pop()
+        if node == goal:
+            return True
+        for nxt in await repo.links_from(node, member):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return False
 
 
 async def links(repo: Repo, kind: Kind, doc: dict[str, Any],
-                old: dict[str, Any] | None) -> list[tuple[str, str]]:
+                old: dict[str, Any] | None, self_id: str = "") -> list[tuple[str, str]]:
     """Check that every newly referenced id exists; return all ``(member, id)`` links.
 
     Ids already stored are not checked again, so a reference kept to a deleted resource
@@ -65,10 +82,9 @@ async def links(repo: Repo, kind: Kind, doc: dict[str, Any],
     out: list[tuple[str, str]] = []
     for f in kind.links:
         assert f.link is not None
-        values = _link_ids(doc.get(f.name))
-        before = set(_link_ids(old.get(f.name))) if old else set()
+        before = {v for _, v in refs(f, old.get(f.name))} if old else set()
         wanted: dict[str, list[tuple[str, str]]] = {}
-        for i, v in enumerate(values):
+        for member, v in refs(f, doc.get(f.name)):
             out.append((f.name, v))
             if v in before:
                 continue
@@ -76,9 +92,12 @@ async def links(repo: Repo, kind: Kind, doc: dict[str, Any],
             target = catalog.BY_PREFIX.get(parts[0]) if parts else None
             if target is None or target.collection not in f.link.kinds:
                 names = " or ".join(catalog.BY_COLLECTION[k].title for k in f.link.kinds)
-                raise Invalid(_member_name(f, i), f"'{v}' is not the id of a {names}",
+                raise Invalid(member, f"'{v}' is not the id of a {names}",
                               223 if parts is None else 227)
-            wanted.setdefault(target.collection, []).append((_member_name(f, i), v))
+            if f.link.acyclic and await _reaches(repo, v, self_id, f.name):
+                raise Invalid(member, f"'{v}' leads back to '{self_id}': references of "
+                              f"'{f.name}' must not form a cycle", f.link.code)
+            wanted.setdefault(target.collection, []).append((member, v))
         for collection, pairs in wanted.items():
             found = await repo.existing(catalog.BY_COLLECTION[collection], [v for _, v in pairs])
             for member, v in pairs:

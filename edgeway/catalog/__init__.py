@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from edgeway.catalog import authorities, domains, events, identity, ip, runtime
+from edgeway.catalog import (
+    authorities,
+    backends,
+    domains,
+    edges,
+    events,
+    identity,
+    ip,
+    runtime,
+    ssh,
+    ssh_certs,
+    tls,
+)
 from edgeway.catalog.model import Context, Field, Kind, Link, Ref, Settings
 
 ALL: tuple[Kind, ...] = (
     *identity.KINDS, *domains.KINDS, *ip.KINDS, *authorities.KINDS, *events.KINDS,
-    *runtime.KINDS,
+    *runtime.KINDS, *ssh.KINDS, *ssh_certs.KINDS, *tls.KINDS, *backends.KINDS, *edges.KINDS,
 )
 BY_COLLECTION: dict[str, Kind] = {k.collection: k for k in ALL}
 BY_PREFIX: dict[str, Kind] = {k.prefix: k for k in ALL}

@@ -61,6 +61,16 @@ def _acl_target(member: str, target: str) -> str:
     return domain_name(member, target, wildcard=True, code=600)
 
 
+def host(member: str, value: str) -> str:
+    """An IP address (v6 in brackets or bare) or a domain name."""
+    try:
+        return str(ipaddress.ip_address(value.strip("[]")))
+    except ValueError:
+        if value in ("localhost",):
+            return value
+        return domain_name(member, value)
+
+
 def _acl_host(member: str, host: str) -> str:
     try:
         return str(ipaddress.ip_address(host.strip("[]")))

@@ -7,7 +7,7 @@ from typing import Any, Literal
 import msgspec
 
 from edgeway.catalog import checks
-from edgeway.catalog.model import Context, Field, Kind, Link, standard
+from edgeway.catalog.model import Context, Field, Kind, Link, Where, standard
 from edgeway.errors import Invalid
 
 _CHANGE_SOURCES = (
@@ -159,8 +159,8 @@ def _sources(value: list[dict[str, str]], _ctx: Context) -> list[dict[str, str]]
     return [{"type": item["type"]} for item in value]
 
 
-def present_sources(value: list[dict[str, str]], uri: str) -> list[dict[str, str]]:
-    return [{"type": s["type"], "uri": f"{uri}/sources/{s['type']}"} for s in value]
+def present_sources(value: list[dict[str, str]], where: Where) -> list[dict[str, str]]:
+    return [{"type": s["type"], "uri": f"{where.uri}/sources/{s['type']}"} for s in value]
 
 
 EVENT_SUBSCRIPTIONS = Kind(

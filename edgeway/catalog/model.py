@@ -16,7 +16,7 @@ A ``Field`` says how one member behaves on create, on update and in responses:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -57,6 +57,43 @@ class Context:
 Check = Callable[[Any, Context], Any]
 # (new document, context, stored document or None on create) -> members to set
 Derive = Callable[[dict[str, Any], Context, dict[str, Any] | None], dict[str, Any]]
+# (collection, id) -> the stored document or None
+Fetch = Callable[[str, str], Awaitable[dict[str, Any] | None]]
+# (new document, context, fetch) -> members to set; runs on create only, inside the write
+# transaction after the reference checks, for members computed from other stored resources
+# (e.g. a certificate signed with its CA's sealed key)
+Resolve = Callable[[dict[str, Any], Context, Fetch], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a response is rendered: the public base URL and the resource's own id and uri."""
+
+    public_url: str
+    id: str
+    uri: str
+
+
+def uri_of(public_url: str, id_: str) -> str:
+    """The absolute URI of a top-level resource, found by its id's prefix."""
+    from edgeway.catalog import BY_PREFIX
+
+    kind = BY_PREFIX.get(id_.split("_", 1)[0])
+    return f"{public_url}{kind.url if kind else '/resources'}/{id_}"
+
+
+def ref(public_url: str, id_: str | None) -> dict[str, str] | None:
+    return None if id_ is None else {"id": id_, "uri": uri_of(public_url, id_)}
+
+
+@dataclass(frozen=True)
+class Child:
+    """Resources of ``collection`` whose ``via`` member names this one, rendered under
+    ``member`` (an HTTPS edge's ``routes``)."""
+
+    member: str
+    collection: str
+    via: str
 
 
 @dataclass(frozen=True)
@@ -72,6 +109,8 @@ class Link:
     on_delete: OnDelete
     render_as: str | None = None
     code: int = 380
+    # refuse links that would let a resource reach itself through links of this member
+    acyclic: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,9 +128,18 @@ class Field:
     response: bool = True
     out_type: Any = None
     max_bytes: int | None = None
-    # (stored value, resource uri) -> response value, for members rendered with server data
-    present: Callable[[Any, str], Any] | None = None
+    # (stored value, where) -> response value, for members rendered with server data
+    present: Callable[[Any, Where], Any] | None = None
     code: int = 215
+    # PATCH shape of the member when it differs (e.g. also accepting "" for "unchanged")
+    update_type: Any = None
+    # (stored value) -> [(member path, id)] of the ids a link member holds, when it is not
+    # simply an id, a list of ids or a map keyed by ids
+    refs: Callable[[Any], list[tuple[str, str]]] | None = None
+    # on PATCH, null leaves the member as it was (modules are removed only by their DELETE)
+    null_is_unset: bool = False
+    # every value is claimed platform-wide under this namespace (e.g. edge hostports)
+    claim: str | None = None
 
     def default_value(self) -> Any:
         d = self.default
@@ -111,10 +159,15 @@ class Kind:
     unique_code: int = 413
     check: Callable[[dict[str, Any], Context], None] | None = None
     derive: Derive | None = None
+    resolve: Resolve | None = None
     secret: bool = False
     not_found_code: int | None = None
     describe: str = ""
     routed: bool = True
+    # URL of the collection when it is nested, e.g. "/edges/https/{edge_id}/routes": each
+    # {member} comes from the path and is stored on the resource
+    path: str | None = None
+    children: tuple[Child, ...] = ()
 
     @property
     def table(self) -> str:
@@ -125,6 +178,13 @@ class Kind:
             if f.name == name:
                 return f
         raise KeyError(name)
+
+    @property
+    def url(self) -> str:
+        return self.path or f"/{self.collection}"
+
+    def uri(self, public_url: str, id_: str, doc: dict[str, Any]) -> str:
+        return public_url + self.url.format(**doc) + "/" + id_
 
     @property
     def links(self) -> tuple[Field, ...]:

@@ -34,8 +34,8 @@ def _annotated(f: Field, typ: Any) -> Any:
     return Annotated[typ, msgspec.Meta(**meta)] if meta else typ
 
 
-def _optional(f: Field) -> tuple[str, Any, Any]:
-    return (f.name, _annotated(f, f.type) | msgspec.UnsetType, msgspec.UNSET)
+def _optional(f: Field, typ: Any = None) -> tuple[str, Any, Any]:
+    return (f.name, _annotated(f, typ or f.type) | msgspec.UnsetType, msgspec.UNSET)
 
 
 def _out_type(f: Field) -> tuple[str, Any]:
@@ -60,7 +60,7 @@ def shapes(kind: Kind) -> Shapes:
             create.append((f.name, _annotated(f, f.type)))
         elif f.create == "optional":
             create.append(_optional(f))
-    update = [_optional(f) for f in kind.fields if f.update or f.immutable]
+    update = [_optional(f, f.update_type) for f in kind.fields if f.update or f.immutable]
     out: list[Any] = [("id", str), ("uri", str), ("created_at", str)]
     for f in kind.fields:
         if f.response or (f.link and f.link.render_as):

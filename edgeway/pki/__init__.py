@@ -1,1 +1,2 @@
-"""Certificates and keys: X.509 parsing (and, later, SSH CAs and signing)."""
+"""Keys and certificates: X.509 parsing, SSH CA keys and certificate signing, sealing
+private keys at rest."""

@@ -12,11 +12,18 @@ from typing import Any
 import msgspec
 
 from edgeway.catalog.model import Kind
-from edgeway.store.db import Tx
+from edgeway.store.db import Tx, UniqueViolation
 from edgeway.store.schema import key_columns
 
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder(dict[str, Any])
+
+
+class Claimed(Exception):
+    def __init__(self, claim: str, holder: str) -> None:
+        super().__init__(claim)
+        self.claim = claim
+        self.holder = holder
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,7 @@ class Repo:
 
     async def delete(self, kind: Kind, id_: str) -> bool:
         await self.tx.execute("DELETE FROM links WHERE src_id = ?", id_)
+        await self.tx.execute("DELETE FROM claims WHERE owner_id = ?", id_)
         return await self.tx.execute(f"DELETE FROM {kind.table} WHERE id = ?", id_) > 0
 
     async def by_token(self, kind: Kind, token_hash: str) -> Item | None:
@@ -106,12 +114,35 @@ class Repo:
                 "INSERT INTO links (src_id, member, dst_id, src_kind) VALUES (?, ?, ?, ?)",
                 src_id, member, dst, src_kind.collection)
 
+    async def links_from(self, src_id: str, member: str) -> list[str]:
+        rows = await self.tx.fetchall(
+            "SELECT dst_id FROM links WHERE src_id = ? AND member = ?", src_id, member)
+        return [r[0] for r in rows]
+
     async def links_to(self, dst_id: str) -> list[tuple[str, str, str]]:
         """``(src_kind, src_id, member)`` for every resource that refers to ``dst_id``."""
         rows = await self.tx.fetchall(
             "SELECT src_kind, src_id, member FROM links WHERE dst_id = ? ORDER BY src_id",
             dst_id)
         return [(r[0], r[1], r[2]) for r in rows]
+
+    async def claim(self, kind: Kind, owner_id: str, claims: list[str]) -> None:
+        """Replace the platform-wide claims of ``owner_id``; ``Claimed`` names a holder."""
+        await self.tx.execute("DELETE FROM claims WHERE owner_id = ?", owner_id)
+        if not claims:
+            return
+        marks = ", ".join("?" for _ in claims)
+        held = await self.tx.fetchone(
+            f"SELECT claim, owner_id FROM claims WHERE claim IN ({marks})", *claims)
+        if held is not None:
+            raise Claimed(held[0], held[1])
+        for c in claims:
+            try:
+                await self.tx.execute(
+                    "INSERT INTO claims (claim, owner_id, owner_kind) VALUES (?, ?, ?)",
+                    c, owner_id, kind.collection)
+            except UniqueViolation:
+                raise Claimed(c, "another resource") from None
 
     async def setting(self, key: str) -> str | None:
         row = await self.tx.fetchone("SELECT value FROM settings WHERE key = ?", key)

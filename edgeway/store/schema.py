@@ -31,6 +31,15 @@ links = sa.Table(
 )
 
 
+claims = sa.Table(
+    "claims", metadata,
+    sa.Column("claim", sa.String(300), primary_key=True),
+    sa.Column("owner_id", sa.String(64), nullable=False),
+    sa.Column("owner_kind", sa.String(64), nullable=False),
+    sa.Index("ix_claims_owner_id", "owner_id"),
+)
+
+
 def key_columns(kind: Kind) -> list[str]:
     cols: list[str] = []
     for key in kind.unique:

@@ -1,7 +1,46 @@
-"""Generic-suite test data for edges, HTTPS routes and backends."""
+"""Generic-suite test data for edges and backends (routes are nested; see test_edges.py)."""
 
 from __future__ import annotations
 
-from tests.api.samples import Sample
+import httpx
 
-SAMPLES: dict[str, Sample] = {}
+from tests.api.samples import Body, Sample, created, uniq
+
+
+def reserved(api: httpx.Client, wildcard: bool = False) -> str:
+    name = f"{'*.' if wildcard else 'app.'}{uniq()}.example.com"
+    domain: str = created(api, "/reserved_domains", {"domain": name})["domain"]
+    return domain
+
+
+def tunnel_group(api: httpx.Client) -> str:
+    bid: str = created(api, "/backends/tunnel_group", {"labels": {"site": "a"}})["id"]
+    return bid
+
+
+def _https(api: httpx.Client) -> Body:
+    return {"hostports": [f"{reserved(api)}:443"], "description": "web"}
+
+
+def _tcp(_api: httpx.Client) -> Body:
+    return {"hostports": [f"tcp.{uniq()}.example.com:20000"]}
+
+
+def _tls(api: httpx.Client) -> Body:
+    return {"hostports": [f"{reserved(api)}:443"],
+            "tls_termination": {"terminate_at": "upstream"}}
+
+
+SAMPLES: dict[str, Sample] = {
+    "backends/tunnel_group": Sample(lambda _a: {"labels": {"site": uniq()}},
+                                    {"labels": {"site": "b"}, "description": "x"}),
+    "backends/failover": Sample(lambda a: {"backends": [tunnel_group(a)]}),
+    "backends/weighted": Sample(lambda a: {"backends": {tunnel_group(a): 10}}),
+    "backends/static": Sample(lambda _a: {"address": "10.0.0.1:8080"},
+                              {"address": "db.example.com:5432", "tls": {"enabled": True}}),
+    "backends/http_response": Sample(lambda _a: {"body": "hi", "headers": {"X-A": "b"}},
+                                     {"status_code": 503, "body": "down"}),
+    "edges/https": Sample(_https),
+    "edges/tcp": Sample(_tcp),
+    "edges/tls": Sample(_tls),
+}

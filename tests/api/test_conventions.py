@@ -147,3 +147,13 @@ def test_one_structured_log_line_per_request(api: httpx.Client, server: Server) 
     assert lines[0] | {"ms": 0} == {"event": "request", "method": "GET", "path": "/ip_policies",
                                     "status": 200, "ms": 0, "client": "127.0.0.1",
                                     "operation_id": op}
+
+
+def test_openapi_lists_exactly_the_served_operations(api: httpx.Client) -> None:
+    from edgeway.api.app import routes
+
+    doc = api.get("/openapi.json").json()
+    documented = {(p, m.upper()) for p, item in doc["paths"].items() for m in item}
+    served = {(p, m) for p, m, _ in routes()} - {("/", "GET"), ("/openapi.json", "GET")}
+    assert documented == served
+    assert len(served) > 200

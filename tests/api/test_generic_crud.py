@@ -15,7 +15,7 @@ from edgeway.catalog.shapes import shapes
 from tests.api.samples import SAMPLES
 from tests.server import Server
 
-ROUTED = [k for k in catalog.ALL if k.routed]
+ROUTED = [k for k in catalog.ALL if k.routed and k.path is None]  # nested: test_edges.py
 WRITABLE = [k for k in ROUTED if "create" in k.ops]
 READ_ONLY = [k for k in ROUTED if "create" not in k.ops]
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
@@ -143,7 +143,7 @@ def test_unknown_member_is_refused_and_nothing_written(api: httpx.Client, kind: 
 def test_wrong_type_names_the_member(api: httpx.Client, kind: Kind) -> None:
     body = SAMPLES[kind.collection].create(api)
     name = next(iter(body))
-    r = api.post(f"/{kind.collection}", json={**body, name: {"not": "right"}})
+    r = api.post(f"/{kind.collection}", json={**body, name: 12345})
     assert r.status_code == 400, r.text
     assert name in r.json()["msg"]
 

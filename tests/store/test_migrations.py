@@ -37,7 +37,7 @@ def test_sqlite_schema_matches_catalog(tmp_path: Path) -> None:
     with engine.connect() as conn:
         assert _diff(conn) == []
         assert _head(conn) == HEAD
-        assert set(tables) <= set(sa.inspect(conn).get_table_names())
+        assert {t.name for t in tables.values()} <= set(sa.inspect(conn).get_table_names())
     engine.dispose()
 
 

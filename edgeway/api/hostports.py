@@ -1,0 +1,47 @@
+"""Hostports of edges: claimed platform-wide, and for TLS and HTTPS edges covered by a
+reserved domain (exact, or a wildcard one label up), which the edge then refers to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgeway import catalog
+from edgeway.catalog.model import Kind
+from edgeway.errors import Conflict, Invalid
+from edgeway.store.repo import Claimed, Repo
+
+DOMAINS = catalog.BY_COLLECTION["reserved_domains"]
+
+
+async def _covering(repo: Repo, host: str) -> dict[str, str]:
+    """Reserved domain id by name, for the names that could cover ``host``."""
+    names = [host]
+    if "." in host:
+        names.append("*." + host.split(".", 1)[1])
+    found = await repo.docs_where(DOMAINS, "domain", names)
+    return {doc["domain"]: id_ for id_, doc in found}
+
+
+async def bind(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """Claim the hostports of ``doc``; return its links to the domains that cover them."""
+    out: list[tuple[str, str]] = []
+    for f in kind.fields:
+        if f.claim is None:
+            continue
+        values: list[str] = doc.get(f.name) or []
+        if f.link is not None:
+            for i, hp in enumerate(values):
+                host = hp.rsplit(":", 1)[0]
+                cover = await _covering(repo, host)
+                if not cover:
+                    raise Invalid(f"{f.name}[{i}]", f"'{host}' is not a reserved domain, nor "
+                                  "covered by a reserved wildcard domain; reserve it first",
+                                  7121)
+                out.append((f.name, cover.get(host) or next(iter(cover.values()))))
+        try:
+            await repo.claim(kind, id_, [f"{f.claim}:{v}" for v in values])
+        except Claimed as c:
+            value = c.claim.split(":", 1)[1]
+            raise Conflict(f"The {f.claim} '{value}' is already used by '{c.holder}'.",
+                           7122) from None
+    return out

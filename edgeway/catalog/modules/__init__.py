@@ -1,0 +1,80 @@
+"""The table of edge modules: for each, its request and response shapes, where it may be
+attached, its rules and how its stored form renders.
+
+A module is stored on its edge or route in request form (ids, not Refs); ``check`` validates
+and normalises it (``at`` is the member path prefix for messages, such as ``backend.``);
+``refs`` lists the ids it refers to; ``render`` turns the stored form into the response.
+Attach one to a kind with ``field(module_name, on)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+
+from edgeway.catalog.model import Context, Field, Link, Where
+
+On = Literal["https_edge", "route", "tcp_edge", "tls_edge"]
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    request: type[msgspec.Struct]
+    response: type[msgspec.Struct]
+    on: frozenset[On]
+    doc: str
+    check: Callable[[dict[str, Any], Context, str], dict[str, Any]] | None = None
+    link: Link | None = None
+    refs: Callable[[dict[str, Any], str], list[tuple[str, str]]] | None = None
+    render: Callable[[dict[str, Any], Where], dict[str, Any]] | None = None
+    # per attachment point, when the shape differs (TLS termination on HTTPS edges)
+    variants: tuple[tuple[On, type[msgspec.Struct]], ...] = ()
+    # a check that depends on the attachment point (traffic policy phases)
+    check_on: Callable[[dict[str, Any], Context, str, On], dict[str, Any]] | None = None
+
+    def request_for(self, on: On) -> type[msgspec.Struct]:
+        return dict(self.variants).get(on, self.request)
+
+
+REGISTRY: dict[str, Module] = {}
+
+
+def register(*modules: Module) -> None:
+    for m in modules:
+        REGISTRY[m.name] = m
+
+
+def field(name: str, on: On) -> Field:
+    """The member of an edge or route kind that carries module ``name``."""
+    m = REGISTRY[name]
+    assert on in m.on, (name, on)
+    at = f"{name}."
+
+    def check(value: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        if m.check_on is not None:
+            return m.check_on(value, ctx, at, on)
+        return m.check(value, ctx, at) if m.check else value
+
+    def refs(value: dict[str, Any]) -> list[tuple[str, str]]:
+        return m.refs(value, at) if m.refs else []
+
+    def present(value: dict[str, Any], where: Where) -> dict[str, Any]:
+        return m.render(value, where) if m.render else value
+
+    return Field(name, m.request_for(on) | None, m.doc, update=True, null_is_unset=True,
+                 out_type=m.response | None, check=check, link=m.link,
+                 refs=refs if m.refs else None, present=present)
+
+
+def load() -> None:
+    from edgeway.catalog.modules import auth, http, policy, refs, tls, webhook
+
+    for mod in (refs, tls, http, webhook, auth, policy):
+        register(*mod.MODULES)
+
+
+load()

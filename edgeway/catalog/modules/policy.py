@@ -1,0 +1,143 @@
+"""Traffic policy: a JSON or YAML document of phases, each a list of rules with CEL
+``expressions`` and ``actions``. Parsed and compiled when configured; a bad policy says which
+rule and why."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import cel
+import msgspec
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from edgeway.catalog.model import Context
+from edgeway.catalog.modules import Module, On
+from edgeway.errors import Invalid
+
+REQ, RES, TCP = "on_http_request", "on_http_response", "on_tcp_connect"
+ACTIONS: dict[str, frozenset[str]] = {
+    "add-headers": frozenset({REQ, RES}), "basic-auth": frozenset({REQ}),
+    "circuit-breaker": frozenset({REQ}), "close-connection": frozenset({TCP, REQ}),
+    "compress-response": frozenset({REQ, RES}), "custom-response": frozenset({REQ, RES}),
+    "deny": frozenset({REQ, TCP}), "forward-internal": frozenset({REQ, TCP}),
+    "http-request": frozenset({REQ, RES}), "jwt-validation": frozenset({REQ}),
+    "log": frozenset({REQ, RES, TCP}), "oauth": frozenset({REQ}), "oidc": frozenset({REQ}),
+    "owasp-crs-request": frozenset({REQ}), "owasp-crs-response": frozenset({RES}),
+    "rate-limit": frozenset({REQ}), "redirect": frozenset({REQ}),
+    "remove-headers": frozenset({REQ, RES}), "request-body-find-replace": frozenset({REQ}),
+    "response-body-find-replace": frozenset({RES}), "restrict-ips": frozenset({REQ, TCP}),
+    "set-vars": frozenset({REQ, RES, TCP}), "terminate-tls": frozenset({TCP}),
+    "url-rewrite": frozenset({REQ}), "verify-webhook": frozenset({REQ}),
+}
+PHASES: dict[On, tuple[str, ...]] = {
+    "route": (REQ, RES), "tcp_edge": (TCP,), "tls_edge": (TCP,), "https_edge": (REQ, RES),
+}
+_INTERPOLATION = re.compile(r"\$\{(.*?)\}")
+
+
+class TrafficPolicy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    enabled: bool = True
+    value: str = ""
+
+
+def parse(member: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return YAML(typ="safe", pure=True).load(text)
+    except YAMLError as exc:
+        raise Invalid(member, f"is neither JSON nor YAML: {exc}".replace("\n", " "),
+                      215) from None
+
+
+def compile_cel(member: str, expr: Any) -> None:
+    if not isinstance(expr, str):
+        raise Invalid(member, "must be a string holding a CEL expression", 215)
+    try:
+        cel.compile(expr)
+    except Exception as exc:
+        raise Invalid(member, f"'{expr}' is not a valid CEL expression: "
+                      f"{str(exc).splitlines()[0]}", 215) from None
+
+
+def _interpolations(member: str, value: Any) -> None:
+    if isinstance(value, str):
+        for expr in _INTERPOLATION.findall(value):
+            compile_cel(member, expr)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _interpolations(f"{member}.{k}", v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _interpolations(f"{member}[{i}]", v)
+
+
+def _action(member: str, phase: str, action: Any) -> None:
+    if not isinstance(action, dict) or set(action) - {"type", "config"}:
+        raise Invalid(member, "an action is an object with 'type' and optional 'config'", 215)
+    kind = action.get("type")
+    if kind not in ACTIONS:
+        raise Invalid(member + ".type", f"'{kind}' is not an action type; known: "
+                      + ", ".join(sorted(ACTIONS)), 215)
+    if phase not in ACTIONS[kind]:
+        raise Invalid(member + ".type", f"'{kind}' cannot run in {phase}; it runs in "
+                      + ", ".join(sorted(ACTIONS[kind])), 215)
+    config = action.get("config", {})
+    if not isinstance(config, dict):
+        raise Invalid(member + ".config", "must be an object", 215)
+    _interpolations(member + ".config", config)
+
+
+def _rule(member: str, phase: str, rule: Any) -> None:
+    if not isinstance(rule, dict) or set(rule) - {"name", "expressions", "actions"}:
+        raise Invalid(member, "a rule is an object with 'name', 'expressions' and 'actions'",
+                      215)
+    name = rule.get("name", "")
+    if not isinstance(name, str):
+        raise Invalid(member + ".name", "must be a string", 215)
+    where = f"{member} ('{name}')" if name else member
+    exprs = rule.get("expressions", [])
+    if not isinstance(exprs, list):
+        raise Invalid(where + ".expressions", "must be a list of CEL expressions", 215)
+    for i, expr in enumerate(exprs):
+        compile_cel(f"{where}.expressions[{i}]", expr)
+    actions = rule.get("actions")
+    if not isinstance(actions, list) or not actions:
+        raise Invalid(where + ".actions", "must be a non-empty list of actions", 215)
+    for i, action in enumerate(actions):
+        _action(f"{where}.actions[{i}]", phase, action)
+
+
+def check_policy(member: str, text: str, on: On) -> None:
+    doc = parse(member, text)
+    if not isinstance(doc, dict):
+        raise Invalid(member, "must be an object whose keys are phases", 215)
+    allowed = PHASES[on]
+    for phase, rules in doc.items():
+        if phase not in allowed:
+            raise Invalid(f"{member}.{phase}", "is not a phase here; phases: "
+                          + ", ".join(allowed), 215)
+        if not isinstance(rules, list):
+            raise Invalid(f"{member}.{phase}", "must be a list of rules", 215)
+        for i, rule in enumerate(rules):
+            _rule(f"{member}.{phase}[{i}]", phase, rule)
+
+
+def _check(value: dict[str, Any], _ctx: Context, at: str, on: On) -> dict[str, Any]:
+    text = value.get("value", "")
+    if not text.strip():
+        raise Invalid(at + "value", "is required: the policy document, JSON or YAML", 215)
+    check_policy(at + "value", text, on)
+    return {"enabled": value.get("enabled", True), "value": text}
+
+
+MODULES = (
+    Module("traffic_policy", TrafficPolicy, TrafficPolicy,
+           frozenset({"route", "tcp_edge", "tls_edge"}),
+           "rules of CEL expressions and actions applied to the traffic", check_on=_check),
+)

@@ -1,0 +1,129 @@
+"""pki.x509 for TLS certificates: chains (leaf first), private keys in each PEM form, the
+members read off the leaf, and fuzzers proving only ``CertificateError`` comes out."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import textwrap
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edgeway.pki import x509
+from tests.pki.material import cert_pem, key_pem, new_key, tls_chain
+
+CHAIN = tls_chain()
+
+
+def test_chain_members_and_key_match() -> None:
+    certs = x509.load_chain(CHAIN.pem)
+    assert len(certs) == 2 and certs[0] == CHAIN.leaf
+    info = x509.describe_tls(certs[0])
+    assert info.subject_common_name == "app.example.com"
+    assert info.dns_names == ["app.example.com", "*.app.example.com"]
+    assert info.ips == ["192.0.2.10"]
+    assert info.issuer_common_name == "Test Intermediate" and info.serial_number == "beef01"
+    assert (info.subject_organization, info.subject_organizational_unit, info.subject_locality,
+            info.subject_province, info.subject_country) == ("Acme", "Edge", "Lyon", "Rhone",
+                                                             "FR")
+    assert info.key_usages == ["digital_signature", "key_encipherment"]
+    assert info.extended_key_usages == ["server_auth"]
+    key = x509.load_private_key(CHAIN.key)
+    assert x509.key_matches(certs[0], key) and x509.private_key_type(key) == "ecdsa"
+    assert not x509.key_matches(certs[0], new_key("ecdsa"))
+    assert not x509.key_matches(certs[1], key)
+
+
+def test_chain_refusals() -> None:
+    wrong_order = cert_pem(CHAIN.intermediate) + cert_pem(CHAIN.leaf)
+    unrelated = cert_pem(CHAIN.leaf) + cert_pem(tls_chain().intermediate)
+    cases = {
+        "": "1 to 10", "garbage": "1 to 10", cert_pem(CHAIN.root) * 11: "1 to 10",
+        wrong_order: "certificate 2 did not issue certificate 1",
+        unrelated: "did not issue",
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n": "parsable",
+    }
+    for text, words in cases.items():
+        with pytest.raises(x509.CertificateError, match=words):
+            x509.load_chain(text)
+    assert len(x509.load_chain(cert_pem(CHAIN.leaf))) == 1
+
+
+@pytest.mark.parametrize("kind", ["rsa", "ecdsa", "ed25519"])
+def test_private_key_forms(kind: str) -> None:
+    key = new_key(kind)
+    forms = [key_pem(key)]
+    if kind != "ed25519":
+        forms.append(key.private_bytes(serialization.Encoding.PEM,
+                                       serialization.PrivateFormat.TraditionalOpenSSL,
+                                       serialization.NoEncryption()).decode())
+    for text in forms:
+        assert x509.private_key_type(x509.load_private_key(text)) == kind
+
+
+def test_private_key_refusals() -> None:
+    key = new_key("ecdsa")
+    encrypted = key.private_bytes(serialization.Encoding.PEM,
+                                  serialization.PrivateFormat.PKCS8,
+                                  serialization.BestAvailableEncryption(b"pw")).decode()
+    openssh = key.private_bytes(serialization.Encoding.PEM,
+                                serialization.PrivateFormat.OpenSSH,
+                                serialization.NoEncryption()).decode()
+    cases = {
+        encrypted: "encrypted", openssh: "OpenSSH key", key_pem(key) * 2: "exactly one",
+        cert_pem(CHAIN.leaf): "exactly one", "": "exactly one",
+        "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n": "parsable",
+    }
+    for text, words in cases.items():
+        with pytest.raises(x509.CertificateError, match=words):
+            x509.load_private_key(text)
+
+
+def _armor(label: str, data: bytes) -> str:
+    body = "\n".join(textwrap.wrap(base64.b64encode(data).decode(), 64))
+    return f"-----BEGIN {label}-----\n{body}\n-----END {label}-----\n"
+
+
+LABELS = st.sampled_from(["CERTIFICATE", "PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY",
+                          "ENCRYPTED PRIVATE KEY", "PUBLIC KEY"])
+TEXTS = st.one_of(st.text(max_size=300), st.builds(_armor, LABELS, st.binary(max_size=400)))
+
+
+def _both(text: str) -> None:
+    for parse in (x509.load_chain, x509.load_private_key):
+        with contextlib.suppress(x509.CertificateError):
+            parse(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(TEXTS)
+def test_parsers_raise_only_their_own_error(text: str) -> None:
+    _both(text)
+
+
+LEAF_DER = CHAIN.leaf.public_bytes(serialization.Encoding.DER)
+KEY_DER = CHAIN.leaf_key.private_bytes(serialization.Encoding.DER,
+                                       serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption())
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(0, 10_000), st.binary(min_size=1, max_size=6))
+def test_damaged_certificates_and_keys_raise_only_their_own_error(at: int, junk: bytes) -> None:
+    for label, der in (("CERTIFICATE", LEAF_DER), ("PRIVATE KEY", KEY_DER)):
+        damaged = bytearray(der)
+        pos = at % len(damaged)
+        damaged[pos:pos + len(junk)] = junk
+        text = _armor(label, bytes(damaged))
+        try:
+            certs = x509.load_chain(text)
+            x509.describe_tls(certs[0])
+            x509.key_matches(certs[0], x509.load_private_key(CHAIN.key))
+        except x509.CertificateError:
+            pass
+        with contextlib.suppress(x509.CertificateError):
+            x509.describe(x509.load_one(text))
+        _both(text)
