@@ -25,8 +25,21 @@ def operation_id(request: Request) -> str:
     return op
 
 
+class JSONResponse(Response):
+    """A JSON response with its two headers built directly (no header merging)."""
+
+    media_type = "application/json"
+
+    def __init__(self, content: bytes, status_code: int) -> None:
+        self.status_code = status_code
+        self.body = content
+        self.background = None
+        self.raw_headers = [(b"content-length", str(len(content)).encode()),
+                            (b"content-type", b"application/json")]
+
+
 def json_response(status: int, body: Any) -> Response:
-    return Response(_enc.encode(body), status, media_type="application/json")
+    return JSONResponse(_enc.encode(body), status)
 
 
 def no_content() -> Response:
