@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import itertools
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -18,6 +20,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from edgeway.pki import ssh
 
 _KEY_USAGES = (
     ("digital_signature", "digital_signature"),
@@ -112,16 +116,21 @@ def _is_ca(cert: x509.Certificate) -> bool:
 
 # What lazily parsed names and extensions raise when malformed (KeyError: unknown string tags)
 _LAZY_ERRORS = (ValueError, KeyError, TypeError, UnsupportedAlgorithm)
+T = TypeVar("T")
 
 
+def _guarded(read: Callable[[x509.Certificate], T]) -> Callable[[x509.Certificate], T]:
+    """Errors of lazily parsed names and extensions become ``CertificateError``."""
+    def run(cert: x509.Certificate) -> T:
+        try:
+            return read(cert)
+        except _LAZY_ERRORS as exc:
+            raise CertificateError(f"has a malformed name or extension ({exc!r})") from None
+    return run
+
+
+@_guarded
 def describe(cert: x509.Certificate) -> CertInfo:
-    try:
-        return _describe(cert)
-    except _LAZY_ERRORS as exc:
-        raise CertificateError(f"has a malformed name or extension ({exc!r})") from None
-
-
-def _describe(cert: x509.Certificate) -> CertInfo:
     cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     cn = cns[0].value if cns else ""
     return CertInfo(
@@ -207,9 +216,7 @@ def load_private_key(pem: str) -> PrivateKey:
 
 
 def private_key_type(key: PrivateKey) -> str:
-    if isinstance(key, rsa.RSAPrivateKey):
-        return "rsa"
-    return "ecdsa" if isinstance(key, ec.EllipticCurvePrivateKey) else "ed25519"
+    return ssh.key_type(key.public_key())
 
 
 def key_matches(cert: x509.Certificate, key: PrivateKey) -> bool:
@@ -239,14 +246,8 @@ def _sans(cert: x509.Certificate) -> tuple[list[str], list[str]]:
     return list(san.get_values_for_type(x509.DNSName)), ips
 
 
+@_guarded
 def describe_tls(cert: x509.Certificate) -> TLSInfo:
-    try:
-        return _describe_tls(cert)
-    except _LAZY_ERRORS as exc:
-        raise CertificateError(f"has a malformed name or extension ({exc!r})") from None
-
-
-def _describe_tls(cert: x509.Certificate) -> TLSInfo:
     subject = cert.subject
     dns_names, ips = _sans(cert)
     return TLSInfo(

@@ -11,13 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from edgeway.catalog.model import Context, Field, Link, Where
 
 On = Literal["https_edge", "route", "tcp_edge", "tls_edge"]
+UInt32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
+
+
+class Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Members every end-user authentication module (OAuth, OIDC, SAML) shares."""
+
+    enabled: bool = True
+    options_passthrough: bool = False
+    cookie_prefix: str = ""
+    inactivity_timeout: UInt32 = 0
+    maximum_duration: UInt32 = 0
 
 
 @dataclass(frozen=True)

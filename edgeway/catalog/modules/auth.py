@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
 
 from edgeway.catalog.model import Context, Where
-from edgeway.catalog.modules import Module, On
+from edgeway.catalog.modules import Module, On, Session, UInt32
 from edgeway.catalog.modules.saml import SAML_MODULE
 from edgeway.errors import Invalid
-
-UInt32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
-
-
-class _Session(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    enabled: bool = True
-    options_passthrough: bool = False
-    cookie_prefix: str = ""
-    inactivity_timeout: UInt32 = 0
-    maximum_duration: UInt32 = 0
 
 
 class OAuthApp(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -47,12 +37,12 @@ class OAuthProvider(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     retail_a: OAuthApp | None = None
 
 
-class OAuth(_Session):
+class OAuth(Session):
     provider: OAuthProvider | None = None
     auth_check_interval: UInt32 = 0
 
 
-class OIDC(_Session):
+class OIDC(Session):
     issuer: str = ""
     client_id: str = ""
     client_secret: str = ""

@@ -10,10 +10,9 @@ import msgspec
 
 from edgeway.catalog.backends import header_name, header_value
 from edgeway.catalog.model import Context
-from edgeway.catalog.modules import Module, On
+from edgeway.catalog.modules import Module, On, UInt32
 from edgeway.errors import Invalid
 
-UInt32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 ROUTE: frozenset[On] = frozenset({"route"})
 
 

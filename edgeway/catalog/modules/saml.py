@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 from cryptography import x509
@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 from edgeway.catalog.model import Context, Where
-from edgeway.catalog.modules import Module
+from edgeway.catalog.modules import Module, Session
 from edgeway.errors import Invalid
 
 MD = "{urn:oasis:names:tc:SAML:2.0:metadata}"
@@ -25,16 +25,10 @@ NAMEID_FORMATS = (
     "urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress",
     "urn:oasis:names:tc:SAML:1.1:nameid-format:unspecified",
 )
-UInt32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 KEY_MEMBERS = ("signing_key_sealed", "signing_certificate_pem")
 
 
-class SAMLMutate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    enabled: bool = True
-    options_passthrough: bool = False
-    cookie_prefix: str = ""
-    inactivity_timeout: UInt32 = 0
-    maximum_duration: UInt32 = 0
+class SAMLMutate(Session):
     idp_metadata: str = ""
     force_authn: bool = False
     allow_idp_initiated: bool = False
