@@ -1,0 +1,185 @@
+"""The muxado session state machine: two sessions wired back to back, no sockets."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edgeway.tunnel.muxado import frames
+from edgeway.tunnel.muxado.frames import ErrorCode
+from edgeway.tunnel.muxado.session import (
+    WINDOW,
+    ConnectionLost,
+    DataReceived,
+    Event,
+    GoAway,
+    Session,
+    StreamEnded,
+    StreamError,
+    StreamOpened,
+    StreamReset,
+)
+
+
+class Pair:
+    """A client and a server session; ``pump`` moves bytes both ways in random chunks and
+    records events; by default the receiving application consumes everything at once."""
+
+    def __init__(self, window: int = WINDOW, seed: int = 0, **kw: int) -> None:
+        self.client = Session(client=True, window=window, **kw)
+        self.server = Session(client=False, window=window, **kw)
+        self.rng = random.Random(seed)
+        self.events: dict[bool, list[Event]] = {True: [], False: []}
+        self.received: dict[bool, dict[int, bytearray]] = {True: defaultdict(bytearray),
+                                                           False: defaultdict(bytearray)}
+        self.auto_consume = {True: True, False: True}
+
+    def pump(self) -> None:
+        for _ in range(10_000):
+            moved = False
+            for src, dst, is_client_dst in ((self.client, self.server, False),
+                                            (self.server, self.client, True)):
+                wire = src.data_to_send()
+                while wire:
+                    moved = True
+                    n = self.rng.randint(1, max(1, len(wire)))
+                    for ev in dst.receive(wire[:n]):
+                        self._record(dst, is_client_dst, ev)
+                    wire = wire[n:]
+            if not moved:
+                return
+        raise AssertionError("pump did not settle")
+
+    def _record(self, dst: Session, side: bool, ev: Event) -> None:
+        self.events[side].append(ev)
+        if isinstance(ev, DataReceived):
+            self.received[side][ev.stream_id] += ev.data
+            if self.auto_consume[side]:
+                dst.consumed(ev.stream_id, len(ev.data))
+
+
+def test_open_send_and_half_close_both_ways() -> None:
+    p = Pair()
+    sid = p.client.open_stream()
+    assert sid == 3
+    p.client.send(sid, b"\0\0\0\0hello", fin=True)
+    p.pump()
+    assert p.events[False][:2] == [StreamOpened(3), DataReceived(3, b"\0\0\0\0hello")]
+    assert p.events[False][-1] == StreamEnded(3)
+    p.server.send(3, b"reply", fin=True)
+    p.pump()
+    assert bytes(p.received[True][3]) == b"reply" and p.events[True][-1] == StreamEnded(3)
+    assert not p.client.is_open(3) and not p.server.is_open(3)
+    assert p.server.open_stream() == 2 and p.server.open_stream() == 4
+
+
+def test_a_fast_sender_is_held_at_the_window_and_a_slow_stream_blocks_no_other() -> None:
+    p = Pair()
+    p.auto_consume[False] = False
+    slow, fast = p.client.open_stream(), p.client.open_stream()
+    p.client.send(slow, b"s" * (1 << 20))
+    p.pump()
+    assert len(p.received[False][slow]) == WINDOW
+    assert p.client.pending(slow) == (1 << 20) - WINDOW
+    p.client.send(fast, b"f" * 1000, fin=True)
+    p.pump()
+    assert bytes(p.received[False][fast]) == b"f" * 1000
+    p.server.consumed(slow, WINDOW)
+    p.pump()
+    assert len(p.received[False][slow]) == 2 * WINDOW
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 70_000), st.booleans()),
+                min_size=1, max_size=30), st.integers(0, 2**32), st.booleans())
+def test_every_byte_arrives_once_in_order(ops: list[tuple[int, int, bool]], seed: int,
+                                          server_opens: bool) -> None:
+    p = Pair(window=64 * 1024, seed=seed)
+    opener = p.server if server_opens else p.client
+    ids = [opener.open_stream() for _ in range(4)]
+    sent: dict[int, bytearray] = defaultdict(bytearray)
+    done: set[int] = set()
+    rng = random.Random(seed)
+    for idx, size, fin in ops:
+        sid = ids[idx]
+        if sid in done:
+            continue
+        payload = rng.randbytes(size)
+        opener.send(sid, payload, fin=fin)
+        sent[sid] += payload
+        if fin:
+            done.add(sid)
+        if rng.random() < 0.5:
+            p.pump()
+    p.pump()
+    side = server_opens  # the side that receives
+    for sid, data in sent.items():
+        assert bytes(p.received[side][sid]) == bytes(data)
+    ended = {e.stream_id for e in p.events[side] if isinstance(e, StreamEnded)}
+    assert ended == done
+
+
+def test_overrunning_the_window_resets_the_stream() -> None:
+    server = Session(client=False, window=16)
+    wire = frames.encode(frames.data(3, b"x" * 10, syn=True))
+    wire += frames.encode(frames.data(3, b"y" * 10))
+    events = server.receive(wire)
+    assert events[:2] == [StreamOpened(3), DataReceived(3, b"x" * 10)]
+    assert events[2] == StreamReset(3, ErrorCode.FLOW_CONTROL, False)
+    (rst,) = frames.Decoder().feed(server.data_to_send())
+    assert rst.type == frames.FrameType.RST and rst.code() == ErrorCode.FLOW_CONTROL
+
+
+def test_stream_limit_refuses_extra_streams() -> None:
+    server = Session(client=False, max_streams=2)
+    wire = b"".join(frames.encode(frames.data(i, b"", syn=True)) for i in (3, 5, 7))
+    events = server.receive(wire)
+    assert [e for e in events if isinstance(e, StreamOpened)] == [StreamOpened(3),
+                                                                  StreamOpened(5)]
+    (rst,) = frames.Decoder().feed(server.data_to_send())
+    assert (rst.stream_id, rst.code()) == (7, ErrorCode.STREAM_REFUSED)
+
+
+@pytest.mark.parametrize("frame", [
+    frames.data(4, b"", syn=True),    # a server id opened by the client
+    frames.data(9, b"no syn"),        # data on a stream never opened
+])
+def test_protocol_violations_end_the_session(frame: frames.Frame) -> None:
+    server = Session(client=False)
+    (lost,) = server.receive(frames.encode(frame))
+    assert isinstance(lost, ConnectionLost) and lost.code == ErrorCode.PROTOCOL
+    (goaway,) = frames.Decoder().feed(server.data_to_send())
+    assert goaway.type == frames.FrameType.GOAWAY and goaway.code() == ErrorCode.PROTOCOL
+    assert server.receive(frames.encode(frames.data(3, b"", syn=True))) == []
+
+
+def test_reset_and_goaway() -> None:
+    p = Pair()
+    sid = p.client.open_stream()
+    p.client.send(sid, b"abc")
+    p.pump()
+    p.server.reset(sid, ErrorCode.STREAM_REFUSED)
+    p.pump()
+    assert p.events[True][-1] == StreamReset(sid, ErrorCode.STREAM_REFUSED, True)
+    with pytest.raises(StreamError):
+        p.client.send(sid, b"more")
+    p.server.close(ErrorCode.NONE, "restarting")
+    p.pump()
+    assert p.events[True][-1] == GoAway(sid, ErrorCode.NONE, "restarting")
+    with pytest.raises(StreamError):
+        p.client.open_stream()
+
+
+def test_streams_may_be_announced_out_of_order() -> None:
+    p = Pair()
+    first, second = p.client.open_stream(), p.client.open_stream()
+    p.client.send(second, b"b")
+    p.client.send(first, b"a")
+    p.pump()
+    opened = [e.stream_id for e in p.events[False] if isinstance(e, StreamOpened)]
+    assert opened == [second, first]
+    assert (bytes(p.received[False][first]), bytes(p.received[False][second])) == (b"a", b"b")
