@@ -47,6 +47,16 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--name-servers", default=_env("NAME_SERVERS", ""),
                        help="comma-separated NS targets for agent ingresses "
                             "(default: ns1..ns4.<base-domain>)")
+    serve.add_argument("--tunnel-addr", default=_env("TUNNEL_ADDR", "127.0.0.1:4443"),
+                       help="TLS listener agents dial (default: %(default)s)")
+    serve.add_argument("--tunnel-hostnames", default=_env("TUNNEL_HOSTNAMES", ""),
+                       help="extra names and addresses agents dial, for the tunnel "
+                            "certificate (always: localhost, 127.0.0.1, ::1, tunnel.<base>)")
+    ca = sub.add_parser("ca", help="the platform CA that agents trust")
+    ca_sub = ca.add_subparsers(dest="action", required=True)
+    export = ca_sub.add_parser("export", help="print the CA certificate (PEM)")
+    export.add_argument("--data-dir", type=Path,
+                        default=Path(_env("DATA_DIR") or default_data_dir()))
     keys = sub.add_parser("api-keys", help="manage API keys from the command line")
     keys_sub = keys.add_subparsers(dest="action", required=True)
     create = keys_sub.add_parser("create", help="create an API key and print its token")
@@ -66,7 +76,19 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
         regions=regions,
         name_servers=split_list(args.name_servers),
     )
-    return ServerConfig(args.data_dir, args.database_url, host, port, settings)
+    t_host, t_port = parse_addr(args.tunnel_addr)
+    names = ("localhost", "127.0.0.1", "::1", f"tunnel.{settings.base_domain}", t_host,
+             *split_list(args.tunnel_hostnames))
+    names = tuple(n for n in dict.fromkeys(names) if n not in ("0.0.0.0", "::", ""))
+    return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,
+                        names)
+
+
+def _ca_export(args: argparse.Namespace) -> None:
+    from edgeway.pki import platform_ca, seal
+
+    tls = platform_ca.ensure(args.data_dir, seal.load(args.data_dir), ["localhost"])
+    print(tls.ca_pem.read_text(), end="")
 
 
 async def _api_key(args: argparse.Namespace) -> None:
@@ -94,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             from edgeway.server import serve
             with asyncio.Runner(loop_factory=_loop_factory()) as runner:
                 runner.run(serve(server_config(args)))
+        elif args.command == "ca":
+            _ca_export(args)
         else:
             asyncio.run(_api_key(args))
     except (ValueError, OSError, StoreUnavailable) as exc:  # SealError is a ValueError

@@ -32,6 +32,9 @@ class ServerConfig:
     api_host: str
     api_port: int
     settings: Settings
+    tunnel_host: str = "127.0.0.1"
+    tunnel_port: int = 4443
+    tunnel_names: tuple[str, ...] = ("localhost", "127.0.0.1", "::1")
 
 
 def public_url_for(host: str, port: int) -> str:

@@ -14,8 +14,9 @@ from edgeway import bootstrap
 from edgeway.api.app import build
 from edgeway.api.platform import Platform
 from edgeway.config import ServerConfig
-from edgeway.pki import seal
+from edgeway.pki import platform_ca, seal
 from edgeway.store.migrate import open_database
+from edgeway.tunnel.server import TunnelServer
 
 log = logging.getLogger("edgeway")
 
@@ -49,16 +50,23 @@ async def serve(cfg: ServerConfig) -> None:
         if token:
             print(f"First start: created an admin API key. It is shown only this once:\n"
                   f"  {token}", flush=True)
-        platform = Platform(cfg.settings, db, seal.load(cfg.data_dir))
+        sealer = seal.load(cfg.data_dir)
+        platform = Platform(cfg.settings, db, sealer)
+        tunnels = TunnelServer(platform, platform_ca.ensure(cfg.data_dir, sealer,
+                                                            list(cfg.tunnel_names)))
+        await tunnels.start(cfg.tunnel_host, cfg.tunnel_port)
         config = uvicorn.Config(build(platform), host=cfg.api_host, port=cfg.api_port,
                                 log_config=None, access_log=False, lifespan="off",
                                 server_header=False)
         server = _Server(config)
         where = "SQLite " + str(cfg.data_dir / "edgeway.db") if not cfg.database_url \
             else "PostgreSQL"
-        log.info('{"event": "start", "api": "%s", "store": "%s"}',
-                 cfg.settings.public_url, where)
-        await server.serve()
+        log.info('{"event": "start", "api": "%s", "tunnel": "%s:%d", "store": "%s"}',
+                 cfg.settings.public_url, cfg.tunnel_host, cfg.tunnel_port, where)
+        try:
+            await server.serve()
+        finally:
+            await tunnels.stop()
     finally:
         await db.close()
         log.info('{"event": "stopped"}')

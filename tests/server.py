@@ -36,6 +36,7 @@ class Server:
     data_dir: Path
     database_url: str | None
     log_path: Path
+    tunnel_port: int = 0
     stdout_tail: str = ""
 
     def client(self, token: str | None = None) -> httpx.Client:
@@ -85,11 +86,11 @@ def _wait_listening(port: int, proc: subprocess.Popen[str], deadline: float) -> 
 def start(data_dir: Path, database_url: str | None = None, *extra: str,
           token: str | None = None) -> Server:
     """Start a server; pass ``token`` when the database was bootstrapped before."""
-    port = free_port()
+    port, tunnel_port = free_port(), free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "server.log"
     cmd = [sys.executable, "-m", "edgeway", "serve", "--api-addr", f"127.0.0.1:{port}",
-           "--data-dir", str(data_dir), *extra]
+           "--tunnel-addr", f"127.0.0.1:{tunnel_port}", "--data-dir", str(data_dir), *extra]
     if database_url:
         cmd += ["--database-url", database_url]
     with log_path.open("w") as log:
@@ -101,7 +102,8 @@ def start(data_dir: Path, database_url: str | None = None, *extra: str,
     except Exception:
         proc.kill()
         raise RuntimeError(log_path.read_text()) from None
-    return Server(f"http://127.0.0.1:{port}", token, proc, data_dir, database_url, log_path)
+    return Server(f"http://127.0.0.1:{port}", token, proc, data_dir, database_url, log_path,
+                  tunnel_port)
 
 
 async def _admin(sql: str) -> None:

@@ -71,6 +71,11 @@ def test_open_send_and_half_close_both_ways() -> None:
     assert p.events[False][:2] == [StreamOpened(3), DataReceived(3, b"\0\0\0\0hello")]
     assert p.events[False][-1] == StreamEnded(3)
     p.server.send(3, b"reply", fin=True)
+    (reply,) = frames.Decoder().feed(p.server.data_to_send())
+    assert not reply.syn  # only the opener sends SYN
+    p.client.receive(frames.encode(reply))
+    p.events[True] += [DataReceived(3, b"reply"), StreamEnded(3)]
+    p.received[True][3] += b"reply"
     p.pump()
     assert bytes(p.received[True][3]) == b"reply" and p.events[True][-1] == StreamEnded(3)
     assert not p.client.is_open(3) and not p.server.is_open(3)

@@ -190,7 +190,19 @@ class MuxConnection:
         for stream in self._streams.values():
             stream._fail(code)
         self._accepted.put_nowait(None)
-        self.kick()
-        await asyncio.sleep(0)
-        with contextlib.suppress(ConnectionError, OSError):
+        # Flush and close before the first await: whoever waits on ``accept`` may cancel us.
+        with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+            out = self.session.data_to_send()
+            if out:
+                self._writer.write(out)
             self._writer.close()
+        try:
+            # A TLS close waits for the peer's close_notify; a silent peer must not hold the
+            # socket open.
+            with contextlib.suppress(ConnectionError, OSError, TimeoutError):
+                await asyncio.wait_for(self._writer.wait_closed(), 1)
+        finally:
+            self._writer.transport.abort()
+            for task in self._tasks:
+                if task is not asyncio.current_task():
+                    task.cancel()

@@ -212,7 +212,7 @@ class Session:
         if self.peer_gone or len(self._streams) >= self.max_streams:
             self._emit(frames.rst(f.stream_id, ErrorCode.STREAM_REFUSED))
             return []
-        self._streams[f.stream_id] = _Stream(self.window, self.window)
+        self._streams[f.stream_id] = _Stream(self.window, self.window, syn_sent=True)
         return [StreamOpened(f.stream_id)]
 
     def _on_data(self, f: Frame) -> list[Event]:

@@ -1,0 +1,183 @@
+"""The tunnel listener: agents dial it over TLS, speak muxado, authenticate with a
+credential's token and keep the session alive with heartbeats. A session is recorded in
+``tunnel_sessions`` while it lasts. (Binds, proxying and server commands come next.)"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import ssl
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from edgeway import __version__, catalog, ids
+from edgeway.api.platform import Platform
+from edgeway.pki.platform_ca import TunnelTLS
+from edgeway.store.repo import Repo
+from edgeway.tunnel import rpc
+from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
+from edgeway.tunnel.rpc import StreamType
+
+log = logging.getLogger("edgeway.tunnel")
+SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
+CREDENTIALS = catalog.BY_COLLECTION["credentials"]
+BOTS = catalog.BY_COLLECTION["bot_users"]
+PROTOCOL_VERSIONS = ("3", "2")
+
+
+class AuthFailed(Exception):
+    pass
+
+
+@dataclass
+class AgentSession:
+    conn: MuxConnection
+    peer: str
+    id: str = ""
+    last_beat: float = 0.0
+    deadline: float = 30.0
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class TunnelServer:
+    def __init__(self, platform: Platform, tls: TunnelTLS) -> None:
+        self.platform = platform
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.context.load_cert_chain(tls.cert, tls.key)
+        self.sessions: dict[str, AgentSession] = {}
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        async with self.platform.db.write() as tx:  # sessions of a previous run are gone
+            for id_, _ in await Repo(tx).all_docs(SESSIONS):
+                await Repo(tx).delete(SESSIONS, id_)
+        self._server = await asyncio.start_server(self._connection, host, port,
+                                                  ssl=self.context)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for session in list(self.sessions.values()):
+            await session.conn.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("", 0)
+        session = AgentSession(MuxConnection(reader, writer, client=False), str(peer[0]))
+        watchdog = asyncio.create_task(self._watch(session))
+        try:
+            while (stream := await session.conn.accept()) is not None:
+                task = asyncio.create_task(self._stream(session, stream))
+                session.tasks.add(task)
+                task.add_done_callback(session.tasks.discard)
+        finally:
+            watchdog.cancel()
+            await self._ended(session)
+
+    async def _stream(self, session: AgentSession, stream: MuxStream) -> None:
+        try:
+            kind = await rpc.read_type(stream)
+            if kind == StreamType.AUTH:
+                await self._auth(session, stream)
+            elif kind == StreamType.HEARTBEAT:
+                await self._heartbeat(session, stream)
+            elif not session.id:
+                stream.reset()
+            else:
+                await rpc.reply(stream, {"Error": rpc.error_text(
+                    f"stream type {kind} is not supported by this server yet", 9999)})
+        except (StreamClosed, asyncio.IncompleteReadError, rpc.RPCError) as exc:
+            log.info('{"event": "agent_stream_error", "error": "%s"}', exc)
+            stream.reset()
+
+    async def _auth(self, session: AgentSession, stream: MuxStream) -> None:
+        req = rpc.folded(await rpc.read_message(stream))
+        extra = req.get("extra") or {}
+        version = next((v for v in req.get("version") or [] if v in PROTOCOL_VERSIONS), "")
+        try:
+            if not version:
+                raise AuthFailed("no supported protocol version (this server speaks 3 and 2)")
+            credential = await self._credential(str(extra.get("authtoken") or ""))
+        except AuthFailed as exc:
+            await rpc.reply(stream, {"Version": version or "3", "ClientId": "",
+                                     "Error": rpc.error_text(str(exc), 107)})
+            await session.conn.close()
+            return
+        interval = int(extra.get("heartbeatinterval") or 10_000_000_000) / 1e9
+        tolerance = int(extra.get("heartbeattolerance") or 15_000_000_000) / 1e9
+        session.deadline = max(1.0, interval + tolerance)
+        session.last_beat = asyncio.get_running_loop().time()
+        session.id = await self._record(session, credential, extra)
+        self.sessions[session.id] = session
+        await rpc.reply(stream, {"Version": version, "ClientId": session.id, "Extra": {
+            "Version": __version__, "Region": self.platform.settings.regions[0],
+            "Cookie": secrets.token_urlsafe(16), "AccountName": "edgeway",
+            "SessionDuration": 0, "PlanName": "", "Banner": ""}})
+
+    async def _credential(self, token: str) -> str:
+        if not token:
+            raise AuthFailed("authentication failed: no authtoken was sent")
+        repo = Repo(self.platform.db.reader())
+        item = await repo.by_token(CREDENTIALS, ids.token_hash(token))
+        if item is None:
+            raise AuthFailed("authentication failed: the authtoken is not valid (unknown or "
+                             "deleted credential)")
+        owner = item.doc.get("owner_id", "")
+        if owner.startswith("bot_"):
+            bot = await repo.get(BOTS, owner)
+            if bot is None or not bot.get("active", True):
+                raise AuthFailed("authentication failed: the authtoken's bot user is inactive")
+        return item.id
+
+    async def _record(self, session: AgentSession, credential: str,
+                      extra: dict[str, Any]) -> str:
+        sid = ids.new_id(SESSIONS.prefix)
+        doc = {"agent_version": str(extra.get("version") or ""), "credential": {
+            "id": credential, "uri": f"{self.platform.settings.public_url}/credentials/"
+                                     f"{credential}"},
+            "ip": session.peer, "metadata": str(extra.get("metadata") or ""),
+            "os": str(extra.get("os") or ""), "region": self.platform.settings.regions[0],
+            "started_at": _now(), "transport": "ngrok/v2", "created_at": _now()}
+        async with self.platform.db.write() as tx:
+            await Repo(tx).insert(SESSIONS, sid, doc)
+        log.info('{"event": "agent_session_start", "session": "%s", "credential": "%s"}',
+                 sid, credential)
+        return sid
+
+    async def _heartbeat(self, session: AgentSession, stream: MuxStream) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            beat = await stream.readexactly(4)
+            session.last_beat = loop.time()
+            await stream.write(beat)
+
+    async def _watch(self, session: AgentSession) -> None:
+        """Drop a session whose heartbeats stopped (or that never authenticated)."""
+        loop = asyncio.get_running_loop()
+        session.last_beat = loop.time()
+        while True:
+            await asyncio.sleep(min(1.0, session.deadline / 4))
+            if loop.time() - session.last_beat > session.deadline:
+                log.info('{"event": "agent_session_timeout", "session": "%s"}', session.id)
+                await session.conn.close()
+                return
+
+    async def _ended(self, session: AgentSession) -> None:
+        for task in list(session.tasks):
+            task.cancel()
+        if session.id and self.sessions.pop(session.id, None) is not None:
+            with contextlib.suppress(Exception):
+                async with self.platform.db.write() as tx:
+                    await Repo(tx).delete(SESSIONS, session.id)
+            log.info('{"event": "agent_session_stop", "session": "%s"}', session.id)
+
