@@ -55,6 +55,7 @@ async def serve(cfg: ServerConfig) -> None:
         tunnels = TunnelServer(platform, platform_ca.ensure(cfg.data_dir, sealer,
                                                             list(cfg.tunnel_names)))
         await tunnels.start(cfg.tunnel_host, cfg.tunnel_port)
+        platform.agents = tunnels
         config = uvicorn.Config(build(platform), host=cfg.api_host, port=cfg.api_port,
                                 log_config=None, access_log=False, lifespan="off",
                                 server_header=False)

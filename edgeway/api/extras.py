@@ -22,6 +22,7 @@ from edgeway.store.repo import Repo
 Handler = Callable[[Request, Platform, Caller], Any]
 RESERVED = catalog.BY_COLLECTION["reserved_domains"]
 SUBSCRIPTIONS = catalog.BY_COLLECTION["event_subscriptions"]
+SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
 
 
 class _Empty(msgspec.Struct, forbid_unknown_fields=True):
@@ -128,6 +129,27 @@ async def delete_source(request: Request, platform: Platform, _c: Caller) -> Res
     return no_content()
 
 
+COMMANDS = {"stop": (5, {}), "restart": (4, {}),
+            "update": (6, {"Version": "", "PermitMajorVersion": False})}
+
+
+def session_action(action: str) -> Handler:
+    """``POST /tunnel_sessions/{id}/<action>``: the command reaches the agent, which answers."""
+    kind, body = COMMANDS[action]
+
+    async def run(request: Request, platform: Platform, _c: Caller) -> Response:
+        raw = await body_bytes(request, True)
+        decode(raw, _Empty, {})  # Go sends {}, Python nothing; nothing else is accepted
+        sid = validate.id_in_path(SESSIONS, request.path_params["id"])
+        answer = await platform.agents.command(sid, kind, body) if platform.agents else None
+        if answer is None:
+            raise NotFound(f"TunnelSession '{sid}' is not connected to this server.")
+        if answer:
+            raise ApiError(f"The agent refused to {action}: {answer}", 9001, status=400)
+        return no_content()
+    return run
+
+
 def routes(wrap: Callable[[Handler, str], Any]) -> list[Route]:
     sub = "/event_subscriptions/{id}/sources"
     return [
@@ -140,4 +162,7 @@ def routes(wrap: Callable[[Handler, str], Any]) -> list[Route]:
         Route(sub, wrap(list_sources, "ListEventSources"), methods=["GET"]),
         Route(sub + "/{type}", wrap(get_source, "GetEventSource"), methods=["GET", "PATCH"]),
         Route(sub + "/{type}", wrap(delete_source, "DeleteEventSource"), methods=["DELETE"]),
+        *(Route(f"/tunnel_sessions/{{id}}/{action}", wrap(session_action(action),
+                                                           f"{action.capitalize()}TunnelSession"),
+                methods=["POST"]) for action in COMMANDS),
     ]

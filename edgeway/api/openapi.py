@@ -152,6 +152,11 @@ def _extra_paths() -> dict[str, dict[str, Any]]:
                               body=_ref("SourceIn"), body_required=True, params=sub),
             "get": operation("ListEventSources", "List event types", "200",
                              _ref("EventSourceList"), params=sub)},
+        **{f"/tunnel_sessions/{{id}}/{action}": {"post": operation(
+            f"{action.capitalize()}TunnelSession", f"Ask the agent of the session to {action}",
+            "204", None, body={"type": "object", "additionalProperties": False},
+            params=[id_param(catalog.BY_COLLECTION["tunnel_sessions"])])}
+           for action in ("stop", "restart", "update")},
         "/event_subscriptions/{id}/sources/{type}": {
             "get": operation("GetEventSource", "Get an event type", "200", src,
                              params=[*sub, typ]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from edgeway.api.restrict import KINDS as RESTRICTION_KINDS
 from edgeway.api.restrict import ApiRestrictions
@@ -12,6 +13,11 @@ from edgeway.pki.seal import Sealer
 from edgeway.store.db import Database
 
 AUTH_KINDS = frozenset({"api_keys", "users", "bot_users"})
+
+
+class AgentCommands(Protocol):
+    async def command(self, session_id: str, kind: int, body: dict[str, Any],
+                      timeout: float = 10.0) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,8 @@ class Platform:
     auth_cache: dict[str, tuple[Caller, float]] = field(default_factory=dict)
     auth_ttl: float = 5.0
     restrictions: ApiRestrictions = field(init=False)
+    # the tunnel listener of this node, set by ``edgeway serve`` (agent commands go through it)
+    agents: AgentCommands | None = None
 
     def __post_init__(self) -> None:
         self.restrictions = ApiRestrictions(self.db)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 import ssl
+import struct
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -153,6 +155,23 @@ class TunnelServer:
         log.info('{"event": "agent_session_start", "session": "%s", "credential": "%s"}',
                  sid, credential)
         return sid
+
+    async def command(self, session_id: str, kind: int,
+                      body: dict[str, Any], timeout: float = 10.0) -> str | None:
+        """Send Stop, Restart or Update to the agent of ``session_id``: None if this node
+        holds no such session, else the agent's error text ("" when it accepted)."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            return None
+        try:
+            stream = await session.conn.open_stream()
+            await stream.write(struct.pack(">I", kind) + json.dumps(body).encode())
+            answer = rpc.folded(await asyncio.wait_for(rpc.read_message(stream), timeout))
+        except (StreamClosed, rpc.RPCError, asyncio.IncompleteReadError):
+            return "the agent closed the command stream without answering"
+        except TimeoutError:
+            return f"the agent did not answer within {timeout:g} s"
+        return str(answer.get("error") or "")
 
     async def _heartbeat(self, session: AgentSession, stream: MuxStream) -> None:
         loop = asyncio.get_running_loop()

@@ -122,3 +122,45 @@ def test_a_session_without_heartbeats_is_dropped(own_server: Server) -> None:
         assert reply["Version"] == "3" and str(reply["ClientId"]).startswith("ts_")
         assert 0.9 <= lasted < 5
         assert sessions(api) == []
+
+
+COMMANDED = textwrap.dedent("""
+    import asyncio, sys, ngrok
+    token, addr, ca = sys.argv[1], sys.argv[2], sys.argv[3]
+    async def main():
+        stopped = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        def on_stop():
+            print("STOP", flush=True)
+            loop.call_soon_threadsafe(stopped.set)
+        s = await (ngrok.SessionBuilder().authtoken(token).server_addr(addr)
+                   .ca_cert(bytearray(open(ca, "rb").read())).handle_stop_command(on_stop)
+                   .connect())
+        print("CONNECTED", flush=True)
+        await asyncio.wait_for(stopped.wait(), 30)
+        await s.close()
+    asyncio.run(main())
+""")
+
+
+def test_session_actions_reach_the_agent(own_server: Server) -> None:
+    with own_server.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+        proc = subprocess.Popen(
+            [sys.executable, "-c", COMMANDED, token, f"localhost:{own_server.tunnel_port}",
+             str(own_server.data_dir / "ca.pem")], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "CONNECTED"
+        (s,) = sessions(api)
+        url = f"/tunnel_sessions/{s['id']}"
+        for action in ("restart", "update"):
+            r = api.post(f"{url}/{action}")
+            assert r.status_code == 400, r.text
+            assert "has not defined a callback" in r.json()["msg"] and action in r.json()["msg"]
+        assert api.post(f"{url}/stop", json={"x": 1}).status_code == 400
+        r = api.post(f"{url}/stop", json={})
+        assert r.status_code == 204 and r.content == b""
+        assert proc.stdout.readline().strip() == "STOP"
+        proc.wait(15)
+        proc.stdout.close()
+        assert api.post(f"/tunnel_sessions/ts_{'0' * 27}/stop").status_code == 404
