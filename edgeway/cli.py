@@ -52,6 +52,11 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--tunnel-hostnames", default=_env("TUNNEL_HOSTNAMES", ""),
                        help="extra names and addresses agents dial, for the tunnel "
                             "certificate (always: localhost, 127.0.0.1, ::1, tunnel.<base>)")
+    serve.add_argument("--tcp-host", default=_env("TCP_HOST", "127.0.0.1"),
+                       help="address TCP tunnels listen on and are published as "
+                            "(default: %(default)s)")
+    serve.add_argument("--tcp-ports", default=_env("TCP_PORTS", "20000-20999"),
+                       help="port range for TCP tunnels (default: %(default)s)")
     ca = sub.add_parser("ca", help="the platform CA that agents trust")
     ca_sub = ca.add_subparsers(dest="action", required=True)
     export = ca_sub.add_parser("export", help="print the CA certificate (PEM)")
@@ -80,8 +85,12 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     names = ("localhost", "127.0.0.1", "::1", f"tunnel.{settings.base_domain}", t_host,
              *split_list(args.tunnel_hostnames))
     names = tuple(n for n in dict.fromkeys(names) if n not in ("0.0.0.0", "::", ""))
+    low, sep, high = args.tcp_ports.partition("-")
+    if not (sep and low.isascii() and low.isdigit() and high.isascii() and high.isdigit()
+            and 1 <= int(low) <= int(high) <= 65535):
+        raise ValueError(f"--tcp-ports {args.tcp_ports!r} must be LOW-HIGH within 1-65535")
     return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,
-                        names)
+                        names, args.tcp_host, (int(low), int(high)))
 
 
 def _ca_export(args: argparse.Namespace) -> None:

@@ -35,6 +35,8 @@ class ServerConfig:
     tunnel_host: str = "127.0.0.1"
     tunnel_port: int = 4443
     tunnel_names: tuple[str, ...] = ("localhost", "127.0.0.1", "::1")
+    tcp_host: str = "127.0.0.1"
+    tcp_ports: tuple[int, int] = (20000, 20999)
 
 
 def public_url_for(host: str, port: int) -> str:

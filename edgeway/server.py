@@ -53,7 +53,8 @@ async def serve(cfg: ServerConfig) -> None:
         sealer = seal.load(cfg.data_dir)
         platform = Platform(cfg.settings, db, sealer)
         tunnels = TunnelServer(platform, platform_ca.ensure(cfg.data_dir, sealer,
-                                                            list(cfg.tunnel_names)))
+                                                            list(cfg.tunnel_names)),
+                               cfg.tcp_host, cfg.tcp_ports)
         await tunnels.start(cfg.tunnel_host, cfg.tunnel_port)
         platform.agents = tunnels
         config = uvicorn.Config(build(platform), host=cfg.api_host, port=cfg.api_port,

@@ -19,12 +19,15 @@ from edgeway import __version__, catalog, ids
 from edgeway.api.platform import Platform
 from edgeway.pki.platform_ca import TunnelTLS
 from edgeway.store.repo import Repo
-from edgeway.tunnel import rpc
+from edgeway.tunnel import binds, rpc
+from edgeway.tunnel.binds import BindRefused
 from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
 from edgeway.tunnel.rpc import StreamType
+from edgeway.tunnel.tcp import TcpTunnel
 
 log = logging.getLogger("edgeway.tunnel")
 SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
+TUNNELS = catalog.BY_COLLECTION["tunnels"]
 CREDENTIALS = catalog.BY_COLLECTION["credentials"]
 BOTS = catalog.BY_COLLECTION["bot_users"]
 PROTOCOL_VERSIONS = ("3", "2")
@@ -41,7 +44,9 @@ class AgentSession:
     id: str = ""
     last_beat: float = 0.0
     deadline: float = 30.0
+    acl: list[str] = field(default_factory=list)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    tunnels: dict[str, TcpTunnel] = field(default_factory=dict)
 
 
 def _now() -> str:
@@ -49,8 +54,12 @@ def _now() -> str:
 
 
 class TunnelServer:
-    def __init__(self, platform: Platform, tls: TunnelTLS) -> None:
+    def __init__(self, platform: Platform, tls: TunnelTLS, tcp_host: str = "127.0.0.1",
+                 tcp_ports: tuple[int, int] = (20000, 20999)) -> None:
         self.platform = platform
+        self.tcp_host, self.tcp_ports = tcp_host, tcp_ports
+        self.tunnels: dict[str, TcpTunnel] = {}
+        self.reserved: dict[str, int] = {}  # tunnel id -> port, kept for re-binds
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self.context.load_cert_chain(tls.cert, tls.key)
@@ -59,8 +68,9 @@ class TunnelServer:
 
     async def start(self, host: str, port: int) -> None:
         async with self.platform.db.write() as tx:  # sessions of a previous run are gone
-            for id_, _ in await Repo(tx).all_docs(SESSIONS):
-                await Repo(tx).delete(SESSIONS, id_)
+            for kind in (SESSIONS, TUNNELS):
+                for id_, _ in await Repo(tx).all_docs(kind):
+                    await Repo(tx).delete(kind, id_)
         self._server = await asyncio.start_server(self._connection, host, port,
                                                   ssl=self.context)
 
@@ -93,6 +103,10 @@ class TunnelServer:
                 await self._auth(session, stream)
             elif kind == StreamType.HEARTBEAT:
                 await self._heartbeat(session, stream)
+            elif kind == StreamType.BIND and session.id:
+                await self._bind(session, stream)
+            elif kind == StreamType.UNBIND and session.id:
+                await self._unbind(session, stream)
             elif not session.id:
                 stream.reset()
             else:
@@ -109,7 +123,7 @@ class TunnelServer:
         try:
             if not version:
                 raise AuthFailed("no supported protocol version (this server speaks 3 and 2)")
-            credential = await self._credential(str(extra.get("authtoken") or ""))
+            credential, session.acl = await self._credential(str(extra.get("authtoken") or ""))
         except AuthFailed as exc:
             await rpc.reply(stream, {"Version": version or "3", "ClientId": "",
                                      "Error": rpc.error_text(str(exc), 107)})
@@ -126,7 +140,7 @@ class TunnelServer:
             "Cookie": secrets.token_urlsafe(16), "AccountName": "edgeway",
             "SessionDuration": 0, "PlanName": "", "Banner": ""}})
 
-    async def _credential(self, token: str) -> str:
+    async def _credential(self, token: str) -> tuple[str, list[str]]:
         if not token:
             raise AuthFailed("authentication failed: no authtoken was sent")
         repo = Repo(self.platform.db.reader())
@@ -139,7 +153,7 @@ class TunnelServer:
             bot = await repo.get(BOTS, owner)
             if bot is None or not bot.get("active", True):
                 raise AuthFailed("authentication failed: the authtoken's bot user is inactive")
-        return item.id
+        return item.id, list(item.doc.get("acl") or [])
 
     async def _record(self, session: AgentSession, credential: str,
                       extra: dict[str, Any]) -> str:
@@ -155,6 +169,85 @@ class TunnelServer:
         log.info('{"event": "agent_session_start", "session": "%s", "credential": "%s"}',
                  sid, credential)
         return sid
+
+    def _ports(self, req: binds.BindRequest, tunnel_id: str) -> list[int]:
+        """Ports to try, in order: the requested or reserved one alone, else the free ones."""
+        port = binds.requested_port(req.addr, self.tcp_host) or self.reserved.get(tunnel_id)
+        taken = {t.port for t in self.tunnels.values()}
+        held = {p for tid, p in self.reserved.items() if tid != tunnel_id}
+        if port is not None:
+            if port in taken or port in held:
+                raise BindRefused(f"the address {self.tcp_host}:{port} is already bound")
+            return [port]
+        low, high = self.tcp_ports
+        return [p for p in range(low, high + 1) if p not in taken and p not in held]
+
+    async def _listen(self, session: AgentSession, tunnel_id: str, ports: list[int]
+                      ) -> TcpTunnel:
+        for port in ports:
+            target = f"{self.tcp_host}:{port}"
+            if not binds.acl_allows(session.acl, target):
+                if len(ports) == 1:
+                    raise BindRefused(f"the credential's ACL ({', '.join(session.acl)}) does "
+                                      f"not allow binding {target}")
+                continue
+            tunnel = TcpTunnel(tunnel_id, session.conn, self.tcp_host, port)
+            try:
+                await tunnel.start()
+                return tunnel
+            except OSError as exc:
+                if len(ports) == 1:
+                    raise BindRefused(f"cannot listen on {target}: {exc.strerror}") from None
+        raise BindRefused("no TCP address this credential may bind is free "
+                          f"(ports {self.tcp_ports[0]}-{self.tcp_ports[1]}, ACL: "
+                          f"{', '.join(session.acl) or '*'})")
+
+    async def _bind(self, session: AgentSession, stream: MuxStream) -> None:
+        message = await rpc.read_message(stream)
+        folded = rpc.folded(message)
+        opts = next((v for k, v in message.items() if k.lower() == "opts"), None) or {}
+        try:
+            req = binds.parse(message, folded)
+            tunnel_id = req.id if req.id.startswith("tn_") else ids.new_id(TUNNELS.prefix)
+            tunnel = await self._listen(session, tunnel_id, self._ports(req, tunnel_id))
+        except BindRefused as exc:
+            await rpc.reply(stream, {"Id": str(folded.get("id") or ""), "URL": "",
+                                     "Proto": str(folded.get("proto") or ""), "Opts": opts,
+                                     "Extra": {"Token": ""},
+                                     "Error": rpc.error_text(str(exc), 8000)})
+            return
+        self.reserved[tunnel_id] = tunnel.port
+        self.tunnels[tunnel_id] = session.tunnels[tunnel_id] = tunnel
+        await self._record_tunnel(session, tunnel, req)
+        await rpc.reply(stream, {"Id": tunnel_id, "URL": tunnel.url, "Proto": req.proto,
+                                 "Opts": req.opts, "Extra": {"Token": ""}})
+
+    async def _record_tunnel(self, session: AgentSession, tunnel: TcpTunnel,
+                             req: binds.BindRequest) -> None:
+        base = self.platform.settings.public_url
+        doc: dict[str, Any] = {"public_url": tunnel.url, "started_at": _now(), "created_at": _now(),
+               "metadata": req.metadata, "proto": req.proto,
+               "region": self.platform.settings.regions[0],
+               "tunnel_session": {"id": session.id, "uri": f"{base}/tunnel_sessions/{session.id}"},
+               "endpoint": None, "labels": {}, "backends": [], "forwards_to": req.forwards_to}
+        async with self.platform.db.write() as tx:
+            await Repo(tx).insert(TUNNELS, tunnel.id, doc)
+
+    async def _unbind(self, session: AgentSession, stream: MuxStream) -> None:
+        tunnel_id = str(rpc.folded(await rpc.read_message(stream)).get("id") or "")
+        await self._drop_tunnel(session, tunnel_id)
+        self.reserved.pop(tunnel_id, None)
+        await rpc.reply(stream, {})
+
+    async def _drop_tunnel(self, session: AgentSession, tunnel_id: str) -> None:
+        tunnel = session.tunnels.pop(tunnel_id, None)
+        if tunnel is None:
+            return
+        self.tunnels.pop(tunnel_id, None)
+        await tunnel.close()
+        with contextlib.suppress(Exception):
+            async with self.platform.db.write() as tx:
+                await Repo(tx).delete(TUNNELS, tunnel_id)
 
     async def command(self, session_id: str, kind: int,
                       body: dict[str, Any], timeout: float = 10.0) -> str | None:
@@ -194,6 +287,8 @@ class TunnelServer:
     async def _ended(self, session: AgentSession) -> None:
         for task in list(session.tasks):
             task.cancel()
+        for tunnel_id in list(session.tunnels):
+            await self._drop_tunnel(session, tunnel_id)
         if session.id and self.sessions.pop(session.id, None) is not None:
             with contextlib.suppress(Exception):
                 async with self.platform.db.write() as tx:

@@ -1,0 +1,183 @@
+"""TCP tunnels end to end with the official ngrok SDK: bind, traffic through the edge with
+flow control both ways, the tunnel in the API, ACLs and refused options."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.server import Server, start
+
+if not os.environ.get("CI"):
+    pytest.importorskip("ngrok", reason="pip install --ignore-requires-python ngrok==1.7.0")
+
+AGENT = textwrap.dedent("""
+    import asyncio, sys, ngrok
+    token, addr, ca, upstream, mode = sys.argv[1:6]
+    async def main():
+        s = await (ngrok.SessionBuilder().authtoken(token).server_addr(addr)
+                   .ca_cert(bytearray(open(ca, "rb").read())).connect())
+        ep = s.tcp_endpoint().metadata("db")
+        if mode == "cidr":
+            ep = ep.allow_cidr("10.0.0.0/8")
+        try:
+            ln = await ep.listen_and_forward(upstream)
+        except Exception as exc:
+            print("FAILED", repr(exc), flush=True)
+            return
+        print("URL", ln.url(), ln.id(), flush=True)
+        sys.stdin.readline()
+        await s.close()
+    asyncio.run(main())
+""")
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[Server]:
+    srv = start(tmp_path / "srv")
+    try:
+        yield srv
+    finally:
+        assert srv.stop() == 0
+
+
+@pytest.fixture
+def echo_port() -> Iterator[int]:
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=echo, args=(conn,), daemon=True).start()
+
+    def echo(conn: socket.socket) -> None:
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(data)
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield listener.getsockname()[1]
+    listener.close()
+
+
+def agent(srv: Server, token: str, upstream: str, mode: str = "") -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", AGENT, token, f"localhost:{srv.tunnel_port}",
+         str(srv.data_dir / "ca.pem"), upstream, mode],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("\n")
+    proc.stdin.close()
+    proc.wait(15)
+    proc.stdout.close()
+
+
+def roundtrip(port: int, payload: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        got = bytearray()
+
+        def send() -> None:
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        while chunk := s.recv(65536):
+            got += chunk
+        sender.join()
+        return bytes(got)
+
+
+def test_tcp_tunnel_carries_every_byte_both_ways(own_server: Server, echo_port: int) -> None:
+    with own_server.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+        proc = agent(own_server, token, f"tcp://127.0.0.1:{echo_port}")
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        assert line[0] == "URL", line
+        url, tunnel_id = line[1], line[2]
+        assert url.startswith("tcp://127.0.0.1:") and tunnel_id.startswith("tn_")
+        port = int(url.rsplit(":", 1)[1])
+        payload = os.urandom(3 << 20)  # many windows' worth each way
+        assert roundtrip(port, payload) == payload
+        assert roundtrip(port, b"second connection") == b"second connection"
+        (tn,) = api.get("/tunnels").json()["tunnels"]
+        assert (tn["id"], tn["public_url"], tn["proto"], tn["metadata"]) == (
+            tunnel_id, url, "tcp", "db")
+        session = api.get("/tunnel_sessions").json()["tunnel_sessions"][0]
+        assert tn["tunnel_session"]["id"] == session["id"]
+        finish(proc)
+        deadline = time.monotonic() + 5
+        while api.get("/tunnels").json()["tunnels"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert api.get("/tunnels").json()["tunnels"] == []
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+@pytest.mark.parametrize(("acl", "mode", "words"), [
+    (["bind:*.example.com"], "", "ACL"),
+    ([], "cidr", "IP restrictions"),
+])
+def test_refused_binds_say_why(own_server: Server, echo_port: int, acl: list[str], mode: str,
+                               words: str) -> None:
+    with own_server.client() as api:
+        token = api.post("/credentials", json={"acl": acl}).json()["token"]
+        proc = agent(own_server, token, f"tcp://127.0.0.1:{echo_port}", mode)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("FAILED") and words in line and "ERR_NGROK_8000" in line, line
+        proc.wait(15)
+        proc.stdout.close()
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert api.get("/tunnels").json()["tunnels"] == []
+
+
+def test_acl_allowing_the_address_binds(own_server: Server, echo_port: int) -> None:
+    with own_server.client() as api:
+        token = api.post("/credentials", json={"acl": ["bind:127.0.0.1:20000",
+                                                       "bind:127.0.0.1:20001"]}).json()["token"]
+        proc = agent(own_server, token, f"tcp://127.0.0.1:{echo_port}")
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        assert line[0] == "URL" and line[1] in ("tcp://127.0.0.1:20000", "tcp://127.0.0.1:20001")
+        assert roundtrip(int(line[1].rsplit(":", 1)[1]), b"ok") == b"ok"
+        finish(proc)
+
+
+def test_http_binds_are_refused_clearly(own_server: Server) -> None:
+    script = textwrap.dedent("""
+        import asyncio, sys, ngrok
+        async def main():
+            s = await (ngrok.SessionBuilder().authtoken(sys.argv[1]).server_addr(sys.argv[2])
+                       .ca_cert(bytearray(open(sys.argv[3], "rb").read())).connect())
+            try:
+                await s.http_endpoint().listen()
+            except Exception as exc:
+                print("FAILED", repr(exc), flush=True)
+            await s.close()
+        asyncio.run(main())
+    """)
+    with own_server.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+        out = subprocess.run([sys.executable, "-c", script, token,
+                              f"localhost:{own_server.tunnel_port}",
+                              str(own_server.data_dir / "ca.pem")],
+                             capture_output=True, text=True, timeout=30).stdout
+        assert out.startswith("FAILED") and "not served by this Edgeway server yet" in out, out
