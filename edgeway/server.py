@@ -7,10 +7,11 @@ import contextlib
 import logging
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import uvicorn
 
-from edgeway import bootstrap
+from edgeway import bootstrap, ids
 from edgeway.api.app import build
 from edgeway.api.platform import Platform
 from edgeway.config import ServerConfig
@@ -19,6 +20,15 @@ from edgeway.store.migrate import open_database
 from edgeway.tunnel.server import TunnelServer
 
 log = logging.getLogger("edgeway")
+
+
+def node_id(data_dir: Path) -> str:
+    """This node's id, kept in the data directory: several nodes may share one database."""
+    path = data_dir / "node.id"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(ids.new_id("node") + "\n")
+    return path.read_text().strip()
 
 
 class _Server(uvicorn.Server):
@@ -54,7 +64,7 @@ async def serve(cfg: ServerConfig) -> None:
         platform = Platform(cfg.settings, db, sealer)
         tunnels = TunnelServer(platform, platform_ca.ensure(cfg.data_dir, sealer,
                                                             list(cfg.tunnel_names)),
-                               cfg.tcp_host, cfg.tcp_ports)
+                               cfg.tcp_host, cfg.tcp_ports, node_id(cfg.data_dir))
         await tunnels.start(cfg.tunnel_host, cfg.tunnel_port)
         platform.agents = tunnels
         config = uvicorn.Config(build(platform), host=cfg.api_host, port=cfg.api_port,

@@ -55,8 +55,9 @@ def _now() -> str:
 
 class TunnelServer:
     def __init__(self, platform: Platform, tls: TunnelTLS, tcp_host: str = "127.0.0.1",
-                 tcp_ports: tuple[int, int] = (20000, 20999)) -> None:
+                 tcp_ports: tuple[int, int] = (20000, 20999), node: str = "") -> None:
         self.platform = platform
+        self.node = node  # rows this node writes carry it; only they are its to clean up
         self.tcp_host, self.tcp_ports = tcp_host, tcp_ports
         self.tunnels: dict[str, TcpTunnel] = {}
         self.reserved: dict[str, int] = {}  # tunnel id -> port, kept for re-binds
@@ -67,10 +68,11 @@ class TunnelServer:
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> None:
-        async with self.platform.db.write() as tx:  # sessions of a previous run are gone
+        async with self.platform.db.write() as tx:  # this node's sessions of a previous run
             for kind in (SESSIONS, TUNNELS):
-                for id_, _ in await Repo(tx).all_docs(kind):
-                    await Repo(tx).delete(kind, id_)
+                for id_, doc in await Repo(tx).all_docs(kind):
+                    if doc.get("node") == self.node:
+                        await Repo(tx).delete(kind, id_)
         self._server = await asyncio.start_server(self._connection, host, port,
                                                   ssl=self.context)
 
@@ -163,7 +165,8 @@ class TunnelServer:
                                      f"{credential}"},
             "ip": session.peer, "metadata": str(extra.get("metadata") or ""),
             "os": str(extra.get("os") or ""), "region": self.platform.settings.regions[0],
-            "started_at": _now(), "transport": "ngrok/v2", "created_at": _now()}
+            "started_at": _now(), "transport": "ngrok/v2", "created_at": _now(),
+            "node": self.node}
         async with self.platform.db.write() as tx:
             await Repo(tx).insert(SESSIONS, sid, doc)
         log.info('{"event": "agent_session_start", "session": "%s", "credential": "%s"}',
@@ -229,7 +232,8 @@ class TunnelServer:
                "metadata": req.metadata, "proto": req.proto,
                "region": self.platform.settings.regions[0],
                "tunnel_session": {"id": session.id, "uri": f"{base}/tunnel_sessions/{session.id}"},
-               "endpoint": None, "labels": {}, "backends": [], "forwards_to": req.forwards_to}
+               "endpoint": None, "labels": {}, "backends": [], "forwards_to": req.forwards_to,
+               "node": self.node}
         async with self.platform.db.write() as tx:
             await Repo(tx).insert(TUNNELS, tunnel.id, doc)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import BACKENDS
 from tests.server import Server, start
 
 if not os.environ.get("CI"):  # CI installs the SDK (scripts/test) and must not skip
@@ -164,3 +165,40 @@ def test_session_actions_reach_the_agent(own_server: Server) -> None:
         proc.wait(15)
         proc.stdout.close()
         assert api.post(f"/tunnel_sessions/ts_{'0' * 27}/stop").status_code == 404
+
+
+@pytest.mark.skipif("postgres" not in BACKENDS, reason="two nodes share a PostgreSQL database")
+def test_a_restarted_node_forgets_its_sessions_but_not_other_nodes(tmp_path: Path) -> None:
+    from tests.server import fresh_pg_database
+
+    with fresh_pg_database() as url:
+        node_a = start(tmp_path / "a", url)
+        node_b = start(tmp_path / "b", url, token=node_a.token)
+        try:
+            with node_a.client() as api:
+                token = api.post("/credentials", json={}).json()["token"]
+            procs = []
+            for node in (node_a, node_b):
+                proc = agent(node, token, 60)
+                procs.append(proc)
+                assert proc.stdout is not None
+                assert proc.stdout.readline().strip() == "CONNECTED"
+                proc.stdout.close()
+            with node_a.client() as api:
+                assert len(sessions(api)) == 2
+            node_a.proc.kill()  # a crash: no chance to clean up
+            node_a.proc.wait()
+            node_a.stop()
+            procs[0].kill()  # and its agent gives up, so it cannot reconnect to the new node
+            procs[0].wait()
+            again = start(tmp_path / "a", url, token=node_a.token)
+            try:
+                with again.client() as api:
+                    left = sessions(api)
+                assert len(left) == 1  # node b's agent is still connected there
+            finally:
+                assert again.stop() == 0
+            procs[1].kill()
+            procs[1].wait()
+        finally:
+            assert node_b.stop() == 0
