@@ -45,6 +45,7 @@ class AgentSession:
     last_beat: float = 0.0
     deadline: float = 30.0
     acl: list[str] = field(default_factory=list)
+    credential: str = ""
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     tunnels: dict[str, TcpTunnel] = field(default_factory=dict)
 
@@ -60,6 +61,7 @@ class TunnelServer:
         self.node = node  # rows this node writes carry it; only they are its to clean up
         self.tcp_host, self.tcp_ports = tcp_host, tcp_ports
         self.tunnels: dict[str, TcpTunnel] = {}
+        self.owners: dict[str, AgentSession] = {}  # tunnel id -> session holding it
         self.reserved: dict[str, int] = {}  # tunnel id -> port, kept for re-binds
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -126,6 +128,7 @@ class TunnelServer:
             if not version:
                 raise AuthFailed("no supported protocol version (this server speaks 3 and 2)")
             credential, session.acl = await self._credential(str(extra.get("authtoken") or ""))
+            session.credential = credential
         except AuthFailed as exc:
             await rpc.reply(stream, {"Version": version or "3", "ClientId": "",
                                      "Error": rpc.error_text(str(exc), 107)})
@@ -212,6 +215,7 @@ class TunnelServer:
         try:
             req = binds.parse(message, folded)
             tunnel_id = req.id if req.id.startswith("tn_") else ids.new_id(TUNNELS.prefix)
+            await self._take_over(session, tunnel_id)
             tunnel = await self._listen(session, tunnel_id, self._ports(req, tunnel_id))
         except BindRefused as exc:
             await rpc.reply(stream, {"Id": str(folded.get("id") or ""), "URL": "",
@@ -221,9 +225,20 @@ class TunnelServer:
             return
         self.reserved[tunnel_id] = tunnel.port
         self.tunnels[tunnel_id] = session.tunnels[tunnel_id] = tunnel
+        self.owners[tunnel_id] = session
         await self._record_tunnel(session, tunnel, req)
         await rpc.reply(stream, {"Id": tunnel_id, "URL": tunnel.url, "Proto": req.proto,
                                  "Opts": req.opts, "Extra": {"Token": ""}})
+
+    async def _take_over(self, session: AgentSession, tunnel_id: str) -> None:
+        """A re-bind of a tunnel id still held by an older session of the same credential (the
+        agent reconnected before that session timed out) moves the tunnel to the new one."""
+        old = self.owners.get(tunnel_id)
+        if old is None or old is session:
+            return
+        if old.credential != session.credential:
+            raise BindRefused(f"the tunnel id {tunnel_id} belongs to another credential")
+        await self._drop_tunnel(old, tunnel_id)
 
     async def _record_tunnel(self, session: AgentSession, tunnel: TcpTunnel,
                              req: binds.BindRequest) -> None:
@@ -248,6 +263,7 @@ class TunnelServer:
         if tunnel is None:
             return
         self.tunnels.pop(tunnel_id, None)
+        self.owners.pop(tunnel_id, None)
         await tunnel.close()
         with contextlib.suppress(Exception):
             async with self.platform.db.write() as tx:
