@@ -33,3 +33,13 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 def api(server: Server) -> Iterator[httpx.Client]:
     with server.client() as client:
         yield client
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[Server]:
+    """A server of the test's own, on SQLite, for tests that change platform-wide state."""
+    srv = start(tmp_path / "srv")
+    try:
+        yield srv
+    finally:
+        assert srv.stop() == 0

@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
-import pytest
 
-from tests.server import HEADERS, Server, start
-
-
-@pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[Server]:
-    srv = start(tmp_path)
-    try:
-        yield srv
-    finally:
-        assert srv.stop() == 0
+from tests.server import HEADERS, Server
 
 
 def from_address(srv: Server, address: str) -> httpx.Client:

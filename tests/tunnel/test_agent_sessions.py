@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -43,15 +42,6 @@ AGENT = textwrap.dedent("""
         print("CLOSED", flush=True)
     asyncio.run(main())
 """)
-
-
-@pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[Server]:
-    srv = start(tmp_path / "srv")
-    try:
-        yield srv
-    finally:
-        assert srv.stop() == 0
 
 
 def agent(srv: Server, token: str, hold: float, host: str = "localhost"

@@ -6,23 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 from edgeway.tunnel.muxado.aio import MuxConnection
-from tests.server import Server, start
-
-
-@pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[Server]:
-    srv = start(tmp_path / "srv")
-    try:
-        yield srv
-    finally:
-        assert srv.stop() == 0
+from tests.server import Server
 
 
 async def rpc(conn: MuxConnection, kind: int, msg: dict[str, Any]) -> dict[str, Any]:

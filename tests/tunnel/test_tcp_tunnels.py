@@ -11,11 +11,10 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.server import Server, start
+from tests.server import Server
 
 if not os.environ.get("CI"):
     pytest.importorskip("ngrok", reason="pip install --ignore-requires-python ngrok==1.7.0")
@@ -39,15 +38,6 @@ AGENT = textwrap.dedent("""
         await s.close()
     asyncio.run(main())
 """)
-
-
-@pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[Server]:
-    srv = start(tmp_path / "srv")
-    try:
-        yield srv
-    finally:
-        assert srv.stop() == 0
 
 
 @pytest.fixture
