@@ -54,10 +54,6 @@ def endpoint(handler: Handler) -> Endpoint:
     return run
 
 
-def _wrap(handler: Handler, _name: str) -> Endpoint:
-    return endpoint(handler)
-
-
 def routes() -> list[tuple[str, str, Endpoint]]:
     out: list[tuple[str, str, Endpoint]] = []
     for kind in catalog.ALL:
@@ -68,8 +64,7 @@ def routes() -> list[tuple[str, str, Endpoint]]:
                 out.append((f"{kind.url}{suffix}", method,
                             endpoint(functools.partial(fn, kind=kind))))
     out += [(path, method, endpoint(fn)) for path, method, fn in modules.routes()]
-    out += [(r.path, m, r.endpoint) for r in extras.routes(_wrap) for m in r.methods or ()
-            if m != "HEAD"]
+    out += [(path, method, endpoint(fn)) for path, method, fn in extras.routes()]
     out += [("/openapi.json", "GET", openapi), ("/", "GET", root)]
     return out
 

@@ -9,7 +9,6 @@ from typing import Any
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from edgeway import catalog
 from edgeway.api import validate
@@ -150,19 +149,17 @@ def session_action(action: str) -> Handler:
     return run
 
 
-def routes(wrap: Callable[[Handler, str], Any]) -> list[Route]:
+def routes() -> list[tuple[str, str, Handler]]:
+    """``(path, method, handler)`` for each operation here."""
     sub = "/event_subscriptions/{id}/sources"
     return [
-        Route("/reserved_domains/{id}/certificate_management_policy",
-              wrap(delete_cert_policy, "DeleteReservedDomainCertificateManagementPolicy"),
-              methods=["DELETE"]),
-        Route("/reserved_domains/{id}/certificate",
-              wrap(delete_certificate, "DeleteReservedDomainCertificate"), methods=["DELETE"]),
-        Route(sub, wrap(create_source, "CreateEventSource"), methods=["POST"]),
-        Route(sub, wrap(list_sources, "ListEventSources"), methods=["GET"]),
-        Route(sub + "/{type}", wrap(get_source, "GetEventSource"), methods=["GET", "PATCH"]),
-        Route(sub + "/{type}", wrap(delete_source, "DeleteEventSource"), methods=["DELETE"]),
-        *(Route(f"/tunnel_sessions/{{id}}/{action}", wrap(session_action(action),
-                                                           f"{action.capitalize()}TunnelSession"),
-                methods=["POST"]) for action in COMMANDS),
+        ("/reserved_domains/{id}/certificate_management_policy", "DELETE", delete_cert_policy),
+        ("/reserved_domains/{id}/certificate", "DELETE", delete_certificate),
+        (sub, "POST", create_source),
+        (sub, "GET", list_sources),
+        (sub + "/{type}", "GET", get_source),
+        (sub + "/{type}", "PATCH", get_source),
+        (sub + "/{type}", "DELETE", delete_source),
+        *((f"/tunnel_sessions/{{id}}/{action}", "POST", session_action(action))
+          for action in COMMANDS),
     ]
