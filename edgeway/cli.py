@@ -57,6 +57,14 @@ def parser() -> argparse.ArgumentParser:
                             "(default: %(default)s)")
     serve.add_argument("--tcp-ports", default=_env("TCP_PORTS", "20000-20999"),
                        help="port range for TCP tunnels (default: %(default)s)")
+    serve.add_argument("--http-addr", default=_env("HTTP_ADDR", "127.0.0.1:8880"),
+                       help="public HTTP listener, or 'off' (default: %(default)s)")
+    serve.add_argument("--https-addr", default=_env("HTTPS_ADDR", "127.0.0.1:8443"),
+                       help="public HTTPS and TLS listener, or 'off' (default: %(default)s)")
+    serve.add_argument("--reuse-port", action="store_true",
+                       default=_env("REUSE_PORT", "") not in ("", "0", "false"),
+                       help="listen with SO_REUSEPORT, so a new server can start on the same "
+                            "ports before the old one stops (rolling restarts)")
     ca = sub.add_parser("ca", help="the platform CA that agents trust")
     ca_sub = ca.add_subparsers(dest="action", required=True)
     export = ca_sub.add_parser("export", help="print the CA certificate (PEM)")
@@ -89,15 +97,18 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     if not (sep and low.isascii() and low.isdigit() and high.isascii() and high.isdigit()
             and 1 <= int(low) <= int(high) <= 65535):
         raise ValueError(f"--tcp-ports {args.tcp_ports!r} must be LOW-HIGH within 1-65535")
+    def public(addr: str) -> tuple[str, int] | None:
+        return None if addr.strip().lower() == "off" else parse_addr(addr)
+
     return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,
-                        names, args.tcp_host, (int(low), int(high)))
+                        names, args.tcp_host, (int(low), int(high)), public(args.http_addr),
+                        public(args.https_addr), args.reuse_port)
 
 
 def _ca_export(args: argparse.Namespace) -> None:
     from edgeway.pki import platform_ca, seal
 
-    tls = platform_ca.ensure(args.data_dir, seal.load(args.data_dir), ["localhost"])
-    print(tls.ca_pem.read_text(), end="")
+    print(platform_ca.ca_pem(args.data_dir, seal.load(args.data_dir)).read_text(), end="")
 
 
 async def _api_key(args: argparse.Namespace) -> None:

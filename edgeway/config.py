@@ -37,6 +37,9 @@ class ServerConfig:
     tunnel_names: tuple[str, ...] = ("localhost", "127.0.0.1", "::1")
     tcp_host: str = "127.0.0.1"
     tcp_ports: tuple[int, int] = (20000, 20999)
+    http_addr: tuple[str, int] | None = ("127.0.0.1", 8880)
+    https_addr: tuple[str, int] | None = ("127.0.0.1", 8443)
+    reuse_port: bool = False
 
 
 def public_url_for(host: str, port: int) -> str:

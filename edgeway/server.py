@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from edgeway import bootstrap, ids
 from edgeway.api.app import build
 from edgeway.api.platform import Platform
 from edgeway.config import ServerConfig
+from edgeway.edge.listeners import PublicListeners
+from edgeway.edge.router import Router
 from edgeway.pki import platform_ca, seal
 from edgeway.store.migrate import open_database
 from edgeway.tunnel.server import TunnelServer
@@ -29,6 +32,10 @@ def node_id(data_dir: Path) -> str:
         data_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(ids.new_id("node") + "\n")
     return path.read_text().strip()
+
+
+def _addr(addr: tuple[str, int] | None) -> str:
+    return f"{addr[0]}:{addr[1]}" if addr else "off"
 
 
 class _Server(uvicorn.Server):
@@ -62,22 +69,34 @@ async def serve(cfg: ServerConfig) -> None:
                   f"  {token}", flush=True)
         sealer = seal.load(cfg.data_dir)
         platform = Platform(cfg.settings, db, sealer)
-        tunnels = TunnelServer(platform, platform_ca.ensure(cfg.data_dir, sealer,
-                                                            list(cfg.tunnel_names)),
-                               cfg.tcp_host, cfg.tcp_ports, node_id(cfg.data_dir))
-        await tunnels.start(cfg.tunnel_host, cfg.tunnel_port)
+        tls = platform_ca.ensure(cfg.data_dir, sealer, list(cfg.tunnel_names))
+        http_port = cfg.http_addr[1] if cfg.http_addr else 80
+        https_port = cfg.https_addr[1] if cfg.https_addr else 443
+        tunnels = TunnelServer(platform, tls, cfg.tcp_host, cfg.tcp_ports,
+                               node_id(cfg.data_dir), http_port, https_port)
+        tunnels.certs = certs = platform_ca.EdgeCerts(cfg.data_dir, sealer, tls)
+        router = Router(db, tunnels.registry)
+        tunnels.edge_host = router.edge_host
+        edge = PublicListeners(router, certs, cfg.tcp_host, http_port, https_port)
+        platform.watchers += [router.changed, edge.changed, tunnels.changed]
+        await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
+        await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
         platform.agents = tunnels
-        config = uvicorn.Config(build(platform), host=cfg.api_host, port=cfg.api_port,
-                                log_config=None, access_log=False, lifespan="off",
-                                server_header=False)
+        config = uvicorn.Config(build(platform), log_config=None, access_log=False,
+                                lifespan="off", server_header=False)
+        api_socket = socket.create_server(
+            (cfg.api_host, cfg.api_port), reuse_port=cfg.reuse_port,
+            family=socket.AF_INET6 if ":" in cfg.api_host else socket.AF_INET)
         server = _Server(config)
         where = "SQLite " + str(cfg.data_dir / "edgeway.db") if not cfg.database_url \
             else "PostgreSQL"
-        log.info('{"event": "start", "api": "%s", "tunnel": "%s:%d", "store": "%s"}',
-                 cfg.settings.public_url, cfg.tunnel_host, cfg.tunnel_port, where)
+        log.info('{"event": "start", "api": "%s", "tunnel": "%s:%d", "http": "%s", '
+                 '"https": "%s", "store": "%s"}', cfg.settings.public_url, cfg.tunnel_host,
+                 cfg.tunnel_port, _addr(cfg.http_addr), _addr(cfg.https_addr), where)
         try:
-            await server.serve()
+            await server.serve(sockets=[api_socket])
         finally:
+            await edge.stop()
             await tunnels.stop()
     finally:
         await db.close()

@@ -37,6 +37,8 @@ class Server:
     database_url: str | None
     log_path: Path
     tunnel_port: int = 0
+    http_port: int = 0
+    https_port: int = 0
     stdout_tail: str = ""
 
     def client(self, token: str | None = None) -> httpx.Client:
@@ -84,16 +86,20 @@ def _wait_listening(port: int, proc: subprocess.Popen[str], deadline: float) -> 
 
 
 def start(data_dir: Path, database_url: str | None = None, *extra: str,
-          token: str | None = None) -> Server:
-    """Start a server; pass ``token`` when the database was bootstrapped before."""
-    port, tunnel_port = free_port(), free_port()
+          token: str | None = None, ports: tuple[int, int, int, int] | None = None) -> Server:
+    """Start a server; pass ``token`` when the database was bootstrapped before, and
+    ``ports`` (api, tunnel, http, https) to reuse those of an earlier server."""
+    port, tunnel_port, http_port, https_port = ports or (
+        free_port(), free_port(), free_port(), free_port())
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "server.log"
     cmd = [sys.executable, "-m", "edgeway", "serve", "--api-addr", f"127.0.0.1:{port}",
-           "--tunnel-addr", f"127.0.0.1:{tunnel_port}", "--data-dir", str(data_dir), *extra]
+           "--tunnel-addr", f"127.0.0.1:{tunnel_port}", "--http-addr",
+           f"127.0.0.1:{http_port}", "--https-addr", f"127.0.0.1:{https_port}",
+           "--data-dir", str(data_dir), *extra]
     if database_url:
         cmd += ["--database-url", database_url]
-    with log_path.open("w") as log:
+    with log_path.open("a") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
     deadline = time.monotonic() + 60
     try:
@@ -103,7 +109,7 @@ def start(data_dir: Path, database_url: str | None = None, *extra: str,
         proc.kill()
         raise RuntimeError(log_path.read_text()) from None
     return Server(f"http://127.0.0.1:{port}", token, proc, data_dir, database_url, log_path,
-                  tunnel_port)
+                  tunnel_port, http_port, https_port)
 
 
 async def _admin(sql: str) -> None:

@@ -13,7 +13,7 @@ from edgeway.store.repo import Claimed, Repo
 DOMAINS = catalog.BY_COLLECTION["reserved_domains"]
 
 
-async def _covering(repo: Repo, host: str) -> dict[str, str]:
+async def covering(repo: Repo, host: str) -> dict[str, str]:
     """Reserved domain id by name, for the names that could cover ``host``."""
     names = [host]
     if "." in host:
@@ -32,7 +32,7 @@ async def bind(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any]) -> list[tu
         if f.link is not None:
             for i, hp in enumerate(values):
                 host = hp.rsplit(":", 1)[0]
-                cover = await _covering(repo, host)
+                cover = await covering(repo, host)
                 if not cover:
                     raise Invalid(f"{f.name}[{i}]", f"'{host}' is not a reserved domain, nor "
                                   "covered by a reserved wildcard domain; reserve it first",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -39,6 +40,8 @@ class Platform:
     restrictions: ApiRestrictions = field(init=False)
     # the tunnel listener of this node, set by ``edgeway serve`` (agent commands go through it)
     agents: AgentCommands | None = None
+    # called with the collection after each committed write (the edge's router listens)
+    watchers: list[Callable[[str], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.restrictions = ApiRestrictions(self.db)
@@ -49,6 +52,8 @@ class Platform:
             self.auth_cache.clear()
         if collection in RESTRICTION_KINDS:
             self.restrictions.invalidate()
+        for watch in self.watchers:
+            watch(collection)
 
     def cached_caller(self, token_hash: str) -> Caller | None:
         hit = self.auth_cache.get(token_hash)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -83,24 +84,75 @@ def _current(cert_path: Path, names: list[str]) -> bool:
         x509.SubjectAlternativeName).value == _san(names)
 
 
+def leaf(ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, names: list[str],
+         days: int = 397) -> tuple[bytes, bytes]:
+    """A server certificate for ``names`` signed by the CA: (certificate + CA chain, key) PEM."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.now(UTC)
+    cert = (x509.CertificateBuilder().subject_name(_name(names[0]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(hours=1)).not_valid_after(now + timedelta(days=days))
+            .add_extension(_san(names), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    return (cert.public_bytes(serialization.Encoding.PEM)
+            + ca_cert.public_bytes(serialization.Encoding.PEM)), _pem_key(key)
+
+
+def ca_pem(data_dir: Path, sealer: Sealer) -> Path:
+    """The CA certificate's file, the CA created first if need be."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    _ca(data_dir, sealer)
+    return data_dir / "ca.pem"
+
+
 def ensure(data_dir: Path, sealer: Sealer, names: list[str]) -> TunnelTLS:
     data_dir.mkdir(parents=True, exist_ok=True)
     tls = TunnelTLS(data_dir / "ca.pem", data_dir / "tunnel.pem", data_dir / "tunnel.key")
     ca_cert, ca_key = _ca(data_dir, sealer)
     if _current(tls.cert, names) and tls.key.exists():
         return tls
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.now(UTC)
-    cert = (x509.CertificateBuilder().subject_name(_name(names[0]))
-            .issuer_name(ca_cert.subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - timedelta(hours=1)).not_valid_after(now + timedelta(days=397))
-            .add_extension(_san(names), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    _write_private(tls.key, _pem_key(key))
-    tls.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM)
-                         + ca_cert.public_bytes(serialization.Encoding.PEM))
+    chain, key = leaf(ca_cert, ca_key, names)
+    _write_private(tls.key, key)
+    tls.cert.write_bytes(chain)
     return tls
+
+
+class EdgeCerts:
+    """TLS server contexts for public host names, with certificates the platform CA issues
+    (kept in ``<data dir>/edge-certs``, re-issued when under 30 days from expiry). Only names
+    the router serves are asked for, so a client cannot make the edge mint arbitrary ones."""
+
+    def __init__(self, data_dir: Path, sealer: Sealer, default: TunnelTLS) -> None:
+        self.dir = data_dir / "edge-certs"
+        self._ca = _ca(data_dir, sealer)
+        self._contexts: dict[str, ssl.SSLContext] = {}
+        self.default = self._context(default.cert, default.key)
+
+    @staticmethod
+    def _context(cert: Path, key: Path, http: bool = True) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        if http:
+            ctx.set_alpn_protocols(["http/1.1"])
+        ctx.load_cert_chain(cert, key)
+        return ctx
+
+    def context(self, name: str, http: bool = True) -> ssl.SSLContext:
+        """The context for ``name``: ALPN http/1.1 for the HTTPS edge, none for agents."""
+        ctx = self._contexts.get(f"{name}/{http}")
+        if ctx is not None:
+            return ctx
+        self.dir.mkdir(parents=True, exist_ok=True)
+        cert, key = self.dir / f"{name}.pem", self.dir / f"{name}.key"
+        if not (_current(cert, [name]) and key.exists()):
+            chain, pem = leaf(*self._ca, [name], days=90)
+            _write_private(key, pem)
+            cert.write_bytes(chain)
+        if len(self._contexts) > 10_000:
+            self._contexts.clear()
+        ctx = self._contexts[f"{name}/{http}"] = self._context(cert, key, http)
+        return ctx

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import os
 import secrets
 from pathlib import Path
@@ -29,6 +31,11 @@ class Sealer:
         if len(key) != 32:
             raise SealError("the secret key must be 32 bytes")
         self._aead = AESGCM(key)
+        self._mac_key = hmac.new(key, b"edgeway mac", hashlib.sha256).digest()
+
+    def mac(self, data: bytes) -> bytes:
+        """A keyed digest of ``data``: stable across restarts, unguessable without the key."""
+        return hmac.new(self._mac_key, data, hashlib.sha256).digest()
 
     def seal(self, data: bytes, context: str = "") -> str:
         nonce = secrets.token_bytes(12)

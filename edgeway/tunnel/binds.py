@@ -1,18 +1,37 @@
 """Bind requests: what an agent asks for, checked against its credential's ACL and against the
 options this edge can enforce. Pure: the server does the allocation and the I/O.
 
-Only TCP binds are served so far; HTTP, HTTPS and TLS binds, and options the edge cannot
-enforce yet (IP restrictions, PROXY protocol, traffic policy), are refused with a clear error
-instead of being accepted and silently ignored.
+Options the edge enforces on agent tunnels: IP restrictions and request/response header
+changes (HTTP). Every other security or traffic option an SDK can send (OAuth, OIDC, webhook
+verification, mutual TLS, traffic policy, PROXY protocol, ...) is refused with a clear error
+rather than accepted and silently ignored.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ipaddress
+from dataclasses import dataclass, field
 from typing import Any
 
 from edgeway.catalog import checks
 from edgeway.errors import Invalid
+
+PROTOS = ("http", "https", "tcp", "tls")
+# Bind options (folded keys) the edge does not enforce: refused when set
+UNSUPPORTED = {
+    "http": ("compression", "circuitbreaker", "oauth", "oidc", "webhookverification",
+             "mutualtlsca", "websockettcpconverter", "useragentfilter", "trafficpolicy",
+             "policy"),
+    "tcp": ("trafficpolicy", "policy"),
+    "tls": ("mutualtlsatagent", "mutualtlsatedge", "tlstermination", "trafficpolicy", "policy"),
+}
+NAMES = {"circuitbreaker": "circuit breaker", "oauth": "OAuth", "oidc": "OIDC",
+         "webhookverification": "webhook verification", "mutualtlsca": "mutual TLS",
+         "websockettcpconverter": "the WebSocket-TCP converter",
+         "useragentfilter": "user agent filters", "trafficpolicy": "traffic policy",
+         "policy": "traffic policy", "basicauth": "basic auth", "auth": "basic auth",
+         "mutualtlsatagent": "mutual TLS", "mutualtlsatedge": "mutual TLS",
+         "tlstermination": "TLS termination at the edge"}
 
 
 class BindRefused(Exception):
@@ -20,40 +39,145 @@ class BindRefused(Exception):
 
 
 @dataclass(frozen=True)
+class HeaderChanges:
+    add: tuple[tuple[str, str], ...] = ()
+    remove: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class BindRequest:
     id: str
-    proto: str
-    addr: str
+    proto: str  # http, https, tcp or tls; "" for a labeled tunnel
+    addr: str  # tcp: requested host:port
+    domain: str  # http(s)/tls: requested host name ("" = generate one)
     forwards_to: str
     metadata: str
     opts: dict[str, Any]  # as sent, echoed in the reply (the Rust SDK decodes it back)
+    labels: dict[str, str] = field(default_factory=dict)
+    pooled: bool = False
+    allow: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    deny: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    request_headers: HeaderChanges = HeaderChanges()
+    response_headers: HeaderChanges = HeaderChanges()
+    basic_auth: tuple[tuple[str, str], ...] = ()  # (user, password) pairs
 
 
-def parse(message: dict[str, Any], folded: dict[str, Any]) -> BindRequest:
-    opts_raw = next((v for k, v in message.items() if k.lower() == "opts"), None) or {}
-    opts = folded.get("opts") or {}
+def _raw_opts(message: dict[str, Any]) -> dict[str, Any]:
+    opts = next((v for k, v in message.items() if k.lower() == "opts"), None) or {}
+    return opts if isinstance(opts, dict) else {}
+
+
+def _cidrs(values: Any, what: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    out = []
+    for v in values or []:
+        try:
+            out.append(ipaddress.ip_network(str(v), strict=False))
+        except ValueError:
+            raise BindRefused(f"IP restriction: '{v}' in {what} is not a CIDR") from None
+    return tuple(out)
+
+
+def _headers(value: Any) -> HeaderChanges:
+    value = value or {}
+    add: list[tuple[str, str]] = []
+    for item in value.get("add") or []:
+        name, sep, val = str(item).partition(":")
+        if not sep or not name.strip():
+            raise BindRefused(f"header '{item}' must be 'Name: value'")
+        add.append((name.strip(), val.strip()))
+    return HeaderChanges(tuple(add), tuple(str(n).lower() for n in value.get("remove") or []))
+
+
+def _basic_auth(opts: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    pairs: list[tuple[str, str]] = []
+    if opts.get("auth"):  # the older "user:password" option
+        user, _, password = str(opts["auth"]).partition(":")
+        pairs.append((user, password))
+    for cred in (opts.get("basicauth") or {}).get("credentials") or []:
+        if not cred.get("cleartextpassword") and cred.get("hashedpassword"):
+            raise BindRefused("basic auth with hashed passwords is not supported; send the "
+                              "cleartext password (it travels inside the agent's TLS session)")
+        pairs.append((str(cred.get("username") or ""), str(cred.get("cleartextpassword") or "")))
+    for user, password in pairs:
+        if not user or ":" in user or len(password) < 8:
+            raise BindRefused("basic auth needs a user name without ':' and a password of at "
+                              "least 8 characters")
+    return tuple(pairs)
+
+
+def domain_of(opts: dict[str, Any], base_domain: str) -> str:
+    """The host name asked for (Domain, Hostname, or Subdomain of the base domain), or ""."""
+    name = str(opts.get("domain") or opts.get("hostname") or "").strip().lower().rstrip(".")
+    sub = str(opts.get("subdomain") or "").strip().lower()
+    if not name and sub:
+        name = f"{sub}.{base_domain}"
+    if name:
+        try:
+            checks.domain_name("Domain", name, wildcard=False)
+        except Invalid as exc:
+            raise BindRefused(exc.msg) from None
+    return name
+
+
+def _squash(value: Any) -> Any:
+    """Keys without case or underscores: the SDKs send PascalCase, middleware snake_case."""
+    if isinstance(value, dict):
+        return {str(k).replace("_", ""): _squash(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_squash(v) for v in value]
+    return value
+
+
+def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> BindRequest:
+    opts = _squash(folded.get("opts") or {})
     extra = folded.get("extra") or {}
     proto = str(folded.get("proto") or "")
-    if proto != "tcp":
-        raise BindRefused(f"{proto or 'this'} tunnels are not served by this Edgeway server yet; "
-                          "TCP tunnels are")
-    for name, label in (("iprestriction", "IP restrictions"), ("trafficpolicy", "traffic policy"),
-                        ("policy", "traffic policy")):
+    if proto not in PROTOS:
+        raise BindRefused(f"unknown tunnel protocol '{proto}' (http, https, tcp or tls)")
+    family = "http" if proto in ("http", "https") else proto
+    for name in UNSUPPORTED[family]:
         if opts.get(name):
-            raise BindRefused(f"{label} on agent tunnels is not enforced by this edge yet; "
-                              "refusing rather than ignoring it")
+            raise BindRefused(f"{NAMES[name]} on {proto} tunnels is not enforced by this edge "
+                              "yet; refusing rather than ignoring it")
     if int(opts.get("proxyproto") or 0):
         raise BindRefused("the PROXY protocol header is not supported by this edge yet")
-    return BindRequest(str(folded.get("id") or ""), proto, str(opts.get("addr") or ""),
-                       str(folded.get("forwardsto") or ""), str(extra.get("metadata") or ""),
-                       opts_raw if isinstance(opts_raw, dict) else {})
+    if opts.get("hostheaderrewrite"):
+        raise BindRefused("host header rewriting at the edge is not supported yet; set the "
+                          "Host header in the agent instead")
+    restriction = opts.get("iprestriction") or {}
+    return BindRequest(
+        str(folded.get("id") or ""), proto, str(opts.get("addr") or ""),
+        domain_of(opts, base_domain) if family != "tcp" else "",
+        str(folded.get("forwardsto") or ""), str(extra.get("metadata") or ""),
+        _raw_opts(message), pooled=bool(extra.get("poolingenabled")),
+        allow=_cidrs(restriction.get("allowcidrs"), "allow_cidrs"),
+        deny=_cidrs(restriction.get("denycidrs"), "deny_cidrs"),
+        request_headers=_headers(opts.get("requestheaders")),
+        response_headers=_headers(opts.get("responseheaders")),
+        basic_auth=_basic_auth(opts) if family == "http" else ())
+
+
+def parse_labeled(folded: dict[str, Any]) -> BindRequest:
+    """A StartTunnelWithLabel request: labels select the edges' tunnel group backends."""
+    labels = folded.get("labels") or {}
+    if not isinstance(labels, dict) or not labels:
+        raise BindRefused("a labeled tunnel needs at least one label")
+    out: dict[str, str] = {}
+    for k, v in labels.items():
+        if not isinstance(v, str) or not str(k) or len(str(k)) > 255 or len(v) > 255:
+            raise BindRefused(f"label '{k}' must be a name and a string value "
+                              "of at most 255 characters")
+        out[str(k)] = v
+    return BindRequest(str(folded.get("id") or ""), "", "", "",
+                       str(folded.get("forwardsto") or ""), str(folded.get("metadata") or ""),
+                       {}, labels=out)
 
 
 def _matches(rule: str, target: str) -> bool:
     if rule == target:
         return True
-    host, _, port = target.rpartition(":")
-    r_host, _, r_port = rule.rpartition(":")
+    host, _, port = target.rpartition(":") if ":" in target else (target, "", "")
+    r_host, _, r_port = rule.rpartition(":") if ":" in rule else (rule, "", "")
     if r_port == port and r_host.startswith("*."):
         return host.endswith(r_host[1:])
     return False
@@ -61,10 +185,21 @@ def _matches(rule: str, target: str) -> bool:
 
 def acl_allows(acl: list[str], target: str) -> bool:
     """``*`` or no rules allow everything; ``bind:<target>`` allows that target, a leading
-    ``*.`` in a rule's host matching any subdomain."""
+    ``*.`` in a rule's host matching any subdomain. Targets: ``host:port`` for TCP, the host
+    name for HTTP and TLS."""
     if not acl or "*" in acl:
         return True
     return any(rule.startswith("bind:") and _matches(rule[5:], target) for rule in acl)
+
+
+def acl_allows_labels(acl: list[str], labels: dict[str, str]) -> bool:
+    """Label rules are ``bind:name=value`` (value ``*`` for any); every label of the tunnel
+    must be allowed by one."""
+    if not acl or "*" in acl:
+        return True
+    rules = [r[5:].partition("=") for r in acl if r.startswith("bind:") and "=" in r]
+    return all(any(k == name and value in ("*", v) for name, _, value in rules)
+               for k, v in labels.items())
 
 
 def requested_port(addr: str, host: str) -> int | None:

@@ -28,6 +28,8 @@ AGENT = textwrap.dedent("""
         ep = s.tcp_endpoint().metadata("db")
         if mode == "cidr":
             ep = ep.allow_cidr("10.0.0.0/8")
+        elif mode == "local":
+            ep = ep.allow_cidr("127.0.0.0/8").deny_cidr("10.0.0.0/8")
         try:
             ln = await ep.listen_and_forward(upstream)
         except Exception as exc:
@@ -120,18 +122,13 @@ def test_tcp_tunnel_carries_every_byte_both_ways(own_server: Server, echo_port: 
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
-@pytest.mark.parametrize(("acl", "mode", "words"), [
-    (["bind:*.example.com"], "", "ACL"),
-    ([], "cidr", "IP restrictions"),
-])
-def test_refused_binds_say_why(own_server: Server, echo_port: int, acl: list[str], mode: str,
-                               words: str) -> None:
+def test_refused_binds_say_why(own_server: Server, echo_port: int) -> None:
     with own_server.client() as api:
-        token = api.post("/credentials", json={"acl": acl}).json()["token"]
-        proc = agent(own_server, token, f"tcp://127.0.0.1:{echo_port}", mode)
+        token = api.post("/credentials", json={"acl": ["bind:*.example.com"]}).json()["token"]
+        proc = agent(own_server, token, f"tcp://127.0.0.1:{echo_port}")
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        assert line.startswith("FAILED") and words in line and "ERR_NGROK_8000" in line, line
+        assert line.startswith("FAILED") and "ACL" in line and "ERR_NGROK_8000" in line, line
         proc.wait(15)
         proc.stdout.close()
         assert proc.stdin is not None
@@ -151,14 +148,35 @@ def test_acl_allowing_the_address_binds(own_server: Server, echo_port: int) -> N
         finish(proc)
 
 
-def test_http_binds_are_refused_clearly(own_server: Server) -> None:
+@pytest.mark.parametrize(("mode", "passes"), [("cidr", False), ("local", True)])
+def test_ip_restrictions_of_the_bind_are_enforced(own_server: Server, echo_port: int,
+                                                   mode: str, passes: bool) -> None:
+    with own_server.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+        proc = agent(own_server, token, f"tcp://127.0.0.1:{echo_port}", mode)
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        assert line[0] == "URL", line
+        port = int(line[1].rsplit(":", 1)[1])
+        if passes:
+            assert roundtrip(port, b"from loopback") == b"from loopback"
+        else:  # outside allow_cidr: closed before any byte reaches the agent
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                try:
+                    assert s.recv(100) == b""
+                except ConnectionResetError:
+                    pass
+        finish(proc)
+
+
+def test_unenforceable_options_are_refused_clearly(own_server: Server) -> None:
     script = textwrap.dedent("""
         import asyncio, sys, ngrok
         async def main():
             s = await (ngrok.SessionBuilder().authtoken(sys.argv[1]).server_addr(sys.argv[2])
                        .ca_cert(bytearray(open(sys.argv[3], "rb").read())).connect())
             try:
-                await s.http_endpoint().listen()
+                await s.http_endpoint().oauth("google").listen()
             except Exception as exc:
                 print("FAILED", repr(exc), flush=True)
             await s.close()
@@ -170,4 +188,6 @@ def test_http_binds_are_refused_clearly(own_server: Server) -> None:
                               f"localhost:{own_server.tunnel_port}",
                               str(own_server.data_dir / "ca.pem")],
                              capture_output=True, text=True, timeout=30).stdout
-        assert out.startswith("FAILED") and "not served by this Edgeway server yet" in out, out
+        assert out.startswith("FAILED") and "OAuth on https tunnels is not enforced" in out \
+            and "ERR_NGROK_8000" in out, out
+        assert api.get("/tunnels").json()["tunnels"] == []

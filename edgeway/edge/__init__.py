@@ -1,0 +1,1 @@
+"""The public edge: listeners, routing and forwarding."""

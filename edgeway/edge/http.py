@@ -1,0 +1,403 @@
+"""The HTTP edge: public HTTP/1.1 connections (plain, or TLS terminated by the listener) are
+parsed with h11, routed request by request, and relayed to an agent's proxy stream or a static
+backend, which speak HTTP/1.1 too.
+
+Faithful forwarding: keep-alive on both sides (one upstream connection per public connection
+and target, reused while both ends keep it alive), pipelined requests answered in order,
+chunked and close-delimited bodies, uploads and downloads streamed with backpressure (never
+buffered whole), responses relayed as the upstream writes them (server-sent events), and
+``Upgrade`` (WebSocket) turning the connection into a raw two-way splice after the 101.
+``X-Forwarded-For`` gets the client address appended; ``X-Forwarded-Proto`` and
+``X-Forwarded-Host`` are set. An upstream that fails before its response starts gives that
+request a 502; after it started, the public connection is cut (a truncated body must not look
+complete).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hmac
+import html
+import logging
+from http import HTTPStatus
+from dataclasses import dataclass, field
+
+import h11
+
+from edgeway.edge.router import Fixed, Router, Static, Target
+from edgeway.tunnel.muxado.aio import StreamClosed
+from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel.pipes import Pipe, SocketPipe, StreamPipe, UpstreamGone, splice
+from edgeway.tunnel.registry import Tunnel
+from edgeway.tunnel.restrict import allowed
+
+log = logging.getLogger("edgeway.edge")
+MAX_HEAD = 64 * 1024
+HEAD_TIMEOUT = 30.0  # to receive a whole request head
+IDLE_TIMEOUT = 75.0  # between requests on a kept-alive connection
+DRAIN_LIMIT = 1 << 20  # request body read and dropped after a local answer, else close
+Headers = list[tuple[bytes, bytes]]
+
+
+def page(status: int, title: str, detail: str, code: int,
+         extra: tuple[tuple[str, str], ...] = ()) -> Fixed:
+    body = (f"<!doctype html><html><head><title>{status} {html.escape(title)}</title></head>"
+            f"<body><h1>{html.escape(title)}</h1><p>{html.escape(detail)}</p>"
+            f"<p><code>ERR_EDGEWAY_{code}</code></p></body></html>\n").encode()
+    return Fixed(status, (("Content-Type", "text/html; charset=utf-8"),
+                          ("Edgeway-Error-Code", f"ERR_EDGEWAY_{code}"), *extra), body)
+
+
+@dataclass
+class Decision:
+    target: Target
+    proto: str = "http"  # the ProxyHeader's Proto
+    edge: str = ""  # "https" when an HTTPS edge routed it
+    add: list[tuple[str, str]] = field(default_factory=list)
+    remove: set[str] = field(default_factory=set)
+    add_response: list[tuple[str, str]] = field(default_factory=list)
+    remove_response: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Upstream:
+    key: str
+    pipe: Pipe
+    conn: h11.Connection
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+def _header(headers: Headers, name: bytes) -> str:
+    for k, v in headers:
+        if k.lower() == name:
+            return v.decode("latin-1")
+    return ""
+
+
+def _basic_ok(headers: Headers, pairs: tuple[tuple[str, str], ...]) -> bool:
+    value = _header(headers, b"authorization")
+    scheme, _, encoded = value.partition(" ")
+    if scheme.lower() != "basic":
+        return False
+    try:
+        user, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return False
+    ok = False
+    for u, p in pairs:  # compare every pair: timing does not tell which user exists
+        ok |= hmac.compare_digest(u.encode(), user.encode()) & \
+            hmac.compare_digest(p.encode(), password.encode())
+    return ok
+
+
+class HttpEdge:
+    def __init__(self, router: Router, scheme: str, https_port: int = 443) -> None:
+        self.router, self.scheme, self.https_port = router, scheme, https_port
+
+    # -- routing ---------------------------------------------------------------------------
+
+    async def decide(self, req: h11.Request, ip: str) -> Decision:
+        headers: Headers = list(req.headers)
+        host = _header(headers, b"host").lower()
+        host = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        path = req.target.decode("latin-1").split("?", 1)[0]
+        if req.method == b"CONNECT":
+            return Decision(page(405, "Method not allowed", "CONNECT is not proxied.", 4005))
+        snap = await self.router.current()
+        edge = snap.https.get(host) if self.scheme == "https" else None
+        if edge is not None:
+            route = self.router.route(edge, host, path)
+            if route is None:
+                return Decision(page(404, "No route", f"The edge for {host} has no route "
+                                     f"matching {path}.", 4004))
+            doc = route.doc
+            if not self.router.ip_allowed(snap, doc.get("ip_restriction"), ip):
+                return Decision(page(403, "Forbidden", "Your IP address may not access "
+                                     "this site.", 4003))
+            if not self.router.agent_allowed(doc.get("user_agent_filter"),
+                                             _header(headers, b"user-agent")):
+                return Decision(page(403, "Forbidden", "Your user agent may not access this "
+                                     "site.", 4007))
+            missing = self.router.unenforced(doc)
+            if missing:
+                return Decision(page(503, "Not available", f"The route requires the "
+                                     f"{missing} module, which this edge does not enforce "
+                                     "yet; traffic is refused rather than let through "
+                                     "unprotected.", 4008))
+            target = self.router.edge_target(snap, doc)
+            if target is None:
+                return Decision(page(502, "No tunnel", f"No live tunnel or backend serves "
+                                     f"{host}{path} right now.", 4009))
+            req_mod = doc.get("request_headers") or {}
+            res_mod = doc.get("response_headers") or {}
+            on_req = req_mod.get("enabled", True) is not False
+            on_res = res_mod.get("enabled", True) is not False
+            return Decision(
+                target, "https", "https",
+                list((req_mod.get("add") or {}).items()) if on_req else [],
+                {h.lower() for h in req_mod.get("remove") or []} if on_req else set(),
+                list((res_mod.get("add") or {}).items()) if on_res else [],
+                {h.lower() for h in res_mod.get("remove") or []} if on_res else set())
+        tunnel = self.router.agent_tunnel(host)
+        if tunnel is None:
+            return Decision(page(404, "Tunnel not found", f"No tunnel is bound to {host}.",
+                                 4004))
+        if tunnel.proto != self.scheme:
+            if self.scheme == "http":
+                port = "" if self.https_port == 443 else f":{self.https_port}"
+                location = f"https://{host}{port}{req.target.decode('latin-1')}"
+                return Decision(page(308, "Use HTTPS", f"{host} is served over HTTPS.", 4010,
+                                     (("Location", location),)))
+            return Decision(page(404, "Tunnel not found", f"{host} is served over plain HTTP "
+                                 "only.", 4004))
+        bind = tunnel.req
+        if not allowed(bind, ip):
+            return Decision(page(403, "Forbidden", "Your IP address may not access this "
+                                 "tunnel.", 4003))
+        if bind.basic_auth and not _basic_ok(headers, bind.basic_auth):
+            return Decision(page(401, "Authentication required", "This tunnel needs a user "
+                                 "name and password.", 4001,
+                                 (("WWW-Authenticate", 'Basic realm="edgeway"'),)))
+        return Decision(tunnel, tunnel.proto, "",
+                        list(bind.request_headers.add), set(bind.request_headers.remove),
+                        list(bind.response_headers.add), set(bind.response_headers.remove))
+
+    # -- one public connection -------------------------------------------------------------
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    peer: tuple[str, int]) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        upstream: Upstream | None = None
+        try:
+            while True:
+                timeout = IDLE_TIMEOUT if conn.their_state is h11.IDLE else HEAD_TIMEOUT
+                try:
+                    event = await asyncio.wait_for(self._next(conn, reader), timeout)
+                except h11.RemoteProtocolError as exc:
+                    if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                        await self._fixed(conn, writer, page(
+                            exc.error_status_hint, "Bad request", str(exc), 4000), head=False)
+                    return
+                except TimeoutError:
+                    return
+                if not isinstance(event, h11.Request):
+                    return  # ConnectionClosed (or PAUSED after a switch)
+                decision = await self.decide(event, peer[0])
+                if isinstance(decision.target, Fixed):
+                    await self._fixed(conn, writer, decision.target, event.method == b"HEAD")
+                    if not await self._drain(conn, reader):
+                        return
+                else:
+                    upstream = await self._proxy(conn, reader, writer, event, decision, peer,
+                                                 upstream)
+                if conn.our_state is h11.SWITCHED_PROTOCOL:
+                    return
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        except (ConnectionError, OSError, h11.LocalProtocolError):
+            pass
+        finally:
+            if upstream is not None:
+                upstream.pipe.close()
+            with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+                writer.close()
+
+    @staticmethod
+    async def _next(conn: h11.Connection, reader: asyncio.StreamReader
+                    ) -> type[h11.PAUSED] | h11.Event:
+        while True:
+            event = conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event  # type: ignore[return-value]
+            conn.receive_data(await reader.read(65536))
+
+    async def _drain(self, conn: h11.Connection, reader: asyncio.StreamReader) -> bool:
+        """Read and drop the rest of a request answered locally; False: close instead."""
+        seen = 0
+        while conn.their_state is h11.SEND_BODY:
+            try:
+                event = await asyncio.wait_for(self._next(conn, reader), HEAD_TIMEOUT)
+            except (TimeoutError, h11.RemoteProtocolError):
+                return False
+            if isinstance(event, h11.Data):
+                seen += len(event.data)
+                if seen > DRAIN_LIMIT:
+                    return False
+            elif not isinstance(event, h11.EndOfMessage):
+                return False
+        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+
+    @staticmethod
+    async def _fixed(conn: h11.Connection, writer: asyncio.StreamWriter, answer: Fixed,
+                     head: bool) -> None:
+        headers = [*answer.headers, ("Content-Length", str(len(answer.body)))]
+        out = conn.send(h11.Response(status_code=answer.status, headers=headers,
+                                     reason=_reason(answer.status))) or b""
+        if not head:
+            out += conn.send(h11.Data(data=answer.body)) or b""
+        out += conn.send(h11.EndOfMessage()) or b""
+        writer.write(out)
+        await writer.drain()
+
+    # -- proxying --------------------------------------------------------------------------
+
+    async def _open(self, decision: Decision, peer: tuple[str, int]) -> Upstream:
+        target = decision.target
+        client = f"[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"{peer[0]}:{peer[1]}"
+        if isinstance(target, Tunnel):
+            try:
+                stream = await target.open(client, decision.proto, decision.edge)
+            except (StreamClosed, StreamError) as exc:
+                raise UpstreamGone(f"the agent is gone ({exc})") from None
+            return Upstream(target.id, StreamPipe(stream), h11.Connection(h11.CLIENT))
+        assert isinstance(target, Static)
+        pipe = await SocketPipe.dial(target.host, target.port, target.tls)
+        return Upstream(f"static:{target.host}:{target.port}", pipe,
+                        h11.Connection(h11.CLIENT))
+
+    def _request_headers(self, req: h11.Request, decision: Decision,
+                         peer: tuple[str, int]) -> Headers:
+        out: Headers = []
+        forwarded_for = ""
+        for name, value in req.headers.raw_items():
+            low = name.lower()
+            if low == b"x-forwarded-for":
+                forwarded_for = value.decode("latin-1") + ", "
+            elif low in (b"x-forwarded-proto", b"x-forwarded-host") or \
+                    low.decode("latin-1") in decision.remove:
+                continue
+            else:
+                out.append((name, value))
+        out += [(b"X-Forwarded-For", (forwarded_for + peer[0]).encode()),
+                (b"X-Forwarded-Proto", self.scheme.encode()),
+                (b"X-Forwarded-Host", _header(list(req.headers), b"host").encode("latin-1"))]
+        out += [(k.encode(), v.encode()) for k, v in decision.add]
+        return out
+
+    async def _proxy(self, conn: h11.Connection, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter, req: h11.Request, decision: Decision,
+                     peer: tuple[str, int], upstream: Upstream | None) -> Upstream | None:
+        target = decision.target
+        assert isinstance(target, Tunnel | Static)
+        key = target.id if isinstance(target, Tunnel) else f"static:{target.host}:{target.port}"
+        if upstream is not None and (upstream.key != key
+                                     or upstream.conn.our_state is not h11.IDLE):
+            upstream.pipe.close()
+            upstream = None
+        try:
+            if upstream is None:
+                upstream = await self._open(decision, peer)
+            head = upstream.conn.send(h11.Request(
+                method=req.method, target=req.target,
+                headers=self._request_headers(req, decision, peer)))
+            await upstream.pipe.write(head or b"")
+        except (UpstreamGone, h11.LocalProtocolError) as exc:
+            if upstream is not None:
+                upstream.pipe.close()
+            await self._bad_gateway(conn, writer, req, str(exc))
+            await self._drain(conn, reader)
+            return None
+        body = asyncio.create_task(self._pump_body(conn, reader, upstream))
+        try:
+            keep = await self._relay_response(conn, writer, req, decision, upstream, body,
+                                              reader)
+        finally:
+            if not body.done():
+                body.cancel()
+                with contextlib.suppress(BaseException):
+                    await body
+        if keep and upstream.conn.our_state is h11.DONE \
+                and upstream.conn.their_state is h11.DONE:
+            upstream.conn.start_next_cycle()
+            return upstream
+        upstream.pipe.close()
+        return None
+
+    async def _pump_body(self, conn: h11.Connection, reader: asyncio.StreamReader,
+                         upstream: Upstream) -> None:
+        while conn.their_state is h11.SEND_BODY:
+            event = await self._next(conn, reader)
+            if isinstance(event, h11.Data):
+                await upstream.pipe.write(upstream.conn.send(h11.Data(data=event.data)) or b"")
+            elif isinstance(event, h11.EndOfMessage):
+                await upstream.pipe.write(upstream.conn.send(h11.EndOfMessage()) or b"")
+            else:
+                raise UpstreamGone("the client closed the connection mid-request")
+
+    async def _bad_gateway(self, conn: h11.Connection, writer: asyncio.StreamWriter,
+                           req: h11.Request, why: str) -> None:
+        log.info('{"event": "bad_gateway", "error": "%s"}', why.replace('"', "'"))
+        if conn.our_state is h11.SEND_RESPONSE:
+            await self._fixed(conn, writer, page(
+                502, "Bad gateway", "The tunnel's agent or upstream went away before "
+                "answering this request.", 4502, (("Connection", "close"),)),
+                req.method == b"HEAD")
+
+    async def _relay_response(self, conn: h11.Connection, writer: asyncio.StreamWriter,
+                              req: h11.Request, decision: Decision, upstream: Upstream,
+                              body: asyncio.Task[None], reader: asyncio.StreamReader) -> bool:
+        """Relay the upstream's answer; True if both connections may be reused."""
+        up = upstream.conn
+        while True:
+            try:
+                event = up.next_event()
+                if event is h11.NEED_DATA:
+                    if body.done() and body.exception() is not None:
+                        raise UpstreamGone(str(body.exception()))
+                    up.receive_data(await upstream.pipe.read())
+                    continue
+            except (UpstreamGone, h11.RemoteProtocolError) as exc:
+                await self._bad_gateway(conn, writer, req, str(exc))
+                return False
+            if isinstance(event, h11.InformationalResponse):
+                if event.status_code == 101:
+                    await self._switch(conn, writer, reader, event, upstream, body)
+                    return False
+                writer.write(conn.send(event) or b"")
+            elif isinstance(event, h11.Response):
+                headers = [(k, v) for k, v in event.headers.raw_items()
+                           if k.lower().decode("latin-1") not in decision.remove_response]
+                headers += [(k.encode(), v.encode()) for k, v in decision.add_response]
+                writer.write(conn.send(h11.Response(
+                    status_code=event.status_code, headers=headers, reason=event.reason)) or b"")
+            elif isinstance(event, h11.Data):
+                writer.write(conn.send(h11.Data(data=event.data)) or b"")
+                await writer.drain()
+            elif isinstance(event, h11.EndOfMessage):
+                writer.write(conn.send(h11.EndOfMessage(headers=event.headers)) or b"")
+                await writer.drain()
+                try:  # the upload may still be finishing; an early answer ends it
+                    await asyncio.wait_for(asyncio.shield(body), 5)
+                except (UpstreamGone, TimeoutError, h11.RemoteProtocolError):
+                    return False
+                return conn.their_state is h11.DONE
+            else:  # ConnectionClosed before the response: treated as a lost upstream
+                if conn.our_state is h11.SEND_RESPONSE:
+                    await self._bad_gateway(conn, writer, req, "the upstream closed")
+                    return False
+                raise ConnectionResetError("the upstream closed mid-response")
+
+    async def _switch(self, conn: h11.Connection, writer: asyncio.StreamWriter,
+                      reader: asyncio.StreamReader, event: h11.InformationalResponse,
+                      upstream: Upstream, body: asyncio.Task[None]) -> None:
+        """101 Switching Protocols: from here on, bytes both ways as they come."""
+        await body
+        writer.write(conn.send(event) or b"")
+        leftover_up, _ = upstream.conn.trailing_data
+        leftover_client, _ = conn.trailing_data
+        if leftover_up:
+            writer.write(leftover_up)
+        await writer.drain()
+        if leftover_client:
+            await upstream.pipe.write(leftover_client)
+
+        await splice(reader, writer, upstream.pipe)

@@ -1,0 +1,253 @@
+"""The public listeners: plain HTTP; HTTPS and TLS on one port, told apart by the SNI of the
+ClientHello (read without consuming it); and a TCP listener per TCP edge hostport, kept in
+step with the routing snapshot.
+
+On the TLS port, a name bound by a TLS tunnel or served by a TLS edge gets the raw TLS stream
+passed through (or terminated here when the edge says so); any other name gets TLS terminated
+with a certificate from the platform CA and is served as HTTPS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from collections.abc import Coroutine
+from functools import partial
+from typing import Any
+
+from edgeway.edge.http import HttpEdge
+from edgeway.edge.router import Edge, Fixed, Router, Static, Target
+from edgeway.edge.sni import ClientHello, NotTLS, parse_client_hello
+from edgeway.pki.platform_ca import EdgeCerts
+from edgeway.tunnel.muxado.aio import StreamClosed
+from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel.pipes import Pipe, SocketPipe, StreamPipe, UpstreamGone, splice
+from edgeway.tunnel.registry import Tunnel
+from edgeway.tunnel.tcp import TcpListener, client_addr
+
+log = logging.getLogger("edgeway.edge")
+PEEK_TIMEOUT = 10.0
+MAX_HELLO = 65536 + 4096
+
+
+async def _streams(sock: socket.socket, context: ssl.SSLContext | None
+                   ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=65536)
+    protocol = asyncio.StreamReaderProtocol(reader)
+    transport, _ = await loop.connect_accepted_socket(
+        lambda: protocol, sock, ssl=context, ssl_handshake_timeout=10 if context else None)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
+def _wake(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
+
+
+async def peek_hello(sock: socket.socket) -> ClientHello | None:
+    """The ClientHello waiting on ``sock``, left unread; None if it is not TLS or too slow."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + PEEK_TIMEOUT
+    while loop.time() < deadline:
+        ready: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(sock.fileno(), _wake, ready)
+        try:
+            await asyncio.wait_for(ready, deadline - loop.time())
+        except TimeoutError:
+            return None
+        finally:
+            loop.remove_reader(sock.fileno())
+        try:
+            data = sock.recv(MAX_HELLO, socket.MSG_PEEK)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return None
+        if not data:
+            return None
+        try:
+            hello = parse_client_hello(data)
+        except NotTLS:
+            return None
+        if hello is not None:
+            return hello
+        await asyncio.sleep(0.005)  # a partial hello stays readable: wait for the rest
+    return None
+
+
+class PublicListeners:
+    def __init__(self, router: Router, certs: EdgeCerts, tcp_host: str, http_port: int,
+                 https_port: int) -> None:
+        self.router, self.certs, self.tcp_host = router, certs, tcp_host
+        self.http = HttpEdge(router, "http", https_port)
+        self.https = HttpEdge(router, "https", https_port)
+        self._servers: list[asyncio.Server] = []
+        self._tls_socket: socket.socket | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._tcp_edges: dict[int, TcpListener] = {}
+        self._watch: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+
+    async def start(self, http: tuple[str, int] | None, https: tuple[str, int] | None,
+                    reuse_port: bool = False) -> None:
+        await self.router.current()
+        if http is not None:
+            self._servers.append(await asyncio.start_server(
+                self._http_client, http[0], http[1], reuse_port=reuse_port))
+        if https is not None:
+            sock = socket.create_server(https, reuse_port=reuse_port, backlog=1024,
+                                        family=socket.AF_INET6 if ":" in https[0]
+                                        else socket.AF_INET)
+            sock.setblocking(False)
+            self._tls_socket = sock
+            self._spawn(self._accept_tls(sock))
+        await self._sync_tcp_edges()
+        self._watch = asyncio.create_task(self._follow())
+
+    def changed(self, _collection: str) -> None:
+        self._changed.set()
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        for server in self._servers:
+            server.close()
+        if self._tls_socket is not None:
+            self._tls_socket.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for listener in self._tcp_edges.values():
+            await listener.close()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _follow(self) -> None:
+        """Keep TCP edge listeners in step with the snapshot (API changes, other nodes)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), self.router.max_age)
+            self._changed.clear()
+            try:
+                await self.router.current()
+                await self._sync_tcp_edges()
+            except Exception:  # a failed reload must not end the follower
+                log.exception('{"event": "edge_reload_failed"}')
+
+    # -- plain HTTP ------------------------------------------------------------------------
+
+    async def _http_client(self, reader: asyncio.StreamReader,
+                           writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("0.0.0.0", 0)
+        await self.http.serve(reader, writer, (peer[0], peer[1]))
+
+    # -- TLS: SNI routing, passthrough or termination ----------------------------------------
+
+    async def _accept_tls(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, addr = await loop.sock_accept(sock)
+            except OSError:
+                if sock.fileno() < 0:
+                    return
+                await asyncio.sleep(0.05)  # out of descriptors: back off, keep serving
+                continue
+            conn.setblocking(False)
+            self._spawn(self._tls_client(conn, (addr[0], addr[1])))
+
+    async def _tls_client(self, sock: socket.socket, peer: tuple[str, int]) -> None:
+        try:
+            hello = await peek_hello(sock)
+            if hello is None:
+                sock.close()
+                return
+            name = hello.server_name or ""
+            snap = await self.router.current()
+            edge = snap.tls.get(name)
+            tunnel = next((t for t in self.router.registry.by_host.get(name, [])
+                           if t.proto == "tls"), None)
+            if edge is not None:
+                await self._tls_edge(sock, peer, edge, name)
+            elif tunnel is not None:
+                tunnel = self.router.registry.pick(
+                    [t for t in self.router.registry.by_host[name] if t.proto == "tls"])
+                reader, writer = await _streams(sock, None)
+                await self._forward(reader, writer, peer, tunnel, "tls", "", True)
+            else:
+                known = bool(name) and (name in snap.https
+                                        or name in self.router.registry.by_host)
+                context = self.certs.context(name) if known else self.certs.default
+                reader, writer = await _streams(sock, context)
+                await self.https.serve(reader, writer, peer)
+        except (ConnectionError, OSError, ssl.SSLError, TimeoutError):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    async def _tls_edge(self, sock: socket.socket, peer: tuple[str, int], edge: Edge,
+                        name: str) -> None:
+        snap = self.router.snapshot
+        if not self.router.ip_allowed(snap, edge.doc.get("ip_restriction"), peer[0]) \
+                or self.router.unenforced(edge.doc):
+            sock.close()
+            return
+        target = self.router.edge_target(snap, edge.doc)
+        terminate = (edge.doc.get("tls_termination") or {}).get("terminate_at") == "edge"
+        context = self.certs.context(name) if terminate else None
+        reader, writer = await _streams(sock, context)
+        await self._forward(reader, writer, peer, target, "tls", "tls", not terminate)
+
+    # -- raw forwarding (TLS passthrough, TCP edges) -----------------------------------------
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       peer: tuple[str, int], target: Target | None, proto: str, edge: str,
+                       passthrough: bool) -> None:
+        pipe: Pipe
+        try:
+            if isinstance(target, Tunnel):
+                pipe = StreamPipe(await target.open(client_addr(peer), proto, edge,
+                                                    passthrough))
+            elif isinstance(target, Static):
+                pipe = await SocketPipe.dial(target.host, target.port, target.tls)
+            else:  # nothing live, or an HTTP response backend on a raw edge: closed
+                writer.close()
+                return
+        except (StreamClosed, StreamError, UpstreamGone):
+            writer.close()
+            return
+        await splice(reader, writer, pipe)
+
+    # -- TCP edges ---------------------------------------------------------------------------
+
+    async def _sync_tcp_edges(self) -> None:
+        wanted = set(self.router.snapshot.tcp)
+        for port in set(self._tcp_edges) - wanted:
+            await self._tcp_edges.pop(port).close()
+        for port in wanted - set(self._tcp_edges):
+            listener = TcpListener(self.tcp_host, port, partial(self._tcp_edge_client, port))
+            try:
+                await listener.start()
+            except OSError as exc:
+                log.warning('{"event": "tcp_edge_listen_failed", "port": %d, "error": "%s"}',
+                            port, exc.strerror)
+                continue
+            self._tcp_edges[port] = listener
+
+    async def _tcp_edge_client(self, port: int, reader: asyncio.StreamReader,
+                               writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("0.0.0.0", 0)
+        snap = self.router.snapshot
+        edge = snap.tcp.get(port)
+        if edge is None or self.router.unenforced(edge.doc) or not self.router.ip_allowed(
+                snap, edge.doc.get("ip_restriction"), peer[0]):
+            return
+        target = self.router.edge_target(snap, edge.doc)
+        if isinstance(target, Fixed):
+            return
+        await self._forward(reader, writer, (peer[0], peer[1]), target, "tcp", "tcp", False)

@@ -1,0 +1,231 @@
+"""Routing: which tunnel, backend or page answers a public connection.
+
+A snapshot of the edges, routes, backends and IP policies is loaded from the store and kept
+until the API changes one of them (``invalidate``) or ``max_age`` passes (so that a change
+made through another node sharing the database is seen too). Live tunnels come from the tunnel
+registry on every decision, so a tunnel that binds or goes away counts at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgeway import catalog
+from edgeway.store.db import Database
+from edgeway.store.repo import Repo
+from edgeway.tunnel.registry import Registry, Tunnel
+from edgeway.tunnel.restrict import Network, cidr_allows
+
+EDGE_COLLECTIONS = ("edges/https", "edges/https/routes", "edges/tls", "edges/tcp")
+BACKEND_COLLECTIONS = ("backends/tunnel_group", "backends/failover", "backends/weighted",
+                       "backends/static", "backends/http_response")
+WATCHED = frozenset((*EDGE_COLLECTIONS, *BACKEND_COLLECTIONS, "ip_policies",
+                     "ip_policy_rules", "reserved_domains"))
+# Modules whose protection the edge does not provide yet: traffic that would need them is
+# answered with a 503 naming the module instead of being passed through unprotected.
+UNENFORCED = ("oauth", "oidc", "saml", "webhook_verification", "mutual_tls", "traffic_policy")
+
+
+@dataclass(frozen=True)
+class Static:
+    host: str
+    port: int
+    tls: bool
+
+
+@dataclass(frozen=True)
+class Fixed:
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+
+Target = Tunnel | Static | Fixed
+
+
+@dataclass
+class Route:
+    id: str
+    exact: bool
+    host: str
+    path: str
+    doc: dict[str, Any]
+
+
+@dataclass
+class Edge:
+    id: str
+    kind: str  # https, tls or tcp
+    doc: dict[str, Any]
+    routes: list[Route] = field(default_factory=list)
+
+
+@dataclass
+class Snapshot:
+    https: dict[str, Edge] = field(default_factory=dict)  # host -> edge
+    tls: dict[str, Edge] = field(default_factory=dict)  # host -> edge
+    tcp: dict[int, Edge] = field(default_factory=dict)  # port -> edge
+    backends: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
+    loaded: float = 0.0
+
+
+def _hosts(doc: dict[str, Any]) -> list[tuple[str, int]]:
+    out = []
+    for hp in doc.get("hostports") or []:
+        host, _, port = hp.rpartition(":")
+        out.append((host, int(port)))
+    return out
+
+
+async def load(db: Database) -> Snapshot:
+    repo = Repo(db.reader())
+    snap = Snapshot(loaded=time.monotonic())
+    by_id: dict[str, Edge] = {}
+    for collection, kind in (("edges/https", "https"), ("edges/tls", "tls"),
+                             ("edges/tcp", "tcp")):
+        for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
+            edge = by_id[id_] = Edge(id_, kind, doc)
+            for host, port in _hosts(doc):
+                if kind == "tcp":
+                    snap.tcp[port] = edge
+                else:
+                    getattr(snap, kind)[host] = edge
+    for id_, doc in await repo.all_docs(catalog.BY_COLLECTION["edges/https/routes"]):
+        parent = by_id.get(doc.get("edge_id", ""))
+        if parent is None:
+            continue
+        match = doc.get("match", "")
+        host, path = ("", match) if match.startswith("/") else \
+            (match.split("/", 1)[0], "/" + match.split("/", 1)[1] if "/" in match else "/")
+        parent.routes.append(Route(id_, doc.get("match_type") == "exact_path", host, path, doc))
+    for collection in BACKEND_COLLECTIONS:
+        for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
+            snap.backends[id_] = (collection, doc)
+    for _id, doc in await repo.all_docs(catalog.BY_COLLECTION["ip_policy_rules"]):
+        snap.rules.setdefault(doc.get("ip_policy_id", ""), []).append(
+            (doc.get("action", "deny"), ipaddress.ip_network(doc["cidr"], strict=False)))
+    return snap
+
+
+def _on(module: Any) -> bool:
+    return isinstance(module, dict) and module.get("enabled", True) is not False
+
+
+class Router:
+    def __init__(self, db: Database, registry: Registry, max_age: float = 5.0) -> None:
+        self.db, self.registry, self.max_age = db, registry, max_age
+        self.snapshot = Snapshot()
+        self._lock = asyncio.Lock()
+        self._stale = True
+        self._regexes: dict[str, re.Pattern[str]] = {}
+
+    def invalidate(self) -> None:
+        self._stale = True
+
+    def changed(self, collection: str) -> None:
+        if collection in WATCHED:
+            self._stale = True
+
+    async def current(self) -> Snapshot:
+        if self._stale or time.monotonic() - self.snapshot.loaded > self.max_age:
+            async with self._lock:
+                if self._stale or time.monotonic() - self.snapshot.loaded > self.max_age:
+                    self._stale = False
+                    self.snapshot = await load(self.db)
+        return self.snapshot
+
+    def edge_host(self, host: str) -> str | None:
+        """The edge serving ``host`` (from the last snapshot), if any."""
+        edge = self.snapshot.https.get(host) or self.snapshot.tls.get(host)
+        return edge.id if edge else None
+
+    # -- decisions -------------------------------------------------------------------------
+
+    @staticmethod
+    def route(edge: Edge, host: str, path: str) -> Route | None:
+        """Exact beats prefix; the longest prefix wins; a route naming a host only matches it."""
+        best: Route | None = None
+        for r in edge.routes:
+            if r.host and r.host != host:
+                continue
+            if r.exact:
+                if path == r.path:
+                    return r
+            elif path.startswith(r.path) and (best is None or len(r.path) > len(best.path)):
+                best = r
+        return best
+
+    def ip_allowed(self, snap: Snapshot, module: Any, ip: str) -> bool:
+        if not _on(module):
+            return True
+        allow: list[Network] = []
+        deny: list[Network] = []
+        for policy in module.get("ip_policy_ids") or []:
+            for action, net in snap.rules.get(policy, []):
+                (allow if action == "allow" else deny).append(net)
+        if not allow and not deny:
+            return False  # policies without rules: nothing is allowed
+        return cidr_allows(ip, allow, deny)
+
+    def agent_allowed(self, module: Any, user_agent: str) -> bool:
+        if not _on(module):
+            return True
+
+        def hit(patterns: list[str]) -> bool:
+            for p in patterns:
+                rx = self._regexes.get(p) or self._regexes.setdefault(p, re.compile(p))
+                if rx.search(user_agent):
+                    return True
+            return False
+        if hit(module.get("deny") or []):
+            return False
+        allow = module.get("allow") or []
+        return not allow or hit(allow)
+
+    @staticmethod
+    def unenforced(doc: dict[str, Any]) -> str | None:
+        return next((m for m in UNENFORCED if _on(doc.get(m))), None)
+
+    def backend(self, snap: Snapshot, backend_id: str, depth: int = 0) -> Target | None:
+        """The target a backend picks now; None when nothing behind it is live."""
+        found = snap.backends.get(backend_id)
+        if found is None or depth > 16:
+            return None
+        collection, doc = found
+        if collection == "backends/tunnel_group":
+            return self.registry.pick(self.registry.with_labels(doc.get("labels") or {}))
+        if collection == "backends/http_response":
+            return Fixed(int(doc.get("status_code", 200)),
+                         tuple((doc.get("headers") or {}).items()),
+                         str(doc.get("body", "")).encode())
+        if collection == "backends/static":
+            host, _, port = str(doc["address"]).rpartition(":")
+            return Static(host.strip("[]"), int(port), bool((doc.get("tls") or {}).get("enabled")))
+        if collection == "backends/failover":
+            for child in doc.get("backends") or []:
+                target = self.backend(snap, child, depth + 1)
+                if target is not None:
+                    return target
+            return None
+        weights = {k: w for k, w in (doc.get("backends") or {}).items() if w > 0}
+        while weights:  # weighted: draw among the live ones
+            choice = random.choices(list(weights), list(weights.values()))[0]
+            target = self.backend(snap, choice, depth + 1)
+            if target is not None:
+                return target
+            del weights[choice]
+        return None
+
+    def edge_target(self, snap: Snapshot, doc: dict[str, Any]) -> Target | None:
+        module = doc.get("backend") or {}
+        return self.backend(snap, module.get("backend_id", "")) if _on(module) else None
+
+    def agent_tunnel(self, host: str) -> Tunnel | None:
+        return self.registry.pick(self.registry.by_host.get(host, []))
