@@ -21,8 +21,8 @@ import contextlib
 import hmac
 import html
 import logging
-from http import HTTPStatus
 from dataclasses import dataclass, field
+from http import HTTPStatus
 
 import h11
 
