@@ -1,4 +1,5 @@
-"""Render stored resources for a response, with their children (an HTTPS edge's routes)."""
+"""Render stored resources for a response, with their children (an HTTPS edge's routes) and
+live members (the tunnels a tunnel group backend selects, the groups a tunnel is in)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,35 @@ from typing import Any
 
 from edgeway import catalog
 from edgeway.api.render import render
-from edgeway.catalog.model import Kind
+from edgeway.catalog.model import Kind, ref
 from edgeway.store.repo import Item, Repo
+
+
+def _selects(labels: dict[str, str], tunnel_labels: dict[str, str]) -> bool:
+    return bool(labels) and bool(tunnel_labels) and all(
+        tunnel_labels.get(k) == v for k, v in labels.items())
+
+
+async def _live_matches(repo: Repo, kind: Kind, out: list[dict[str, Any]],
+                        public_url: str) -> None:
+    """Tunnel groups list the live tunnels whose labels match; tunnels list those groups."""
+    if kind.collection == "backends/tunnel_group":
+        tunnels = [(id_, doc.get("labels") or {})
+                   for id_, doc in await repo.all_docs(catalog.BY_COLLECTION["tunnels"])]
+        for shown in out:
+            shown["tunnels"] = [ref(public_url, id_) for id_, labels in sorted(tunnels)
+                                if _selects(shown.get("labels") or {}, labels)]
+    elif kind.collection == "tunnels" and any(shown.get("labels") for shown in out):
+        groups = await repo.all_docs(catalog.BY_COLLECTION["backends/tunnel_group"])
+        for shown in out:
+            shown["backends"] = [ref(public_url, id_) for id_, doc in sorted(groups)
+                                 if _selects(doc.get("labels") or {}, shown.get("labels") or {})]
 
 
 async def many(repo: Repo, kind: Kind, items: list[Item], public_url: str,
                token: str | None = None) -> list[dict[str, Any]]:
     out = [render(kind, it.id, it.doc, public_url, token) for it in items]
+    await _live_matches(repo, kind, out, public_url)
     for child in kind.children:
         child_kind = catalog.BY_COLLECTION[child.collection]
         found = await repo.docs_where(child_kind, child.via, [it.id for it in items])

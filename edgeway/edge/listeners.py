@@ -80,9 +80,10 @@ async def peek_hello(sock: socket.socket) -> ClientHello | None:
 
 
 class PublicListeners:
-    def __init__(self, router: Router, certs: EdgeCerts, tcp_host: str, http_port: int,
-                 https_port: int) -> None:
+    def __init__(self, router: Router, certs: EdgeCerts, base_domain: str, tcp_host: str,
+                 http_port: int, https_port: int) -> None:
         self.router, self.certs, self.tcp_host = router, certs, tcp_host
+        self.base_domain = base_domain
         self.http = HttpEdge(router, "http", https_port)
         self.https = HttpEdge(router, "https", https_port)
         self._servers: list[asyncio.Server] = []
@@ -181,9 +182,8 @@ class PublicListeners:
                 reader, writer = await _streams(sock, None)
                 await self._forward(reader, writer, peer, tunnel, "tls", "", True)
             else:
-                known = bool(name) and (name in snap.https
-                                        or name in self.router.registry.by_host)
-                context = self.certs.context(name) if known else self.certs.default
+                cert_name = self.router.certificate_name(name, self.base_domain)
+                context = self.certs.context(cert_name) if cert_name else self.certs.default
                 reader, writer = await _streams(sock, context)
                 await self.https.serve(reader, writer, peer)
         except (ConnectionError, OSError, ssl.SSLError, TimeoutError):
@@ -199,7 +199,8 @@ class PublicListeners:
             return
         target = self.router.edge_target(snap, edge.doc)
         terminate = (edge.doc.get("tls_termination") or {}).get("terminate_at") == "edge"
-        context = self.certs.context(name) if terminate else None
+        cert_name = self.router.certificate_name(name, self.base_domain) or name
+        context = self.certs.context(cert_name) if terminate else None
         reader, writer = await _streams(sock, context)
         await self._forward(reader, writer, peer, target, "tls", "tls", not terminate)
 

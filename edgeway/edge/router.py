@@ -73,6 +73,7 @@ class Snapshot:
     tcp: dict[int, Edge] = field(default_factory=dict)  # port -> edge
     backends: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
+    domains: set[str] = field(default_factory=set)  # reserved domain names
     loaded: float = 0.0
 
 
@@ -108,6 +109,8 @@ async def load(db: Database) -> Snapshot:
     for collection in BACKEND_COLLECTIONS:
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
             snap.backends[id_] = (collection, doc)
+    snap.domains = {doc.get("domain", "") for _id, doc in
+                    await repo.all_docs(catalog.BY_COLLECTION["reserved_domains"])}
     for _id, doc in await repo.all_docs(catalog.BY_COLLECTION["ip_policy_rules"]):
         snap.rules.setdefault(doc.get("ip_policy_id", ""), []).append(
             (doc.get("action", "deny"), ipaddress.ip_network(doc["cidr"], strict=False)))
@@ -140,6 +143,15 @@ class Router:
                     self._stale = False
                     self.snapshot = await load(self.db)
         return self.snapshot
+
+    def certificate_name(self, host: str, base_domain: str) -> str | None:
+        """The name to present a certificate for when a client asks for ``host``: a wildcard
+        for names under the base domain or a reserved wildcard, the name itself when it is
+        reserved; None for names this platform does not serve."""
+        parent = host.split(".", 1)[1] if "." in host else ""
+        if parent == base_domain or f"*.{parent}" in self.snapshot.domains:
+            return f"*.{parent}"
+        return host if host in self.snapshot.domains else None
 
     def edge_host(self, host: str) -> str | None:
         """The edge serving ``host`` (from the last snapshot), if any."""

@@ -147,7 +147,8 @@ class EdgeCerts:
         if ctx is not None:
             return ctx
         self.dir.mkdir(parents=True, exist_ok=True)
-        cert, key = self.dir / f"{name}.pem", self.dir / f"{name}.key"
+        file = name.replace("*", "_")  # names are checked host names, plus a leading "*."
+        cert, key = self.dir / f"{file}.pem", self.dir / f"{file}.key"
         if not (_current(cert, [name]) and key.exists()):
             chain, pem = leaf(*self._ca, [name], days=90)
             _write_private(key, pem)

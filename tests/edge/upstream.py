@@ -1,0 +1,121 @@
+"""The service behind the tunnels in edge tests: a real uvicorn server (HTTP/1.1 with h11,
+WebSockets with the websockets library) on a loopback port, in a thread.
+
+Paths: ``/headers`` answers the request line and headers as JSON; ``/echo`` streams the request
+body back (chunked); ``/bytes/<n>`` sends n pseudo-random bytes (with a SHA-256 header);
+``/sse`` writes three events 0.3 s apart; ``/hang`` answers nothing; ``/ws`` echoes WebSocket
+messages; anything else answers its path and the ``name`` the server was started with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+
+from tests.server import free_port
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def pseudo_random(n: int) -> bytes:
+    return random.Random(n).randbytes(n)
+
+
+def app(name: str) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await receive()  # connect
+            await send({"type": "websocket.accept"})
+            while True:
+                msg = await receive()
+                if msg["type"] != "websocket.receive":
+                    return
+                await send({"type": "websocket.send", "text": f"{name}:{msg.get('text')}"})
+        if scope["type"] != "http":
+            return
+        path = scope["path"]
+
+        async def start(status: int = 200, headers: list[tuple[bytes, bytes]] | None = None
+                        ) -> None:
+            await send({"type": "http.response.start", "status": status,
+                        "headers": headers or []})
+
+        if path == "/hang":
+            await asyncio.sleep(3600)
+        if path == "/echo":
+            await start(200, [(b"content-type", b"application/octet-stream")])
+            while True:
+                msg = await receive()
+                body = msg.get("body", b"")
+                if body:
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                if not msg.get("more_body"):
+                    break
+            await send({"type": "http.response.body", "body": b""})
+            return
+        body = b""
+        while True:  # read (and drop) any request body
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        if path == "/headers":
+            data = json.dumps({"method": scope["method"], "path": path, "name": name,
+                               "body": len(body),
+                               "headers": [[k.decode(), v.decode()]
+                                           for k, v in scope["headers"]]}).encode()
+            await start(200, [(b"content-type", b"application/json"),
+                              (b"x-upstream", b"yes")])
+            await send({"type": "http.response.body", "body": data})
+        elif path.startswith("/bytes/"):
+            data = pseudo_random(int(path.rsplit("/", 1)[1]))
+            await start(200, [(b"content-length", str(len(data)).encode()),
+                              (b"x-sha256", hashlib.sha256(data).hexdigest().encode())])
+            for i in range(0, len(data), 1 << 20):
+                await send({"type": "http.response.body", "body": data[i:i + (1 << 20)],
+                            "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        elif path == "/sse":
+            await start(200, [(b"content-type", b"text/event-stream"),
+                              (b"cache-control", b"no-cache")])
+            for i in range(3):
+                await send({"type": "http.response.body", "body": f"data: {i}\n\n".encode(),
+                            "more_body": True})
+                await asyncio.sleep(0.3)
+            await send({"type": "http.response.body", "body": b""})
+        else:
+            await start(200, [(b"content-type", b"text/plain")])
+            await send({"type": "http.response.body", "body": f"{name} {path}".encode()})
+    return serve
+
+
+@contextmanager
+def running(name: str = "upstream") -> Iterator[int]:
+    """Serve ``app(name)`` on a free loopback port for the duration."""
+    port = free_port()
+    config = uvicorn.Config(app(name), host="127.0.0.1", port=port, log_config=None,
+                            access_log=False, lifespan="off", http="h11", ws="websockets-sansio")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the upstream service did not start")
+        threading.Event().wait(0.02)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)
