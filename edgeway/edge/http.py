@@ -50,6 +50,13 @@ def page(status: int, title: str, detail: str, code: int,
                           ("Edgeway-Error-Code", f"ERR_EDGEWAY_{code}"), *extra), body)
 
 
+RETRIES = 2  # safe requests whose tunnel died before answering go to another live one
+
+
+class _Retry(Exception):
+    pass
+
+
 @dataclass
 class Decision:
     target: Target
@@ -66,6 +73,18 @@ class Upstream:
     key: str
     pipe: Pipe
     conn: h11.Connection
+
+
+def _replayable(req: h11.Request, decision: Decision) -> bool:
+    """A safe, bodiless request routed to a tunnel may be sent again if its agent vanished
+    before answering (nothing reached the client yet)."""
+    if req.method not in (b"GET", b"HEAD", b"OPTIONS") or not isinstance(decision.target,
+                                                                          Tunnel):
+        return False
+    for name, value in req.headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
+            return False
+    return True
 
 
 def _reason(status: int) -> bytes:
@@ -191,13 +210,24 @@ class HttpEdge:
                 if not isinstance(event, h11.Request):
                     return  # ConnectionClosed (or PAUSED after a switch)
                 decision = await self.decide(event, peer[0])
-                if isinstance(decision.target, Fixed):
-                    await self._fixed(conn, writer, decision.target, event.method == b"HEAD")
-                    if not await self._drain(conn, reader):
-                        return
-                else:
-                    upstream = await self._proxy(conn, reader, writer, event, decision, peer,
-                                                 upstream)
+                for attempt in range(RETRIES + 1):
+                    if isinstance(decision.target, Fixed):
+                        await self._fixed(conn, writer, decision.target,
+                                          event.method == b"HEAD")
+                        if not await self._drain(conn, reader):
+                            return
+                        break
+                    retry = attempt < RETRIES and _replayable(event, decision)
+                    try:
+                        upstream = await self._proxy(conn, reader, writer, event, decision,
+                                                     peer, upstream, retry)
+                        break
+                    except _Retry:  # that tunnel's agent is gone: ask the router again
+                        upstream = None
+                        decision = await self.decide(event, peer[0])
+                        if not isinstance(decision.target, Tunnel):
+                            await self._bad_gateway(conn, writer, event, "no other tunnel")
+                            return
                 if conn.our_state is h11.SWITCHED_PROTOCOL:
                     return
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
@@ -285,7 +315,8 @@ class HttpEdge:
 
     async def _proxy(self, conn: h11.Connection, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter, req: h11.Request, decision: Decision,
-                     peer: tuple[str, int], upstream: Upstream | None) -> Upstream | None:
+                     peer: tuple[str, int], upstream: Upstream | None, retry: bool
+                     ) -> Upstream | None:
         target = decision.target
         assert isinstance(target, Tunnel | Static)
         key = target.id if isinstance(target, Tunnel) else f"static:{target.host}:{target.port}"
@@ -303,13 +334,15 @@ class HttpEdge:
         except (UpstreamGone, h11.LocalProtocolError) as exc:
             if upstream is not None:
                 upstream.pipe.close()
+            if retry:
+                raise _Retry from None
             await self._bad_gateway(conn, writer, req, str(exc))
             await self._drain(conn, reader)
             return None
         body = asyncio.create_task(self._pump_body(conn, reader, upstream))
         try:
-            keep = await self._relay_response(conn, writer, req, decision, upstream, body,
-                                              reader)
+            keep = await self._relay_response(conn, writer, reader, req, decision, upstream,
+                                              body, retry)
         finally:
             if not body.done():
                 body.cancel()
@@ -343,8 +376,9 @@ class HttpEdge:
                 req.method == b"HEAD")
 
     async def _relay_response(self, conn: h11.Connection, writer: asyncio.StreamWriter,
-                              req: h11.Request, decision: Decision, upstream: Upstream,
-                              body: asyncio.Task[None], reader: asyncio.StreamReader) -> bool:
+                              reader: asyncio.StreamReader, req: h11.Request,
+                              decision: Decision, upstream: Upstream,
+                              body: asyncio.Task[None], retry: bool) -> bool:
         """Relay the upstream's answer; True if both connections may be reused."""
         up = upstream.conn
         while True:
@@ -356,6 +390,9 @@ class HttpEdge:
                     up.receive_data(await upstream.pipe.read())
                     continue
             except (UpstreamGone, h11.RemoteProtocolError) as exc:
+                if retry and conn.our_state is h11.SEND_RESPONSE:
+                    upstream.pipe.close()
+                    raise _Retry from None
                 await self._bad_gateway(conn, writer, req, str(exc))
                 return False
             if isinstance(event, h11.InformationalResponse):

@@ -1,8 +1,9 @@
 """The service behind the tunnels in edge tests: a real uvicorn server (HTTP/1.1 with h11,
 WebSockets with the websockets library) on a loopback port, in a thread.
 
-Paths: ``/headers`` answers the request line and headers as JSON; ``/echo`` streams the request
-body back (chunked); ``/bytes/<n>`` sends n pseudo-random bytes (with a SHA-256 header);
+Paths: ``/headers`` answers the request line, headers and the body's length and SHA-256 as
+JSON; ``/echo`` streams the request body back (chunked); ``/bytes/<n>`` sends n pseudo-random
+bytes (with a SHA-256 header);
 ``/sse`` writes three events 0.3 s apart; ``/hang`` answers nothing; ``/ws`` echoes WebSocket
 messages; anything else answers its path and the ``name`` the server was started with.
 """
@@ -72,7 +73,7 @@ def app(name: str) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
                 break
         if path == "/headers":
             data = json.dumps({"method": scope["method"], "path": path, "name": name,
-                               "body": len(body),
+                               "body": len(body), "sha256": hashlib.sha256(body).hexdigest(),
                                "headers": [[k.decode(), v.decode()]
                                            for k, v in scope["headers"]]}).encode()
             await start(200, [(b"content-type", b"application/json"),

@@ -141,16 +141,16 @@ class MuxConnection:
         if self._sock is not None:
             try:
                 self._sock.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
-            except OSError:
+            except (OSError, ValueError, TypeError):  # closed, or not a TCP socket
                 self._sock = None
 
     async def _read_loop(self) -> None:
         try:
             while not self.session.closed:
                 data = await self._reader.read(65536)
-                self._quickack()
                 if not data:
                     break
+                self._quickack()
                 self._dispatch(self.session.receive(data))
                 self.kick()
         except (ConnectionError, OSError):
