@@ -1,0 +1,211 @@
+"""Which names an agent may bind (reserved, under a reserved wildcard, generated; once, or
+pooled; within the credential's ACL; not an edge's), StopTunnel when the reservation goes,
+100 MB through a TCP tunnel, and the same URLs after a rolling restart of the server."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.edge import upstream
+from tests.edge.agents import EdgeClient, agent
+from tests.server import Server, start
+
+
+def reserve(api: httpx.Client, *domains: str) -> None:
+    for domain in domains:
+        r = api.post("/reserved_domains", json={"domain": domain})
+        assert r.status_code == 201, r.text
+
+
+def test_reserved_wildcard_unreserved_and_taken_names(srv: Server, token: str,
+                                                      service: int) -> None:
+    fwd = f"http://127.0.0.1:{service}"
+    with srv.client() as api:
+        reserve(api, "shop.example.net", "*.site.example.net")
+    a = agent(srv, token, {"kind": "https", "domain": "shop.example.net", "forward": fwd},
+              {"kind": "https", "domain": "a.site.example.net", "forward": fwd},
+              {"kind": "https", "domain": "evil.example.com", "forward": fwd},
+              {"kind": "https", "domain": "deep.a.site.example.net", "forward": fwd})
+    try:
+        shop, site, evil, deep = a.listeners
+        assert shop["url"] == f"https://shop.example.net:{srv.https_port}"
+        assert site["url"] == f"https://a.site.example.net:{srv.https_port}"
+        assert "'evil.example.com' is not reserved" in evil["error"]
+        assert "ERR_NGROK_8000" in evil["error"]
+        assert "not reserved" in deep["error"]  # a wildcard covers one label
+        with EdgeClient(srv) as web:
+            assert web.get(shop["url"] + "/p").text == "svc /p"
+            assert web.get(site["url"] + "/q").text == "svc /q"
+        b = agent(srv, token, {"kind": "https", "domain": "shop.example.net", "forward": fwd})
+        try:
+            assert "already bound by another tunnel" in b.listeners[0]["error"]
+        finally:
+            b.stop()
+    finally:
+        a.stop()
+
+
+def test_pooled_binds_share_a_name(srv: Server, token: str) -> None:
+    with srv.client() as api:
+        reserve(api, "pool.example.net")
+    with upstream.running("left") as left, upstream.running("right") as right:
+        a = agent(srv, token, {"kind": "https", "domain": "pool.example.net", "pool": True,
+                               "forward": f"http://127.0.0.1:{left}"})
+        b = agent(srv, token, {"kind": "https", "domain": "pool.example.net", "pool": True,
+                               "forward": f"http://127.0.0.1:{right}"})
+        try:
+            assert a.urls == b.urls
+            with EdgeClient(srv) as web:
+                seen = {web.get(a.urls[0] + "/x").text for _ in range(12)}
+            assert seen == {"left /x", "right /x"}
+        finally:
+            a.stop()
+            b.stop()
+
+
+def test_acl_and_edge_names_limit_binds(srv: Server, service: int) -> None:
+    fwd = f"http://127.0.0.1:{service}"
+    with srv.client() as api:
+        reserve(api, "*.acl.example.net", "other.example.net", "edge.example.net")
+        api.post("/edges/https", json={"hostports": ["edge.example.net:443"]})
+        limited = api.post("/credentials", json={"acl": ["bind:*.acl.example.net"]}).json()
+        unlimited = api.post("/credentials", json={}).json()
+    a = agent(srv, limited["token"],
+              {"kind": "https", "domain": "b.acl.example.net", "forward": fwd},
+              {"kind": "https", "domain": "other.example.net", "forward": fwd},
+              {"kind": "https", "forward": fwd})
+    b = agent(srv, unlimited["token"],
+              {"kind": "https", "domain": "edge.example.net", "forward": fwd})
+    try:
+        ok, outside, generated = a.listeners
+        assert ok["url"].startswith("https://b.acl.example.net")
+        assert "ACL (bind:*.acl.example.net) does not allow binding other.example.net" \
+            in outside["error"]
+        assert "ACL" in generated["error"]  # a generated name is outside the ACL too
+        assert "is served by the edge edghts_" in b.listeners[0]["error"]
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_deleting_the_reserved_domain_stops_the_tunnel(srv: Server, token: str,
+                                                      service: int) -> None:
+    with srv.client() as api:
+        domain = api.post("/reserved_domains", json={"domain": "gone.example.net"}).json()
+        a = agent(srv, token, {"kind": "https", "domain": "gone.example.net",
+                               "forward": f"http://127.0.0.1:{service}"})
+        try:
+            (url,) = a.urls
+            with EdgeClient(srv) as web:
+                assert web.get(url + "/").status_code == 200
+                assert api.delete(f"/reserved_domains/{domain['id']}").status_code == 204
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline and any(
+                        t["public_url"] == url for t in api.get("/tunnels").json()["tunnels"]):
+                    time.sleep(0.1)
+                assert all(t["public_url"] != url for t in api.get("/tunnels").json()["tunnels"])
+                assert web.get(url + "/").status_code == 404
+        finally:
+            a.stop()
+
+
+def _echo_server() -> tuple[socket.socket, int]:
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def echo(conn: socket.socket) -> None:
+        with conn:
+            while data := conn.recv(1 << 20):
+                conn.sendall(data)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=echo, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, listener.getsockname()[1]
+
+
+def test_one_hundred_megabytes_through_a_tcp_tunnel(srv: Server, token: str) -> None:
+    listener, port = _echo_server()
+    a = agent(srv, token, {"kind": "tcp", "forward": f"tcp://127.0.0.1:{port}"})
+    try:
+        (url,) = a.urls
+        size = 100 << 20
+        block = os.urandom(1 << 20)
+        sent, got = hashlib.sha256(), hashlib.sha256()
+        received = 0
+        with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])),
+                                      timeout=60) as s:
+            def send() -> None:
+                for i in range(size // len(block)):
+                    chunk = block[i % 7:] + block[:i % 7]  # not one block repeated
+                    sent.update(chunk)
+                    s.sendall(chunk)
+                s.shutdown(socket.SHUT_WR)
+            writer = threading.Thread(target=send)
+            writer.start()
+            while chunk := s.recv(1 << 20):
+                got.update(chunk)
+                received += len(chunk)
+            writer.join()
+        assert received == size and got.hexdigest() == sent.hexdigest()
+    finally:
+        a.stop()
+        listener.close()
+
+
+def test_same_urls_after_a_rolling_restart(tmp_path: Path) -> None:
+    first = start(tmp_path / "srv", None, "--reuse-port")
+    ports = (int(first.base_url.rsplit(":", 1)[1]), first.tunnel_port, first.http_port,
+             first.https_port)
+    listener, echo_port = _echo_server()
+    with upstream.running("svc") as service:
+        with first.client() as api:
+            token = api.post("/credentials", json={}).json()["token"]
+        a = agent(first, token, {"kind": "https", "forward": f"http://127.0.0.1:{service}"},
+                  {"kind": "tcp", "forward": f"tcp://127.0.0.1:{echo_port}"})
+        second: Server | None = None
+        try:
+            https_url, tcp_url = a.urls
+            with EdgeClient(first) as web:
+                assert web.get(https_url + "/before").text == "svc /before"
+            # the new process starts on the same ports, then the old one stops: agents
+            # reconnect at once (the SDK's back-off grows fast) and re-bind their tunnel ids
+            second = start(tmp_path / "srv", None, "--reuse-port", token=first.token,
+                           ports=ports)
+            assert first.stop() == 0
+            deadline = time.monotonic() + 20
+            answer = ""
+            with EdgeClient(second) as web:
+                while time.monotonic() < deadline:
+                    try:
+                        answer = web.get(https_url + "/after").text
+                    except httpx.HTTPError:
+                        answer = ""
+                    if answer == "svc /after":
+                        break
+                    time.sleep(0.2)
+            assert answer == "svc /after"
+            with socket.create_connection(("127.0.0.1", int(tcp_url.rsplit(":", 1)[1])),
+                                          timeout=10) as s:
+                s.sendall(b"same port")
+                assert s.recv(100) == b"same port"
+            with second.client() as api:
+                urls = {t["public_url"] for t in api.get("/tunnels").json()["tunnels"]}
+            assert urls == {https_url, tcp_url}
+        finally:
+            a.stop()
+            listener.close()
+            if second is not None:
+                assert second.stop() == 0
