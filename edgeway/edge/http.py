@@ -37,7 +37,8 @@ log = logging.getLogger("edgeway.edge")
 MAX_HEAD = 64 * 1024
 HEAD_TIMEOUT = 30.0  # to receive a whole request head
 IDLE_TIMEOUT = 75.0  # between requests on a kept-alive connection
-DRAIN_LIMIT = 1 << 20  # request body read and dropped after a local answer, else close
+DRAIN_LIMIT = 1 << 20
+FLUSH_AT = 256 * 1024  # request body read and dropped after a local answer, else close
 Headers = list[tuple[bytes, bytes]]
 
 
@@ -75,16 +76,16 @@ class Upstream:
     conn: h11.Connection
 
 
+def _bodiless(req: h11.Request) -> bool:
+    return not any(name == b"transfer-encoding" or (name == b"content-length" and value != b"0")
+                   for name, value in req.headers)
+
+
 def _replayable(req: h11.Request, decision: Decision) -> bool:
     """A safe, bodiless request routed to a tunnel may be sent again if its agent vanished
     before answering (nothing reached the client yet)."""
-    if req.method not in (b"GET", b"HEAD", b"OPTIONS") or not isinstance(decision.target,
-                                                                          Tunnel):
-        return False
-    for name, value in req.headers:
-        if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
-            return False
-    return True
+    return req.method in (b"GET", b"HEAD", b"OPTIONS") and isinstance(decision.target, Tunnel) \
+        and _bodiless(req)
 
 
 def _reason(status: int) -> bytes:
@@ -339,12 +340,18 @@ class HttpEdge:
             await self._bad_gateway(conn, writer, req, str(exc))
             await self._drain(conn, reader)
             return None
-        body = asyncio.create_task(self._pump_body(conn, reader, upstream))
+        body: asyncio.Task[None] | None = None
+        if _bodiless(req):  # the usual case: no task to pump a body
+            if not isinstance(conn.next_event(), h11.EndOfMessage):
+                raise h11.LocalProtocolError("a request without a body had one")
+            upstream.conn.send(h11.EndOfMessage())
+        else:
+            body = asyncio.create_task(self._pump_body(conn, reader, upstream))
         try:
             keep = await self._relay_response(conn, writer, reader, req, decision, upstream,
                                               body, retry)
         finally:
-            if not body.done():
+            if body is not None and not body.done():
                 body.cancel()
                 with contextlib.suppress(BaseException):
                     await body
@@ -378,14 +385,21 @@ class HttpEdge:
     async def _relay_response(self, conn: h11.Connection, writer: asyncio.StreamWriter,
                               reader: asyncio.StreamReader, req: h11.Request,
                               decision: Decision, upstream: Upstream,
-                              body: asyncio.Task[None], retry: bool) -> bool:
-        """Relay the upstream's answer; True if both connections may be reused."""
+                              body: asyncio.Task[None] | None, retry: bool) -> bool:
+        """Relay the upstream's answer; True if both connections may be reused. What the
+        upstream sent is written out whenever it has nothing more for now (one write per
+        turn, not one per event), so streamed responses still arrive as they are written."""
         up = upstream.conn
+        out = bytearray()
         while True:
             try:
                 event = up.next_event()
                 if event is h11.NEED_DATA:
-                    if body.done() and body.exception() is not None:
+                    if out:
+                        writer.write(out)
+                        out.clear()
+                        await writer.drain()
+                    if body is not None and body.done() and body.exception() is not None:
                         raise UpstreamGone(str(body.exception()))
                     up.receive_data(await upstream.pipe.read())
                     continue
@@ -399,19 +413,25 @@ class HttpEdge:
                 if event.status_code == 101:
                     await self._switch(conn, writer, reader, event, upstream, body)
                     return False
-                writer.write(conn.send(event) or b"")
+                out += conn.send(event) or b""
             elif isinstance(event, h11.Response):
                 headers = [(k, v) for k, v in event.headers.raw_items()
                            if k.lower().decode("latin-1") not in decision.remove_response]
                 headers += [(k.encode(), v.encode()) for k, v in decision.add_response]
-                writer.write(conn.send(h11.Response(
-                    status_code=event.status_code, headers=headers, reason=event.reason)) or b"")
+                out += conn.send(h11.Response(
+                    status_code=event.status_code, headers=headers, reason=event.reason)) or b""
             elif isinstance(event, h11.Data):
-                writer.write(conn.send(h11.Data(data=event.data)) or b"")
-                await writer.drain()
+                out += conn.send(h11.Data(data=event.data)) or b""
+                if len(out) >= FLUSH_AT:
+                    writer.write(out)
+                    out.clear()
+                    await writer.drain()
             elif isinstance(event, h11.EndOfMessage):
-                writer.write(conn.send(h11.EndOfMessage(headers=event.headers)) or b"")
+                out += conn.send(h11.EndOfMessage(headers=event.headers)) or b""
+                writer.write(out)
                 await writer.drain()
+                if body is None:
+                    return conn.their_state is h11.DONE
                 try:  # the upload may still be finishing; an early answer ends it
                     await asyncio.wait_for(asyncio.shield(body), 5)
                 except (UpstreamGone, TimeoutError, h11.RemoteProtocolError):
@@ -421,13 +441,15 @@ class HttpEdge:
                 if conn.our_state is h11.SEND_RESPONSE:
                     await self._bad_gateway(conn, writer, req, "the upstream closed")
                     return False
+                writer.write(out)
                 raise ConnectionResetError("the upstream closed mid-response")
 
     async def _switch(self, conn: h11.Connection, writer: asyncio.StreamWriter,
                       reader: asyncio.StreamReader, event: h11.InformationalResponse,
-                      upstream: Upstream, body: asyncio.Task[None]) -> None:
+                      upstream: Upstream, body: asyncio.Task[None] | None) -> None:
         """101 Switching Protocols: from here on, bytes both ways as they come."""
-        await body
+        if body is not None:
+            await body
         writer.write(conn.send(event) or b"")
         leftover_up, _ = upstream.conn.trailing_data
         leftover_client, _ = conn.trailing_data
