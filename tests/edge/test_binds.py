@@ -1,20 +1,23 @@
 """Which names an agent may bind (reserved, under a reserved wildcard, generated; once, or
 pooled; within the credential's ACL; not an edge's), StopTunnel when the reservation goes,
-100 MB through a TCP tunnel, and the same URLs after a rolling restart of the server."""
+100 MB through a TCP tunnel, the same URLs after a rolling restart of the server, and the
+tunnel listener's certificate for agent ingress region domains."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import socket
+import ssl
 import threading
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.edge import upstream
-from tests.edge.agents import EdgeClient, agent
+from tests.edge.agents import EdgeClient, agent, ca_context
 from tests.server import Server, start
 
 
@@ -209,3 +212,24 @@ def test_same_urls_after_a_rolling_restart(tmp_path: Path) -> None:
             listener.close()
             if second is not None:
                 assert second.stop() == 0
+
+
+def test_agents_dialing_a_region_domain_get_a_certificate_for_it(srv: Server) -> None:
+    with srv.client() as api:
+        ingress = api.post("/agent_ingresses", json={"domain": "connect.example.org"}).json()
+    (region,) = ingress["region_domains"][:1]
+    context = ca_context(srv)  # verifies the chain and the host name, as the SDK does
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", srv.tunnel_port), timeout=10) as raw, \
+                    context.wrap_socket(raw, server_hostname=region) as tls:
+                assert tls.version() in ("TLSv1.2", "TLSv1.3")
+            break
+        except ssl.SSLCertVerificationError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    with socket.create_connection(("127.0.0.1", srv.tunnel_port), timeout=10) as raw, \
+            pytest.raises(ssl.SSLCertVerificationError):
+        context.wrap_socket(raw, server_hostname="tunnel.unknown.example.org")
