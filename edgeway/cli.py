@@ -52,6 +52,11 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--tunnel-hostnames", default=_env("TUNNEL_HOSTNAMES", ""),
                        help="extra names and addresses agents dial, for the tunnel "
                             "certificate (always: localhost, 127.0.0.1, ::1, tunnel.<base>)")
+    serve.add_argument("--tunnel-cert", type=Path, default=_env("TUNNEL_CERT"),
+                       help="PEM certificate chain for the tunnel listener, instead of one "
+                            "from the platform CA (with --tunnel-key)")
+    serve.add_argument("--tunnel-key", type=Path, default=_env("TUNNEL_KEY"),
+                       help="PEM private key of --tunnel-cert")
     serve.add_argument("--tcp-host", default=_env("TCP_HOST", "127.0.0.1"),
                        help="address TCP tunnels listen on and are published as "
                             "(default: %(default)s)")
@@ -97,12 +102,20 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     if not (sep and low.isascii() and low.isdigit() and high.isascii() and high.isdigit()
             and 1 <= int(low) <= int(high) <= 65535):
         raise ValueError(f"--tcp-ports {args.tcp_ports!r} must be LOW-HIGH within 1-65535")
+    if (args.tunnel_cert is None) != (args.tunnel_key is None):
+        raise ValueError("--tunnel-cert and --tunnel-key go together")
+    for path in (args.tunnel_cert, args.tunnel_key):
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"{path}: no such file")
+
     def public(addr: str) -> tuple[str, int] | None:
         return None if addr.strip().lower() == "off" else parse_addr(addr)
 
     return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,
                         names, args.tcp_host, (int(low), int(high)), public(args.http_addr),
-                        public(args.https_addr), args.reuse_port)
+                        public(args.https_addr), args.reuse_port,
+                        (Path(args.tunnel_cert), Path(args.tunnel_key))
+                        if args.tunnel_cert else None)
 
 
 def _ca_export(args: argparse.Namespace) -> None:

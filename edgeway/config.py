@@ -40,6 +40,7 @@ class ServerConfig:
     http_addr: tuple[str, int] | None = ("127.0.0.1", 8880)
     https_addr: tuple[str, int] | None = ("127.0.0.1", 8443)
     reuse_port: bool = False
+    tunnel_cert: tuple[Path, Path] | None = None  # a certificate and key of the operator's
 
 
 def public_url_for(host: str, port: int) -> str:

@@ -70,6 +70,8 @@ async def serve(cfg: ServerConfig) -> None:
         sealer = seal.load(cfg.data_dir)
         platform = Platform(cfg.settings, db, sealer)
         tls = platform_ca.ensure(cfg.data_dir, sealer, list(cfg.tunnel_names))
+        if cfg.tunnel_cert is not None:  # the operator's own certificate for agents
+            tls = platform_ca.TunnelTLS(tls.ca_pem, *cfg.tunnel_cert)
         http_port = cfg.http_addr[1] if cfg.http_addr else 80
         https_port = cfg.https_addr[1] if cfg.https_addr else 443
         tunnels = TunnelServer(platform, tls, cfg.tcp_host, cfg.tcp_ports,

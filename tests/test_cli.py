@@ -73,6 +73,9 @@ def test_sigint_is_a_clean_shutdown(tmp_path: Path) -> None:
     (["--api-addr", "127.0.0.1:70000"], "HOST:PORT"),
     (["--database-url", "mysql://x/y"], "PostgreSQL URL"),
     (["--regions", ","], "at least one region"),
+    (["--tunnel-cert", "/etc/hostname"], "--tunnel-cert and --tunnel-key go together"),
+    (["--tunnel-cert", "/nope.pem", "--tunnel-key", "/nope.key"], "/nope.pem: no such file"),
+    (["--http-addr", "nowhere"], "HOST:PORT"),
 ])
 def test_bad_options_fail_clearly(tmp_path: Path, args: list[str], words: str) -> None:
     r = edgeway("serve", "--data-dir", str(tmp_path), *args)

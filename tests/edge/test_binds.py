@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.edge import upstream
+from tests.edge import tls_upstream, upstream
 from tests.edge.agents import EdgeClient, agent, ca_context
 from tests.server import Server, start
 
@@ -233,3 +233,16 @@ def test_agents_dialing_a_region_domain_get_a_certificate_for_it(srv: Server) ->
     with socket.create_connection(("127.0.0.1", srv.tunnel_port), timeout=10) as raw, \
             pytest.raises(ssl.SSLCertVerificationError):
         context.wrap_socket(raw, server_hostname="tunnel.unknown.example.org")
+
+
+def test_the_operators_own_tunnel_certificate(tmp_path: Path) -> None:
+    cert, key = tls_upstream.self_signed("localhost", tmp_path)
+    own = start(tmp_path / "srv", None, "--tunnel-cert", str(cert), "--tunnel-key", str(key))
+    try:
+        context = ssl.create_default_context(cafile=str(cert))
+        with socket.create_connection(("127.0.0.1", own.tunnel_port), timeout=10) as raw, \
+                context.wrap_socket(raw, server_hostname="localhost") as tls:
+            served = tls.getpeercert(binary_form=True)
+        assert served == ssl.PEM_cert_to_DER_cert(cert.read_text())
+    finally:
+        assert own.stop() == 0
