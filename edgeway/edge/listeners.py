@@ -136,7 +136,7 @@ class PublicListeners:
                 await asyncio.wait_for(self._changed.wait(), self.router.max_age)
             self._changed.clear()
             try:
-                await self.router.current()
+                await self.router.refresh()
                 await self._sync_tcp_edges()
             except Exception:  # a failed reload must not end the follower
                 log.exception('{"event": "edge_reload_failed"}')

@@ -1,8 +1,9 @@
 """Routing: which tunnel, backend or page answers a public connection.
 
 A snapshot of the edges, routes, backends and IP policies is loaded from the store and kept
-until the API changes one of them (``invalidate``) or ``max_age`` passes (so that a change
-made through another node sharing the database is seen too). Live tunnels come from the tunnel
+until the API of this node changes one of them (the next request waits for the reload), and
+refreshed every ``max_age`` seconds in the background (changes made through another node
+sharing the database). Live tunnels come from the tunnel
 registry on every decision, so a tunnel that binds or goes away counts at once.
 """
 
@@ -126,23 +127,32 @@ class Router:
         self.db, self.registry, self.max_age = db, registry, max_age
         self.snapshot = Snapshot()
         self._lock = asyncio.Lock()
-        self._stale = True
+        self._wanted = 1  # bumped by every change; the snapshot records what it reflects
+        self._loaded = 0
         self._regexes: dict[str, re.Pattern[str]] = {}
-
-    def invalidate(self) -> None:
-        self._stale = True
 
     def changed(self, collection: str) -> None:
         if collection in WATCHED:
-            self._stale = True
+            self._wanted += 1
 
     async def current(self) -> Snapshot:
-        if self._stale or time.monotonic() - self.snapshot.loaded > self.max_age:
+        """The snapshot reflecting every change this node committed before the call (a
+        reload already under way when a change arrives does not count: the caller waits for
+        the next one)."""
+        if self._loaded < self._wanted:
             async with self._lock:
-                if self._stale or time.monotonic() - self.snapshot.loaded > self.max_age:
-                    self._stale = False
+                if self._loaded < self._wanted:
+                    wanted = self._wanted
                     self.snapshot = await load(self.db)
+                    self._loaded = wanted
         return self.snapshot
+
+    async def refresh(self) -> None:
+        """Reload in the background of requests (changes made on other nodes)."""
+        async with self._lock:
+            wanted = self._wanted
+            self.snapshot = await load(self.db)
+            self._loaded = max(self._loaded, wanted)
 
     def certificate_name(self, host: str, base_domain: str) -> str | None:
         """The name to present a certificate for when a client asks for ``host``: a wildcard
