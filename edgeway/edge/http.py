@@ -20,13 +20,17 @@ import base64
 import contextlib
 import hmac
 import html
+import json
 import logging
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import Any
 
 import h11
 
-from edgeway.edge.router import Fixed, Router, Static, Target
+from edgeway.edge import compression
+from edgeway.edge.breaker import Breaker
+from edgeway.edge.router import Fixed, Router, Static, Target, on
 from edgeway.tunnel.muxado.aio import StreamClosed
 from edgeway.tunnel.muxado.session import StreamError
 from edgeway.tunnel.pipes import Pipe, SocketPipe, StreamPipe, UpstreamGone, splice
@@ -67,6 +71,8 @@ class Decision:
     remove: set[str] = field(default_factory=set)
     add_response: list[tuple[str, str]] = field(default_factory=list)
     remove_response: set[str] = field(default_factory=set)
+    compress: bool = False
+    breaker: Breaker | None = None
 
 
 @dataclass
@@ -121,6 +127,18 @@ def _basic_ok(headers: Headers, pairs: tuple[tuple[str, str], ...]) -> bool:
 class HttpEdge:
     def __init__(self, router: Router, scheme: str, https_port: int = 443) -> None:
         self.router, self.scheme, self.https_port = router, scheme, https_port
+        self._breakers: dict[str, tuple[str, Breaker]] = {}  # route id -> (config, state)
+
+    def _breaker(self, route_id: str, module: Any) -> Breaker | None:
+        """The route's breaker, kept across requests while its configuration stays."""
+        if not on(module):
+            self._breakers.pop(route_id, None)
+            return None
+        config = json.dumps(module, sort_keys=True)
+        kept = self._breakers.get(route_id)
+        if kept is None or kept[0] != config:
+            kept = self._breakers[route_id] = (config, Breaker.from_module(module))
+        return kept[1]
 
     # -- routing ---------------------------------------------------------------------------
 
@@ -146,6 +164,11 @@ class HttpEdge:
                                              _header(headers, b"user-agent")):
                 return Decision(page(403, "Forbidden", "Your user agent may not access this "
                                      "site.", 4007))
+            breaker = self._breaker(route.id, doc.get("circuit_breaker"))
+            if breaker is not None and not breaker.allows():
+                return Decision(page(503, "Circuit open", "Too many of this route's recent "
+                                     "requests failed; it is paused for a moment.", 4011,
+                                     (("Retry-After", str(int(breaker.tripped_duration))),)))
             missing = self.router.unenforced(doc)
             if missing:
                 return Decision(page(503, "Not available", f"The route requires the "
@@ -165,7 +188,8 @@ class HttpEdge:
                 list((req_mod.get("add") or {}).items()) if on_req else [],
                 {h.lower() for h in req_mod.get("remove") or []} if on_req else set(),
                 list((res_mod.get("add") or {}).items()) if on_res else [],
-                {h.lower() for h in res_mod.get("remove") or []} if on_res else set())
+                {h.lower() for h in res_mod.get("remove") or []} if on_res else set(),
+                compress=on(doc.get("compression")), breaker=breaker)
         tunnel = self.router.agent_tunnel(host)
         if tunnel is None:
             return Decision(page(404, "Tunnel not found", f"No tunnel is bound to {host}.",
@@ -188,7 +212,8 @@ class HttpEdge:
                                  (("WWW-Authenticate", 'Basic realm="edgeway"'),)))
         return Decision(tunnel, tunnel.proto, "",
                         list(bind.request_headers.add), set(bind.request_headers.remove),
-                        list(bind.response_headers.add), set(bind.response_headers.remove))
+                        list(bind.response_headers.add), set(bind.response_headers.remove),
+                        compress=bind.compression)
 
     # -- one public connection -------------------------------------------------------------
 
@@ -213,6 +238,8 @@ class HttpEdge:
                 decision = await self.decide(event, peer[0])
                 for attempt in range(RETRIES + 1):
                     if isinstance(decision.target, Fixed):
+                        if decision.breaker is not None:  # an http_response backend
+                            decision.breaker.record(decision.target.status >= 500)
                         await self._fixed(conn, writer, decision.target,
                                           event.method == b"HEAD")
                         if not await self._drain(conn, reader):
@@ -391,10 +418,13 @@ class HttpEdge:
         turn, not one per event), so streamed responses still arrive as they are written."""
         up = upstream.conn
         out = bytearray()
+        gzip: compression.Gzip | None = None
         while True:
             try:
                 event = up.next_event()
                 if event is h11.NEED_DATA:
+                    if gzip is not None and (pending := gzip.flush()):
+                        out += conn.send(h11.Data(data=pending)) or b""
                     if out:
                         writer.write(out)
                         out.clear()
@@ -407,6 +437,8 @@ class HttpEdge:
                 if retry and conn.our_state is h11.SEND_RESPONSE:
                     upstream.pipe.close()
                     raise _Retry from None
+                if decision.breaker is not None:
+                    decision.breaker.record(True)
                 await self._bad_gateway(conn, writer, req, str(exc))
                 return False
             if isinstance(event, h11.InformationalResponse):
@@ -415,18 +447,27 @@ class HttpEdge:
                     return False
                 out += conn.send(event) or b""
             elif isinstance(event, h11.Response):
+                if decision.breaker is not None:
+                    decision.breaker.record(event.status_code >= 500)
                 headers = [(k, v) for k, v in event.headers.raw_items()
                            if k.lower().decode("latin-1") not in decision.remove_response]
                 headers += [(k.encode(), v.encode()) for k, v in decision.add_response]
+                if decision.compress and compression.wanted(
+                        list(req.headers), event.status_code, headers, req.method == b"HEAD"):
+                    headers, gzip = compression.rewrite(headers), compression.Gzip()
                 out += conn.send(h11.Response(
                     status_code=event.status_code, headers=headers, reason=event.reason)) or b""
             elif isinstance(event, h11.Data):
-                out += conn.send(h11.Data(data=event.data)) or b""
+                data = gzip.data(event.data) if gzip else event.data
+                if data:
+                    out += conn.send(h11.Data(data=data)) or b""
                 if len(out) >= FLUSH_AT:
                     writer.write(out)
                     out.clear()
                     await writer.drain()
             elif isinstance(event, h11.EndOfMessage):
+                if gzip is not None:
+                    out += conn.send(h11.Data(data=gzip.end())) or b""
                 out += conn.send(h11.EndOfMessage(headers=event.headers)) or b""
                 writer.write(out)
                 await writer.drain()

@@ -118,7 +118,8 @@ async def load(db: Database) -> Snapshot:
     return snap
 
 
-def _on(module: Any) -> bool:
+def on(module: Any) -> bool:
+    """A module that is set and not disabled."""
     return isinstance(module, dict) and module.get("enabled", True) is not False
 
 
@@ -185,7 +186,7 @@ class Router:
         return best
 
     def ip_allowed(self, snap: Snapshot, module: Any, ip: str) -> bool:
-        if not _on(module):
+        if not on(module):
             return True
         allow: list[Network] = []
         deny: list[Network] = []
@@ -197,7 +198,7 @@ class Router:
         return cidr_allows(ip, allow, deny)
 
     def agent_allowed(self, module: Any, user_agent: str) -> bool:
-        if not _on(module):
+        if not on(module):
             return True
 
         def hit(patterns: list[str]) -> bool:
@@ -213,7 +214,7 @@ class Router:
 
     @staticmethod
     def unenforced(doc: dict[str, Any]) -> str | None:
-        return next((m for m in UNENFORCED if _on(doc.get(m))), None)
+        return next((m for m in UNENFORCED if on(doc.get(m))), None)
 
     def backend(self, snap: Snapshot, backend_id: str, depth: int = 0) -> Target | None:
         """The target a backend picks now; None when nothing behind it is live."""
@@ -247,7 +248,7 @@ class Router:
 
     def edge_target(self, snap: Snapshot, doc: dict[str, Any]) -> Target | None:
         module = doc.get("backend") or {}
-        return self.backend(snap, module.get("backend_id", "")) if _on(module) else None
+        return self.backend(snap, module.get("backend_id", "")) if on(module) else None
 
     def agent_tunnel(self, host: str) -> Tunnel | None:
         return self.registry.pick(self.registry.by_host.get(host, []))

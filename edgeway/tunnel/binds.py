@@ -1,10 +1,10 @@
 """Bind requests: what an agent asks for, checked against its credential's ACL and against the
 options this edge can enforce. Pure: the server does the allocation and the I/O.
 
-Options the edge enforces on agent tunnels: IP restrictions and request/response header
-changes (HTTP). Every other security or traffic option an SDK can send (OAuth, OIDC, webhook
-verification, mutual TLS, traffic policy, PROXY protocol, ...) is refused with a clear error
-rather than accepted and silently ignored.
+Options the edge enforces on agent tunnels: IP restrictions; for HTTP also basic auth,
+request/response header changes and compression. Every other security or traffic option an
+SDK can send (OAuth, OIDC, webhook verification, mutual TLS, traffic policy, PROXY protocol,
+...) is refused with a clear error rather than accepted and silently ignored.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from edgeway.errors import Invalid
 PROTOS = ("http", "https", "tcp", "tls")
 # Bind options (folded keys) the edge does not enforce: refused when set
 UNSUPPORTED = {
-    "http": ("compression", "circuitbreaker", "oauth", "oidc", "webhookverification",
+    "http": ("circuitbreaker", "oauth", "oidc", "webhookverification",
              "mutualtlsca", "websockettcpconverter", "useragentfilter", "trafficpolicy",
              "policy"),
     "tcp": ("trafficpolicy", "policy"),
@@ -60,6 +60,7 @@ class BindRequest:
     request_headers: HeaderChanges = HeaderChanges()
     response_headers: HeaderChanges = HeaderChanges()
     basic_auth: tuple[tuple[str, str], ...] = ()  # (user, password) pairs
+    compression: bool = False
 
 
 def _raw_opts(message: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +137,7 @@ def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> 
         raise BindRefused(f"unknown tunnel protocol '{proto}' (http, https, tcp or tls)")
     family = "http" if proto in ("http", "https") else proto
     for name in UNSUPPORTED[family]:
-        if opts.get(name):
+        if opts.get(name) not in (None, "", False, 0):  # an empty object is set
             raise BindRefused(f"{NAMES[name]} on {proto} tunnels is not enforced by this edge "
                               "yet; refusing rather than ignoring it")
     if int(opts.get("proxyproto") or 0):
@@ -154,7 +155,8 @@ def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> 
         deny=_cidrs(restriction.get("denycidrs"), "deny_cidrs"),
         request_headers=_headers(opts.get("requestheaders")),
         response_headers=_headers(opts.get("responseheaders")),
-        basic_auth=_basic_auth(opts) if family == "http" else ())
+        basic_auth=_basic_auth(opts) if family == "http" else (),
+        compression=family == "http" and opts.get("compression") is not None)
 
 
 def parse_labeled(folded: dict[str, Any]) -> BindRequest:

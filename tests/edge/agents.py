@@ -38,6 +38,8 @@ SCRIPT = textwrap.dedent("""
                     b = b.scheme("HTTP")
                 if ln.get("basic_auth"):
                     b = b.basic_auth(*ln["basic_auth"])
+                if ln.get("compression"):
+                    b = b.compression()
             elif kind == "tls":
                 b = s.tls_endpoint()
             else:

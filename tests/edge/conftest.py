@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.edge import upstream
 from tests.conftest import BACKENDS
+from tests.edge import upstream
 from tests.server import Server, fresh_pg_database, start
 
 if not os.environ.get("CI"):

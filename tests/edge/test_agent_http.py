@@ -202,6 +202,21 @@ def test_two_hundred_concurrent_requests(srv: Server, service: int, token: str) 
         a.stop()
 
 
+def test_compression_on_the_bind(srv: Server, service: int, token: str) -> None:
+    a = agent(srv, token, {"kind": "https", "forward": f"http://127.0.0.1:{service}",
+                           "compression": True})
+    try:
+        (url,) = a.urls
+        with EdgeClient(srv) as web:
+            r = web.get(url + "/headers", headers={"Accept-Encoding": "gzip"})
+            assert r.headers["content-encoding"] == "gzip" and r.json()["path"] == "/headers"
+            size = 1 << 20  # random bytes are not text: left alone
+            r = web.get(f"{url}/bytes/{size}", headers={"Accept-Encoding": "gzip"})
+            assert "content-encoding" not in r.headers and len(r.content) == size
+    finally:
+        a.stop()
+
+
 def test_basic_auth_on_the_bind(srv: Server, service: int, token: str) -> None:
     a = agent(srv, token, {"kind": "https", "forward": f"http://127.0.0.1:{service}",
                            "basic_auth": ["alice", "correct horse"]})

@@ -249,3 +249,42 @@ def test_tls_edge_and_tls_tunnel_pass_tls_through(srv: Server, token: str,
                                     b"hi\n") == b"raw.example.org got hi\n"
         finally:
             a.stop()
+
+
+def test_compression_and_circuit_breaker_modules(srv: Server, token: str,
+                                                 service: int) -> None:
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": "zip.example.com"})
+        edge = made(api, "/edges/https", {"hostports": ["zip.example.com:443"]})
+        group = made(api, "/backends/tunnel_group", {"labels": {"svc": "zip"}})
+        failing = made(api, "/backends/http_response", {"status_code": 500, "body": "boom"})
+        route(api, edge["id"], "path_prefix", "/", group["id"], compression={})
+        route(api, edge["id"], "path_prefix", "/flaky", failing["id"], circuit_breaker={
+            "volume_threshold": 3, "error_threshold_percentage": 0.5, "tripped_duration": 60})
+    a = agent(srv, token, {"kind": "labeled", "labels": {"svc": "zip"},
+                           "forward": f"http://127.0.0.1:{service}"})
+    base = "https://zip.example.com"
+    try:
+        with EdgeClient(srv) as web:
+            r = web.get(f"{base}/headers", headers={"Accept-Encoding": "gzip"})
+            assert r.headers["content-encoding"] == "gzip" and "accept-encoding" in \
+                r.headers["vary"].lower()
+            assert r.json()["path"] == "/headers"  # httpx decoded the gzip body
+            r = web.get(f"{base}/headers", headers={"Accept-Encoding": "identity"})
+            assert "content-encoding" not in r.headers and r.json()["path"] == "/headers"
+            stamps = []  # a compressed event stream still arrives event by event
+            parts = {"Host": "zip.example.com", "Accept-Encoding": "gzip"}
+            with web.http.stream("GET", f"https://127.0.0.1:{srv.https_port}/sse",
+                                 headers=parts,
+                                 extensions={"sni_hostname": "zip.example.com"}) as r:
+                assert r.headers["content-encoding"] == "gzip"
+                for line in r.iter_lines():
+                    if line.startswith("data:"):
+                        stamps.append(time.monotonic())
+            assert len(stamps) == 3 and stamps[2] - stamps[0] > 0.4
+            assert [web.get(f"{base}/flaky").status_code for _ in range(3)] == [500] * 3
+            r = web.get(f"{base}/flaky")  # tripped: the edge answers for a while
+            assert r.status_code == 503 and r.headers["edgeway-error-code"] == "ERR_EDGEWAY_4011"
+            assert r.headers["retry-after"] == "60"
+    finally:
+        a.stop()
