@@ -16,26 +16,20 @@ complete).
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import hmac
-import html
-import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
 
 import h11
 
-from edgeway.edge import compression
-from edgeway.edge.breaker import Breaker
-from edgeway.edge.router import Fixed, Router, Static, Target, on
+from edgeway.edge.modules import compression
+from edgeway.edge.pages import Fixed, page
+from edgeway.edge.router import Decision, Router, Static
 from edgeway.tunnel.muxado.aio import StreamClosed
 from edgeway.tunnel.muxado.session import StreamError
 from edgeway.tunnel.pipes import Pipe, SocketPipe, StreamPipe, UpstreamGone, splice
 from edgeway.tunnel.registry import Tunnel
-from edgeway.tunnel.restrict import allowed
 
 log = logging.getLogger("edgeway.edge")
 MAX_HEAD = 64 * 1024
@@ -46,33 +40,11 @@ FLUSH_AT = 256 * 1024  # request body read and dropped after a local answer, els
 Headers = list[tuple[bytes, bytes]]
 
 
-def page(status: int, title: str, detail: str, code: int,
-         extra: tuple[tuple[str, str], ...] = ()) -> Fixed:
-    body = (f"<!doctype html><html><head><title>{status} {html.escape(title)}</title></head>"
-            f"<body><h1>{html.escape(title)}</h1><p>{html.escape(detail)}</p>"
-            f"<p><code>ERR_EDGEWAY_{code}</code></p></body></html>\n").encode()
-    return Fixed(status, (("Content-Type", "text/html; charset=utf-8"),
-                          ("Edgeway-Error-Code", f"ERR_EDGEWAY_{code}"), *extra), body)
-
-
 RETRIES = 2  # safe requests whose tunnel died before answering go to another live one
 
 
 class _Retry(Exception):
     pass
-
-
-@dataclass
-class Decision:
-    target: Target
-    proto: str = "http"  # the ProxyHeader's Proto
-    edge: str = ""  # "https" when an HTTPS edge routed it
-    add: list[tuple[str, str]] = field(default_factory=list)
-    remove: set[str] = field(default_factory=set)
-    add_response: list[tuple[str, str]] = field(default_factory=list)
-    remove_response: set[str] = field(default_factory=set)
-    compress: bool = False
-    breaker: Breaker | None = None
 
 
 @dataclass
@@ -108,112 +80,9 @@ def _header(headers: Headers, name: bytes) -> str:
     return ""
 
 
-def _basic_ok(headers: Headers, pairs: tuple[tuple[str, str], ...]) -> bool:
-    value = _header(headers, b"authorization")
-    scheme, _, encoded = value.partition(" ")
-    if scheme.lower() != "basic":
-        return False
-    try:
-        user, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
-    except (ValueError, UnicodeDecodeError):
-        return False
-    ok = False
-    for u, p in pairs:  # compare every pair: timing does not tell which user exists
-        ok |= hmac.compare_digest(u.encode(), user.encode()) & \
-            hmac.compare_digest(p.encode(), password.encode())
-    return ok
-
-
 class HttpEdge:
     def __init__(self, router: Router, scheme: str, https_port: int = 443) -> None:
         self.router, self.scheme, self.https_port = router, scheme, https_port
-        self._breakers: dict[str, tuple[str, Breaker]] = {}  # route id -> (config, state)
-
-    def _breaker(self, route_id: str, module: Any) -> Breaker | None:
-        """The route's breaker, kept across requests while its configuration stays."""
-        if not on(module):
-            self._breakers.pop(route_id, None)
-            return None
-        config = json.dumps(module, sort_keys=True)
-        kept = self._breakers.get(route_id)
-        if kept is None or kept[0] != config:
-            kept = self._breakers[route_id] = (config, Breaker.from_module(module))
-        return kept[1]
-
-    # -- routing ---------------------------------------------------------------------------
-
-    async def decide(self, req: h11.Request, ip: str) -> Decision:
-        headers: Headers = list(req.headers)
-        host = _header(headers, b"host").lower()
-        host = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        path = req.target.decode("latin-1").split("?", 1)[0]
-        if req.method == b"CONNECT":
-            return Decision(page(405, "Method not allowed", "CONNECT is not proxied.", 4005))
-        snap = await self.router.current()
-        edge = snap.https.get(host) if self.scheme == "https" else None
-        if edge is not None:
-            route = self.router.route(edge, host, path)
-            if route is None:
-                return Decision(page(404, "No route", f"The edge for {host} has no route "
-                                     f"matching {path}.", 4004))
-            doc = route.doc
-            if not self.router.ip_allowed(snap, doc.get("ip_restriction"), ip):
-                return Decision(page(403, "Forbidden", "Your IP address may not access "
-                                     "this site.", 4003))
-            if not self.router.agent_allowed(doc.get("user_agent_filter"),
-                                             _header(headers, b"user-agent")):
-                return Decision(page(403, "Forbidden", "Your user agent may not access this "
-                                     "site.", 4007))
-            breaker = self._breaker(route.id, doc.get("circuit_breaker"))
-            if breaker is not None and not breaker.allows():
-                return Decision(page(503, "Circuit open", "Too many of this route's recent "
-                                     "requests failed; it is paused for a moment.", 4011,
-                                     (("Retry-After", str(int(breaker.tripped_duration))),)))
-            missing = self.router.unenforced(doc)
-            if missing:
-                return Decision(page(503, "Not available", f"The route requires the "
-                                     f"{missing} module, which this edge does not enforce "
-                                     "yet; traffic is refused rather than let through "
-                                     "unprotected.", 4008))
-            target = self.router.edge_target(snap, doc)
-            if target is None:
-                return Decision(page(502, "No tunnel", f"No live tunnel or backend serves "
-                                     f"{host}{path} right now.", 4009))
-            req_mod = doc.get("request_headers") or {}
-            res_mod = doc.get("response_headers") or {}
-            on_req = req_mod.get("enabled", True) is not False
-            on_res = res_mod.get("enabled", True) is not False
-            return Decision(
-                target, "https", "https",
-                list((req_mod.get("add") or {}).items()) if on_req else [],
-                {h.lower() for h in req_mod.get("remove") or []} if on_req else set(),
-                list((res_mod.get("add") or {}).items()) if on_res else [],
-                {h.lower() for h in res_mod.get("remove") or []} if on_res else set(),
-                compress=on(doc.get("compression")), breaker=breaker)
-        tunnel = self.router.agent_tunnel(host)
-        if tunnel is None:
-            return Decision(page(404, "Tunnel not found", f"No tunnel is bound to {host}.",
-                                 4004))
-        if tunnel.proto != self.scheme:
-            if self.scheme == "http":
-                port = "" if self.https_port == 443 else f":{self.https_port}"
-                location = f"https://{host}{port}{req.target.decode('latin-1')}"
-                return Decision(page(308, "Use HTTPS", f"{host} is served over HTTPS.", 4010,
-                                     (("Location", location),)))
-            return Decision(page(404, "Tunnel not found", f"{host} is served over plain HTTP "
-                                 "only.", 4004))
-        bind = tunnel.req
-        if not allowed(bind, ip):
-            return Decision(page(403, "Forbidden", "Your IP address may not access this "
-                                 "tunnel.", 4003))
-        if bind.basic_auth and not _basic_ok(headers, bind.basic_auth):
-            return Decision(page(401, "Authentication required", "This tunnel needs a user "
-                                 "name and password.", 4001,
-                                 (("WWW-Authenticate", 'Basic realm="edgeway"'),)))
-        return Decision(tunnel, tunnel.proto, "",
-                        list(bind.request_headers.add), set(bind.request_headers.remove),
-                        list(bind.response_headers.add), set(bind.response_headers.remove),
-                        compress=bind.compression)
 
     # -- one public connection -------------------------------------------------------------
 
@@ -235,7 +104,7 @@ class HttpEdge:
                     return
                 if not isinstance(event, h11.Request):
                     return  # ConnectionClosed (or PAUSED after a switch)
-                decision = await self.decide(event, peer[0])
+                decision = await self._decide(event, peer)
                 for attempt in range(RETRIES + 1):
                     if isinstance(decision.target, Fixed):
                         if decision.breaker is not None:  # an http_response backend
@@ -252,7 +121,7 @@ class HttpEdge:
                         break
                     except _Retry:  # that tunnel's agent is gone: ask the router again
                         upstream = None
-                        decision = await self.decide(event, peer[0])
+                        decision = await self._decide(event, peer)
                         if not isinstance(decision.target, Tunnel):
                             await self._bad_gateway(conn, writer, event, "no other tunnel")
                             return
@@ -306,6 +175,9 @@ class HttpEdge:
         writer.write(out)
         await writer.drain()
 
+    async def _decide(self, req: h11.Request, peer: tuple[str, int]) -> Decision:
+        return await self.router.http(req, peer[0], self.scheme, self.https_port)
+
     # -- proxying --------------------------------------------------------------------------
 
     async def _open(self, decision: Decision, peer: tuple[str, int]) -> Upstream:
@@ -330,16 +202,14 @@ class HttpEdge:
             low = name.lower()
             if low == b"x-forwarded-for":
                 forwarded_for = value.decode("latin-1") + ", "
-            elif low in (b"x-forwarded-proto", b"x-forwarded-host") or \
-                    low.decode("latin-1") in decision.remove:
+            elif low in (b"x-forwarded-proto", b"x-forwarded-host"):
                 continue
             else:
                 out.append((name, value))
         out += [(b"X-Forwarded-For", (forwarded_for + peer[0]).encode()),
                 (b"X-Forwarded-Proto", self.scheme.encode()),
                 (b"X-Forwarded-Host", _header(list(req.headers), b"host").encode("latin-1"))]
-        out += [(k.encode(), v.encode()) for k, v in decision.add]
-        return out
+        return decision.plan.request_headers.apply(out)
 
     async def _proxy(self, conn: h11.Connection, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter, req: h11.Request, decision: Decision,
@@ -449,10 +319,8 @@ class HttpEdge:
             elif isinstance(event, h11.Response):
                 if decision.breaker is not None:
                     decision.breaker.record(event.status_code >= 500)
-                headers = [(k, v) for k, v in event.headers.raw_items()
-                           if k.lower().decode("latin-1") not in decision.remove_response]
-                headers += [(k.encode(), v.encode()) for k, v in decision.add_response]
-                if decision.compress and compression.wanted(
+                headers = decision.plan.response_headers.apply(list(event.headers.raw_items()))
+                if decision.plan.compression and compression.wanted(
                         list(req.headers), event.status_code, headers, req.method == b"HEAD"):
                     headers, gzip = compression.rewrite(headers), compression.Gzip()
                 out += conn.send(h11.Response(

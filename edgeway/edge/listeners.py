@@ -19,7 +19,8 @@ from functools import partial
 from typing import Any
 
 from edgeway.edge.http import HttpEdge
-from edgeway.edge.router import Edge, Fixed, Router, Static, Target
+from edgeway.edge.pages import Fixed
+from edgeway.edge.router import Edge, Router, Static, Target
 from edgeway.edge.sni import ClientHello, NotTLS, parse_client_hello
 from edgeway.pki.platform_ca import EdgeCerts
 from edgeway.tunnel.muxado.aio import StreamClosed
@@ -77,6 +78,12 @@ async def peek_hello(sock: socket.socket) -> ClientHello | None:
             return hello
         await asyncio.sleep(0.005)  # a partial hello stays readable: wait for the rest
     return None
+
+
+def _admits(edge: Edge, ip: str) -> bool:
+    """TCP and TLS edges: the IP restriction, and no module this edge cannot enforce."""
+    plan = edge.plan
+    return (plan.ip is None or plan.ip.allows(ip)) and plan.unenforced is None
 
 
 class PublicListeners:
@@ -193,11 +200,10 @@ class PublicListeners:
     async def _tls_edge(self, sock: socket.socket, peer: tuple[str, int], edge: Edge,
                         name: str) -> None:
         snap = self.router.snapshot
-        if not self.router.ip_allowed(snap, edge.doc.get("ip_restriction"), peer[0]) \
-                or self.router.unenforced(edge.doc):
+        if not _admits(edge, peer[0]):
             sock.close()
             return
-        target = self.router.edge_target(snap, edge.doc)
+        target = self.router.target(snap, edge.plan)
         terminate = (edge.doc.get("tls_termination") or {}).get("terminate_at") == "edge"
         cert_name = self.router.certificate_name(name, self.base_domain) or name
         context = self.certs.context(cert_name) if terminate else None
@@ -245,10 +251,9 @@ class PublicListeners:
         peer = writer.get_extra_info("peername") or ("0.0.0.0", 0)
         snap = self.router.snapshot
         edge = snap.tcp.get(port)
-        if edge is None or self.router.unenforced(edge.doc) or not self.router.ip_allowed(
-                snap, edge.doc.get("ip_restriction"), peer[0]):
+        if edge is None or not _admits(edge, peer[0]):
             return
-        target = self.router.edge_target(snap, edge.doc)
+        target = self.router.target(snap, edge.plan)
         if isinstance(target, Fixed):
             return
         await self._forward(reader, writer, (peer[0], peer[1]), target, "tcp", "tcp", False)

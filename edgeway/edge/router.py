@@ -12,25 +12,28 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import random
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from weakref import WeakKeyDictionary
+
+import h11
 
 from edgeway import catalog
+from edgeway.edge import modules
+from edgeway.edge.modules import Plan, circuit_breaker
+from edgeway.edge.modules.circuit_breaker import Breaker
+from edgeway.edge.pages import Fixed, page
 from edgeway.store.db import Database
 from edgeway.store.repo import Repo
 from edgeway.tunnel.registry import Registry, Tunnel
-from edgeway.tunnel.restrict import Network, cidr_allows
+from edgeway.tunnel.restrict import Network
 
 EDGE_COLLECTIONS = ("edges/https", "edges/https/routes", "edges/tls", "edges/tcp")
 BACKEND_COLLECTIONS = ("backends/tunnel_group", "backends/failover", "backends/weighted",
                        "backends/static", "backends/http_response")
 WATCHED = frozenset((*EDGE_COLLECTIONS, *BACKEND_COLLECTIONS, "ip_policies",
                      "ip_policy_rules", "reserved_domains"))
-# Modules whose protection the edge does not provide yet: traffic that would need them is
-# answered with a 503 naming the module instead of being passed through unprotected.
-UNENFORCED = ("oauth", "oidc", "saml", "webhook_verification", "mutual_tls", "traffic_policy")
 
 
 @dataclass(frozen=True)
@@ -38,13 +41,6 @@ class Static:
     host: str
     port: int
     tls: bool
-
-
-@dataclass(frozen=True)
-class Fixed:
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
 
 
 Target = Tunnel | Static | Fixed
@@ -56,7 +52,7 @@ class Route:
     exact: bool
     host: str
     path: str
-    doc: dict[str, Any]
+    plan: Plan
 
 
 @dataclass
@@ -64,6 +60,7 @@ class Edge:
     id: str
     kind: str  # https, tls or tcp
     doc: dict[str, Any]
+    plan: Plan
     routes: list[Route] = field(default_factory=list)
 
 
@@ -89,11 +86,16 @@ def _hosts(doc: dict[str, Any]) -> list[tuple[str, int]]:
 async def load(db: Database) -> Snapshot:
     repo = Repo(db.reader())
     snap = Snapshot(loaded=time.monotonic())
+    for _id, doc in await repo.all_docs(catalog.BY_COLLECTION["ip_policy_rules"]):
+        snap.rules.setdefault(doc.get("ip_policy_id", ""), []).append(
+            (doc.get("action", "deny"), ipaddress.ip_network(doc["cidr"], strict=False)))
+    snap.domains = {doc.get("domain", "") for _id, doc in
+                    await repo.all_docs(catalog.BY_COLLECTION["reserved_domains"])}
     by_id: dict[str, Edge] = {}
     for collection, kind in (("edges/https", "https"), ("edges/tls", "tls"),
                              ("edges/tcp", "tcp")):
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
-            edge = by_id[id_] = Edge(id_, kind, doc)
+            edge = by_id[id_] = Edge(id_, kind, doc, modules.compile_doc(doc, snap.rules))
             for host, port in _hosts(doc):
                 if kind == "tcp":
                     snap.tcp[port] = edge
@@ -106,21 +108,28 @@ async def load(db: Database) -> Snapshot:
         match = doc.get("match", "")
         host, path = ("", match) if match.startswith("/") else \
             (match.split("/", 1)[0], "/" + match.split("/", 1)[1] if "/" in match else "/")
-        parent.routes.append(Route(id_, doc.get("match_type") == "exact_path", host, path, doc))
+        parent.routes.append(Route(id_, doc.get("match_type") == "exact_path", host, path,
+                                   modules.compile_doc(doc, snap.rules)))
     for collection in BACKEND_COLLECTIONS:
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
             snap.backends[id_] = (collection, doc)
-    snap.domains = {doc.get("domain", "") for _id, doc in
-                    await repo.all_docs(catalog.BY_COLLECTION["reserved_domains"])}
-    for _id, doc in await repo.all_docs(catalog.BY_COLLECTION["ip_policy_rules"]):
-        snap.rules.setdefault(doc.get("ip_policy_id", ""), []).append(
-            (doc.get("action", "deny"), ipaddress.ip_network(doc["cidr"], strict=False)))
     return snap
 
 
-def on(module: Any) -> bool:
-    """A module that is set and not disabled."""
-    return isinstance(module, dict) and module.get("enabled", True) is not False
+@dataclass
+class Decision:
+    target: Target
+    proto: str = "http"  # the ProxyHeader's Proto
+    edge: str = ""  # "https" when an HTTPS edge routed it
+    plan: modules.Plan = field(default_factory=modules.Plan)
+    breaker: Breaker | None = None
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str:
+    for k, v in headers:
+        if k == name:
+            return v.decode("latin-1")
+    return ""
 
 
 class Router:
@@ -130,7 +139,8 @@ class Router:
         self._lock = asyncio.Lock()
         self._wanted = 1  # bumped by every change; the snapshot records what it reflects
         self._loaded = 0
-        self._regexes: dict[str, re.Pattern[str]] = {}
+        self._breakers: dict[str, Breaker] = {}  # route id -> its counts
+        self._bind_plans: WeakKeyDictionary[Tunnel, Plan] = WeakKeyDictionary()
 
     def changed(self, collection: str) -> None:
         if collection in WATCHED:
@@ -185,37 +195,6 @@ class Router:
                 best = r
         return best
 
-    def ip_allowed(self, snap: Snapshot, module: Any, ip: str) -> bool:
-        if not on(module):
-            return True
-        allow: list[Network] = []
-        deny: list[Network] = []
-        for policy in module.get("ip_policy_ids") or []:
-            for action, net in snap.rules.get(policy, []):
-                (allow if action == "allow" else deny).append(net)
-        if not allow and not deny:
-            return False  # policies without rules: nothing is allowed
-        return cidr_allows(ip, allow, deny)
-
-    def agent_allowed(self, module: Any, user_agent: str) -> bool:
-        if not on(module):
-            return True
-
-        def hit(patterns: list[str]) -> bool:
-            for p in patterns:
-                rx = self._regexes.get(p) or self._regexes.setdefault(p, re.compile(p))
-                if rx.search(user_agent):
-                    return True
-            return False
-        if hit(module.get("deny") or []):
-            return False
-        allow = module.get("allow") or []
-        return not allow or hit(allow)
-
-    @staticmethod
-    def unenforced(doc: dict[str, Any]) -> str | None:
-        return next((m for m in UNENFORCED if on(doc.get(m))), None)
-
     def backend(self, snap: Snapshot, backend_id: str, depth: int = 0) -> Target | None:
         """The target a backend picks now; None when nothing behind it is live."""
         found = snap.backends.get(backend_id)
@@ -246,9 +225,65 @@ class Router:
             del weights[choice]
         return None
 
-    def edge_target(self, snap: Snapshot, doc: dict[str, Any]) -> Target | None:
-        module = doc.get("backend") or {}
-        return self.backend(snap, module.get("backend_id", "")) if on(module) else None
+    def target(self, snap: Snapshot, plan: Plan) -> Target | None:
+        return self.backend(snap, plan.backend_id) if plan.backend_id else None
+
+    async def http(self, req: h11.Request, ip: str, scheme: str, https_port: int) -> Decision:
+        """Who answers an HTTP request arriving on the ``scheme`` listener."""
+        headers: list[tuple[bytes, bytes]] = list(req.headers)
+        host = _header(headers, b"host").lower()
+        host = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        path = req.target.decode("latin-1").split("?", 1)[0]
+        if req.method == b"CONNECT":
+            return Decision(page(405, "Method not allowed", "CONNECT is not proxied.", 4005))
+        snap = await self.current()
+        edge = snap.https.get(host) if scheme == "https" else None
+        if edge is not None:
+            route = self.route(edge, host, path)
+            if route is None:
+                return Decision(page(404, "No route", f"The edge for {host} has no route "
+                                     f"matching {path}.", 4004))
+            breaker = self._breaker(route.id, route.plan.breaker)
+            refusal = route.plan.refuse(ip, _header(headers, b"user-agent"),
+                                        _header(headers, b"authorization"), breaker)
+            if refusal is not None:
+                return Decision(refusal)
+            target = self.target(snap, route.plan)
+            if target is None:
+                return Decision(page(502, "No tunnel", f"No live tunnel or backend serves "
+                                     f"{host}{path} right now.", 4009))
+            return Decision(target, "https", "https", route.plan, breaker)
+        tunnel = self.agent_tunnel(host)
+        if tunnel is None:
+            return Decision(page(404, "Tunnel not found", f"No tunnel is bound to {host}.",
+                                 4004))
+        if tunnel.proto != scheme:
+            if scheme == "http":
+                port = "" if https_port == 443 else f":{https_port}"
+                location = f"https://{host}{port}{req.target.decode('latin-1')}"
+                return Decision(page(308, "Use HTTPS", f"{host} is served over HTTPS.", 4010,
+                                     (("Location", location),)))
+            return Decision(page(404, "Tunnel not found", f"{host} is served over plain HTTP "
+                                 "only.", 4004))
+        plan = self._bind_plans.get(tunnel)
+        if plan is None:
+            plan = self._bind_plans[tunnel] = modules.for_bind(tunnel.req)
+        refusal = plan.refuse(ip, "", _header(headers, b"authorization"), None)
+        if refusal is not None:
+            return Decision(refusal)
+        return Decision(tunnel, tunnel.proto, "", plan)
+
+    def _breaker(self, route_id: str, config: circuit_breaker.Config | None
+                 ) -> Breaker | None:
+        """The route's breaker, kept across requests (and snapshots) while its configuration
+        stays the same."""
+        if config is None:
+            self._breakers.pop(route_id, None)
+            return None
+        kept = self._breakers.get(route_id)
+        if kept is None or kept.config != config:
+            kept = self._breakers[route_id] = Breaker(config)
+        return kept
 
     def agent_tunnel(self, host: str) -> Tunnel | None:
         return self.registry.pick(self.registry.by_host.get(host, []))

@@ -1,0 +1,104 @@
+"""Edge modules as they run on traffic: each route's (and edge's, and agent bind's) modules
+are compiled once into a ``Plan`` when the routing snapshot is built (or the tunnel bound);
+the request path only applies it. One file per module; this file puts them in order.
+
+Request phase, in order: ip_restriction, user_agent_filter, basic auth (agent binds),
+circuit_breaker, then the refusal of modules this edge does not enforce yet; then the request
+headers change, the backend is chosen and the request forwarded; on the response the
+response headers change and compression applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from edgeway.edge.modules import (
+    circuit_breaker,
+    ip_restriction,
+    request_headers,
+    response_headers,
+    user_agent_filter,
+)
+from edgeway.edge.modules.basic_auth import allows as basic_auth_allows
+from edgeway.edge.modules.circuit_breaker import Breaker
+from edgeway.edge.modules.ip_restriction import IPRule
+from edgeway.edge.modules.request_headers import HeaderChange
+from edgeway.edge.modules.user_agent_filter import UserAgents
+from edgeway.edge.pages import Fixed, page
+from edgeway.tunnel.binds import BindRequest
+from edgeway.tunnel.restrict import Network
+
+# Modules whose protection the edge does not provide yet: traffic that would need them is
+# answered with a 503 naming the module instead of being passed through unprotected.
+UNENFORCED = ("oauth", "oidc", "saml", "webhook_verification", "mutual_tls", "traffic_policy")
+
+
+NO_CHANGE = HeaderChange()
+
+
+def on(module: Any) -> bool:
+    """A module that is set and not disabled."""
+    return isinstance(module, dict) and module.get("enabled", True) is not False
+
+
+@dataclass(frozen=True)
+class Plan:
+    ip: IPRule | None = None
+    user_agents: UserAgents | None = None
+    basic_auth: tuple[tuple[str, str], ...] = ()
+    breaker: circuit_breaker.Config | None = None
+    unenforced: str | None = None
+    request_headers: HeaderChange = NO_CHANGE
+    response_headers: HeaderChange = NO_CHANGE
+    compression: bool = False
+    backend_id: str = ""
+
+    def refuse(self, ip: str, user_agent: str, authorization: str,
+               breaker: Breaker | None) -> Fixed | None:
+        """The answer of the first request-phase module that refuses, else None."""
+        if self.ip is not None and not self.ip.allows(ip):
+            return page(403, "Forbidden", "Your IP address may not access this site.", 4003)
+        if self.user_agents is not None and not self.user_agents.allows(user_agent):
+            return page(403, "Forbidden", "Your user agent may not access this site.", 4007)
+        if self.basic_auth and not basic_auth_allows(authorization, self.basic_auth):
+            return page(401, "Authentication required", "This site needs a user name and "
+                        "password.", 4001, (("WWW-Authenticate", 'Basic realm="edgeway"'),))
+        if breaker is not None and not breaker.allows():
+            return page(503, "Circuit open", "Too many recent requests failed; this route is "
+                        "paused for a moment.", 4011,
+                        (("Retry-After", str(int(breaker.config.tripped_duration))),))
+        if self.unenforced:
+            return page(503, "Not available", f"This route requires the {self.unenforced} "
+                        "module, which this edge does not enforce yet; traffic is refused "
+                        "rather than let through unprotected.", 4008)
+        return None
+
+
+def compile_doc(doc: dict[str, Any], rules: dict[str, list[tuple[str, Network]]]) -> Plan:
+    """The plan of a route or an edge document (modules stored in request form)."""
+    def module(name: str) -> dict[str, Any] | None:
+        value = doc.get(name)
+        return value if on(value) else None
+
+    ip, ua, cb = module("ip_restriction"), module("user_agent_filter"), module("circuit_breaker")
+    req, res, backend = module("request_headers"), module("response_headers"), module("backend")
+    return Plan(
+        ip=ip_restriction.compile(ip, rules) if ip else None,
+        user_agents=user_agent_filter.compile(ua) if ua else None,
+        breaker=circuit_breaker.compile(cb) if cb else None,
+        unenforced=next((m for m in UNENFORCED if module(m)), None),
+        request_headers=request_headers.compile(req) if req else NO_CHANGE,
+        response_headers=response_headers.compile(res) if res else NO_CHANGE,
+        compression=module("compression") is not None,
+        backend_id=str(backend.get("backend_id", "")) if backend else "")
+
+
+def for_bind(req: BindRequest) -> Plan:
+    """The plan of an agent's HTTP(S) bind, from the options it sent."""
+    def change(h: Any) -> HeaderChange:
+        return HeaderChange(tuple((k.encode(), v.encode()) for k, v in h.add),
+                            frozenset(n.encode() for n in h.remove))
+    return Plan(ip=IPRule(req.allow, req.deny) if req.allow or req.deny else None,
+                basic_auth=req.basic_auth, request_headers=change(req.request_headers),
+                response_headers=change(req.response_headers), compression=req.compression)
