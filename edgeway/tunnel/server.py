@@ -302,6 +302,9 @@ class TunnelServer:
         if not host:
             digest = self._stable(session, tunnel_id)
             host = f"{digest:016x}"[:12] + f".{base}"
+        if not binds.acl_allows(session.acl, host):
+            raise BindRefused(f"the credential's ACL ({', '.join(session.acl)}) does not "
+                              f"allow binding {host}")
         domain_id = ""
         if host.endswith(f".{base}") and host.count(".") == base.count(".") + 1:
             pass  # a name under the platform's base domain: nothing to reserve
@@ -311,9 +314,6 @@ class TunnelServer:
                 raise BindRefused(f"the domain '{host}' is not reserved: reserve it (POST "
                                   "/reserved_domains), or a wildcard domain covering it, first")
             domain_id = cover.get(host) or next(iter(cover.values()))
-        if not binds.acl_allows(session.acl, host):
-            raise BindRefused(f"the credential's ACL ({', '.join(session.acl)}) does not "
-                              f"allow binding {host}")
         edge = self.edge_host(host)
         if edge:
             raise BindRefused(f"the domain '{host}' is served by the edge {edge}")

@@ -1,0 +1,1 @@
+"""The Edgeway agent: config files, the client session, the local API."""

@@ -1,0 +1,347 @@
+"""Agent config files in the ngrok agent config format version 2 (YAML): read, merge, validate.
+
+Several files may be given (`--config a.yml,b.yml`, or the flag repeated); they merge in order:
+later files win for scalars, lists are replaced whole, mappings (the top level, `tunnels` and each
+tunnel) merge key by key. A key left empty (`key:`, a YAML null) counts as not set, so it does not
+erase an earlier file's value.
+
+Accepted and ignored, for compatibility with ngrok files: console_ui, log, log_level, log_format,
+update_check, update_channel, region, connect_timeout. Refused, because the agent cannot honour
+them: proxy_url, api_key, remote_management, dns_resolver_ips, crl_noverify, and the edge options
+listed in TUNNEL_UNSUPPORTED. Every other unknown key is an error too.
+
+Each error names the file (for a merged key, the file that set it last), the dotted key path and
+the rule: "b.yml: tunnels.web.proto: must be one of http, tcp, tls (got 'ftp')".
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from edgeway.agent import configcheck as check
+from edgeway.agent.configcheck import DEFAULT_INSPECT_DB_SIZE, NAME, Invalid, show
+
+T = TypeVar("T")
+
+TOP_KEYS = frozenset({"version", "authtoken", "server_addr", "root_cas", "web_addr",
+                      "web_allow_hosts", "inspect_db_size", "metadata", "heartbeat_interval",
+                      "heartbeat_tolerance", "tunnels"})
+TOP_IGNORED = frozenset({"console_ui", "log", "log_level", "log_format", "update_check",
+                         "update_channel", "region", "connect_timeout"})
+TOP_UNSUPPORTED = frozenset({"proxy_url", "api_key", "remote_management", "dns_resolver_ips",
+                             "crl_noverify"})
+_COMMON = frozenset({"proto", "addr", "metadata"})
+TUNNEL_KEYS = {  # by proto; "" is a labeled tunnel
+    "http": _COMMON | {"domain", "hostname", "subdomain", "inspect", "basic_auth", "host_header",
+                       "schemes"},
+    "tcp": _COMMON | {"remote_addr"},
+    "tls": _COMMON | {"domain", "hostname", "subdomain"},
+    "": frozenset({"addr", "labels", "metadata"}),
+}
+TUNNEL_UNSUPPORTED = frozenset({
+    "compression", "circuit_breaker", "ip_restriction", "request_header", "response_header",
+    "oauth", "oidc", "verify_webhook", "mutual_tls_cas", "user_agent_filter",
+    "websocket_tcp_converter", "traffic_policy", "policy", "crt", "key", "terminate_at",
+    "proxy_proto"})
+TUNNEL_RENAMED = {
+    "bind_tls": "no longer supported: use schemes ([https] for true, [http] for false, "
+                "[http, https] for both)",
+    "auth": "no longer supported: use basic_auth, a list of \"user:password\"",
+}
+_ALL_TUNNEL_KEYS = frozenset().union(*TUNNEL_KEYS.values())
+_ADDR_SCHEMES = {"http": ("http", "https"), "tcp": ("tcp",), "tls": ("tcp",),
+                 "": ("http", "https", "tcp")}
+DEFAULT_WEB_ADDR = "127.0.0.1:4040"
+
+
+class ConfigError(Exception):
+    """An unusable config; str(exc) names the file, the key path and the rule."""
+
+
+@dataclass(frozen=True)
+class Addr:
+    scheme: str  # "http", "https" or "tcp"
+    host: str  # "127.0.0.1" unless the user wrote a host; IPv6 without brackets
+    port: int
+
+    def url(self) -> str:
+        return f"{self.scheme}://{check.join_host_port(self.host, self.port)}"
+
+
+@dataclass(frozen=True)
+class TunnelConfig:
+    name: str
+    proto: str  # "http", "tcp" or "tls"; "" for labeled tunnels
+    addr: Addr
+    domain: str = ""  # also from the older `hostname`
+    subdomain: str = ""
+    inspect: bool = True  # http only: False for the others
+    labels: dict[str, str] = field(default_factory=dict)
+    metadata: str = ""
+    remote_addr: str = ""  # tcp
+    basic_auth: tuple[tuple[str, str], ...] = ()
+    host_header: str = ""  # "rewrite", "preserve" or a literal host
+    schemes: tuple[str, ...] = ("https",)  # http only: () for the others
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    version: int
+    authtoken: str
+    server_addr: str  # "host:port", or "" when not set
+    root_cas: str  # "trusted", "host" or an absolute path to a PEM file
+    web_addr: str | None  # None when the file says `false`
+    metadata: str
+    heartbeat_interval: float  # seconds
+    heartbeat_tolerance: float
+    web_allow_hosts: tuple[str, ...]
+    inspect_db_size: int  # bytes; -1 disables inspection
+    tunnels: dict[str, TunnelConfig]
+    files: tuple[str, ...]
+
+
+def split_paths(values: list[str]) -> list[str]:
+    """--config values: each may be comma-separated; order kept, empty parts dropped."""
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def read(path: str) -> dict[str, Any]:
+    """One file, parsed, with the shape checks that need the file itself."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        doc = YAML(typ="safe").load(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: cannot be read: not UTF-8 (byte {exc.start})") from None
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise ConfigError(f"{path}: {where}invalid YAML: {exc.problem or exc.context}") from None
+    except YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        got = "an empty file" if doc is None else show(doc)
+        raise ConfigError(f"{path}: the top level must be a mapping of keys such as version and "
+                          f"tunnels (got {got})")
+    _check_keys(path, doc, ())
+    tunnels = doc.get("tunnels")
+    if tunnels is not None and not isinstance(tunnels, dict):
+        raise ConfigError(f"{path}: tunnels: must be a mapping of tunnel names to definitions "
+                          f"(got {show(tunnels)})")
+    for name, tunnel in (tunnels or {}).items():
+        if not isinstance(tunnel, dict):
+            raise ConfigError(f"{path}: tunnels.{name}: must be a mapping with proto, addr… "
+                              f"(got {show(tunnel)})")
+    return doc
+
+
+def _check_keys(path: str, value: object, at: tuple[str, ...]) -> None:
+    if isinstance(value, list):
+        for item in value:
+            _check_keys(path, item, at)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ConfigError(f"{path}: {'.'.join((*at, str(key)))}: keys must be strings "
+                                  f"(got {show(key)}; quote it)")
+            _check_keys(path, item, (*at, key))
+
+
+def merge(docs: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Merge parsed documents in order: later files win for scalars, lists are replaced, maps
+    (the tunnels map included, and each tunnel's own map) merge key by key. Returns the merged
+    document and, for each dotted key path, the file that set it last (for error messages)."""
+    merged: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name, doc in docs:
+        _merge_into(merged, doc, "", name, origins)
+    return merged, origins
+
+
+def _merge_into(target: dict[str, Any], doc: dict[str, Any], prefix: str, name: str,
+                origins: dict[str, str]) -> None:
+    for key, value in doc.items():
+        if value is None:
+            continue
+        path = f"{prefix}{key}"
+        if not (isinstance(value, dict) and isinstance(target.get(key), dict)):
+            for stale in [p for p in origins if p.startswith(path + ".")]:
+                del origins[stale]
+            target[key] = {} if isinstance(value, dict) else copy.deepcopy(value)
+        if isinstance(value, dict):
+            _merge_into(target[key], value, path + ".", name, origins)
+        origins[path] = name
+
+
+def load(paths: list[str]) -> AgentConfig:
+    """Read, merge and validate. Raises ConfigError."""
+    return load_merged(paths)[0]
+
+
+def load_merged(paths: list[str]) -> tuple[AgentConfig, dict[str, Any]]:
+    """`load`, also returning the merged document (for `to_yaml`)."""
+    if not paths:
+        raise ConfigError("no config file given")
+    merged, origins = merge([(path, read(path)) for path in paths])
+    return validate(merged, origins, tuple(paths)), merged
+
+
+class _Context:
+    def __init__(self, origins: dict[str, str], files: tuple[str, ...]) -> None:
+        self.origins, self.files = origins, files
+
+    def file(self, path: tuple[str, ...]) -> str:
+        for i in range(len(path), 0, -1):
+            if (name := self.origins.get(".".join(path[:i]))) is not None:
+                return name
+        return ", ".join(self.files)
+
+    def error(self, path: tuple[str, ...], rule: str) -> ConfigError:
+        return ConfigError(f"{self.file(path)}: {'.'.join(path)}: {rule}")
+
+    def get(self, doc: dict[str, Any], path: tuple[str, ...], parse: Callable[[Any], T],
+            default: T) -> T:
+        if path[-1] not in doc:
+            return default
+        try:
+            return parse(doc[path[-1]])
+        except Invalid as exc:
+            raise self.error(path, str(exc)) from None
+
+
+def validate(doc: dict[str, Any], origins: dict[str, str], files: tuple[str, ...]
+             ) -> AgentConfig:
+    """Check a merged document (see `merge`) and build the config."""
+    ctx = _Context(origins, files)
+    version = doc.get("version")
+    if "version" not in doc:
+        raise ctx.error(("version",), "required: add `version: 2`")
+    if version in (3, "3"):
+        raise ctx.error(("version",), "this agent reads config version 2; version 3 (with "
+                                      "`agent` and `endpoints`) is not supported")
+    if not (version == "2" or (type(version) is int and version == 2)):  # not True, not 2.0
+        raise ctx.error(("version",), f"must be 2 (got {show(version)})")
+    for key in doc:
+        if key in TOP_UNSUPPORTED:
+            raise ctx.error((key,), "not supported by the Edgeway agent")
+        if key not in TOP_KEYS | TOP_IGNORED:
+            raise ctx.error((key,), check.unknown_key(key, TOP_KEYS | TOP_IGNORED))
+    tunnels = doc.get("tunnels", {})
+    if not isinstance(tunnels, dict):
+        raise ctx.error(("tunnels",), f"must be a mapping of names to tunnels "
+                                      f"(got {show(tunnels)})")
+    web_default: str | None = DEFAULT_WEB_ADDR
+    return AgentConfig(
+        version=2,
+        authtoken=ctx.get(doc, ("authtoken",), check.authtoken, ""),
+        server_addr=ctx.get(doc, ("server_addr",), check.server_addr, ""),
+        root_cas=ctx.get(doc, ("root_cas",), lambda v: check.root_cas(v, ctx.file(("root_cas",))),
+                         "trusted"),
+        web_addr=ctx.get(doc, ("web_addr",), check.web_addr, web_default),
+        metadata=ctx.get(doc, ("metadata",), check.metadata, ""),
+        heartbeat_interval=ctx.get(doc, ("heartbeat_interval",), check.duration, 10.0),
+        heartbeat_tolerance=ctx.get(doc, ("heartbeat_tolerance",), check.duration, 15.0),
+        web_allow_hosts=ctx.get(doc, ("web_allow_hosts",),
+                                lambda v: tuple(map(check.allow_host, check.string_list(v))), ()),
+        inspect_db_size=ctx.get(doc, ("inspect_db_size",), check.inspect_db_size,
+                                DEFAULT_INSPECT_DB_SIZE),
+        tunnels={name: _tunnel(ctx, name, t, ("tunnels", name)) for name, t in tunnels.items()},
+        files=files,
+    )
+
+
+def parse_tunnel(name: str, doc: dict[str, Any], origin: str) -> TunnelConfig:
+    """One tunnel definition from elsewhere (the local API); errors name `origin`."""
+    clean = {k: v for k, v in doc.items() if v is not None}
+    return _tunnel(_Context({}, (origin,)), name, clean, ())
+
+
+def _tunnel(ctx: _Context, name: str, doc: object, base: tuple[str, ...]) -> TunnelConfig:
+    if not isinstance(doc, dict):
+        raise ctx.error(base, f"must be a mapping with proto, addr… (got {show(doc)})")
+    if not NAME.fullmatch(name):
+        raise ctx.error(base or ("name",), "tunnel names must be letters, digits, '_', '.' or "
+                                           f"'-' (got {name!r})")
+    for key in doc:
+        if key in TUNNEL_UNSUPPORTED:
+            raise ctx.error((*base, key), "the Edgeway agent does not support this option yet")
+        if key in TUNNEL_RENAMED:
+            raise ctx.error((*base, key), TUNNEL_RENAMED[key])
+        if key not in _ALL_TUNNEL_KEYS:
+            raise ctx.error((*base, key), check.unknown_key(key, _ALL_TUNNEL_KEYS))
+    if "labels" in doc and "proto" in doc:
+        raise ctx.error((*base, "proto"), "must be left out when labels is set (the labels "
+                                          "select the edge, which sets the protocol)")
+    if "labels" not in doc and "proto" not in doc:
+        raise ctx.error((*base, "proto"), "required (http, tcp or tls) unless labels is set")
+    proto = ctx.get(doc, (*base, "proto"), check.proto, "")
+    kind = "http" if proto == "https" else proto
+    for key in doc:
+        if key not in TUNNEL_KEYS[kind]:
+            what = f"{kind} tunnels" if kind else "labeled tunnels"
+            raise ctx.error((*base, key), f"does not apply to {what} (they take: "
+                                          f"{', '.join(sorted(TUNNEL_KEYS[kind]))})")
+    for first, second in (("domain", "hostname"), ("domain", "subdomain"),
+                          ("hostname", "subdomain")):
+        if first in doc and second in doc:
+            raise ctx.error((*base, second), f"cannot be combined with {first}")
+    if proto == "https" and "schemes" in doc:
+        raise ctx.error((*base, "schemes"), "proto https already means schemes [https]; use "
+                                            "proto http to choose schemes")
+    if "addr" not in doc:
+        raise ctx.error((*base, "addr"), "required: a port, host:port or URL")
+    scheme, host, port = ctx.get(
+        doc, (*base, "addr"), lambda v: check.local_addr(v, _ADDR_SCHEMES[kind]), ("", "", 0))
+    domain = ctx.get(doc, (*base, "hostname"), lambda v: check.domain(v, wildcard=True), "")
+    return TunnelConfig(
+        name=name, proto=kind, addr=Addr(scheme, host, port),
+        domain=ctx.get(doc, (*base, "domain"), lambda v: check.domain(v, wildcard=True), domain),
+        subdomain=ctx.get(doc, (*base, "subdomain"), lambda v: check.domain(v, wildcard=False),
+                          ""),
+        inspect=ctx.get(doc, (*base, "inspect"), check.boolean, kind == "http"),
+        labels=ctx.get(doc, (*base, "labels"), check.labels, {}),
+        metadata=ctx.get(doc, (*base, "metadata"), check.metadata, ""),
+        remote_addr=ctx.get(doc, (*base, "remote_addr"),
+                            lambda v: check.join_host_port(*check.host_port(check.string(v))),
+                            ""),
+        basic_auth=ctx.get(doc, (*base, "basic_auth"), check.basic_auth, ()),
+        host_header=ctx.get(doc, (*base, "host_header"), check.host_header, ""),
+        schemes=ctx.get(doc, (*base, "schemes"), check.schemes,
+                        ("https",) if kind == "http" else ()),
+    )
+
+
+def _mask_token(token: object) -> str:
+    text = str(token)
+    return text[:4] + "…" if len(text) > 8 else "…"
+
+
+def to_yaml(config_doc: dict[str, Any]) -> str:
+    """The merged document as YAML, the authtoken masked and basic_auth passwords hidden."""
+    doc = copy.deepcopy(config_doc)
+    if "authtoken" in doc:
+        doc["authtoken"] = _mask_token(doc["authtoken"])
+    tunnels = doc.get("tunnels")
+    for tunnel in tunnels.values() if isinstance(tunnels, dict) else ():
+        auth = tunnel.get("basic_auth") if isinstance(tunnel, dict) else None
+        if isinstance(auth, list):
+            tunnel["basic_auth"] = [f"{str(e).partition(':')[0]}:********" for e in auth]
+    yaml = YAML(typ="safe")
+    yaml.default_flow_style = False
+    yaml.allow_unicode = True
+    yaml.representer.sort_base_mapping_type_on_output = False
+    out = io.StringIO()
+    yaml.dump(doc, out)
+    return out.getvalue()

@@ -1,0 +1,335 @@
+"""The agent's side of the tunnel protocol: dial ``server_addr`` over TLS, authenticate, keep
+heartbeats going, bind tunnels, and for every proxy stream the server opens dial the tunnel's
+local address and splice. When the connection drops the agent redials with capped
+exponential back-off (0.5 s doubling to 30 s) and re-binds the tunnels started from the
+config with their old ids, so they come back with the same URLs. Tunnels started through the
+local API are not re-bound: as the spec says, they do not survive a network outage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import platform
+import secrets
+import ssl
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from edgeway import __version__
+from edgeway.agent.config import AgentConfig, TunnelConfig
+from edgeway.tunnel import rpc
+from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
+from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel.pipes import StreamPipe, splice
+from edgeway.tunnel.rpc import StreamType
+
+log = logging.getLogger("edgeway.agent")
+MAX_BACKOFF = 30.0
+
+
+class BindFailed(Exception):
+    """The server refused a bind; the message is its reason."""
+
+
+class NotConnected(Exception):
+    pass
+
+
+@dataclass
+class Tunnel:
+    config: TunnelConfig
+    from_config: bool
+    id: str = ""
+    url: str = ""
+    proto: str = ""
+    requests: int = 0  # proxied connections so far
+
+
+def _bind_message(t: Tunnel) -> tuple[int, dict[str, Any]]:
+    c = t.config
+    if c.labels:
+        return StreamType.START_TUNNEL_WITH_LABEL, {
+            "Labels": c.labels, "ForwardsTo": c.addr.url(), "ForwardsProto": "",
+            "Metadata": c.metadata}
+    opts: dict[str, Any]
+    if c.proto == "tcp":
+        proto, opts = "tcp", {"Addr": c.remote_addr}
+    else:
+        opts = {"Domain": c.domain, "Subdomain": c.subdomain, "Hostname": ""}
+        proto = "tls" if c.proto == "tls" else (
+            "http" if tuple(c.schemes) == ("http",) else "https")
+        if c.basic_auth:
+            opts["BasicAuth"] = {"Credentials": [
+                {"Username": u, "CleartextPassword": p} for u, p in c.basic_auth]}
+    return StreamType.BIND, {"Id": t.id, "Proto": proto, "ForwardsTo": c.addr.url(),
+                             "ForwardsProto": "", "Opts": opts,
+                             "Extra": {"Token": "", "Metadata": c.metadata}}
+
+
+def _local_tls() -> ssl.SSLContext:
+    """Local https:// upstreams usually have self-signed certificates: not verified."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+_LOCAL_TLS = _local_tls()
+
+
+def _context(root_cas: str) -> ssl.SSLContext:
+    if root_cas in ("trusted", "host", ""):
+        return ssl.create_default_context()
+    return ssl.create_default_context(cafile=root_cas)
+
+
+class AgentSession:
+    def __init__(self, config: AgentConfig, resolve: dict[str, str] | None = None,
+                 on_change: Callable[[], None] | None = None) -> None:
+        self.config = config
+        self.resolve = resolve or {}
+        self.tunnels: dict[str, Tunnel] = {}
+        self.status = "connecting"
+        self.error = ""
+        self.session_id = ""
+        self.cookie = ""
+        self.latency = 0.0
+        self._conn: MuxConnection | None = None
+        self._online = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._on_change = on_change or (lambda: None)
+
+    # -- public ------------------------------------------------------------------------------
+
+    async def run(self, names: list[str]) -> None:
+        """Connect (and reconnect) until ``stop``; bind the named config tunnels each time."""
+        for name in names:
+            self.tunnels[name] = Tunnel(self.config.tunnels[name], from_config=True)
+        delay = 0.5
+        while not self._stop.is_set():
+            started = asyncio.get_running_loop().time()
+            try:
+                await self._session()
+            except (OSError, ssl.SSLError, TimeoutError, rpc.RPCError, StreamClosed,
+                    StreamError, asyncio.IncompleteReadError, NotConnected) as exc:
+                self.error = str(exc) or type(exc).__name__
+                log.warning('{"event": "session_lost", "error": %s}', json.dumps(self.error))
+            self._set_offline()
+            if self._stop.is_set():
+                break
+            if asyncio.get_running_loop().time() - started > 30:
+                delay = 0.5  # it was up for a while: start the back-off over
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+            delay = min(MAX_BACKOFF, delay * 2)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def wait_online(self, timeout: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._online.wait(), timeout)
+        return self._online.is_set()
+
+    async def start_tunnel(self, config: TunnelConfig, from_config: bool = False) -> Tunnel:
+        """Bind a tunnel now (the local API). BindFailed with the server's reason."""
+        if not self._online.is_set() or self._conn is None:
+            raise NotConnected("a successful tunnel session has not yet been established")
+        if config.name in self.tunnels:
+            raise BindFailed(f"a tunnel named '{config.name}' is already running")
+        tunnel = Tunnel(config, from_config)
+        await self._bind(self._conn, tunnel)
+        self.tunnels[config.name] = tunnel
+        self._on_change()
+        return tunnel
+
+    async def stop_tunnel(self, name: str) -> bool:
+        tunnel = self.tunnels.pop(name, None)
+        if tunnel is None:
+            return False
+        if self._conn is not None and tunnel.id:
+            with contextlib.suppress(StreamClosed, StreamError, rpc.RPCError,
+                                     asyncio.IncompleteReadError):
+                stream = await self._conn.open_stream()
+                await stream.write(struct.pack(">I", StreamType.UNBIND)
+                                   + json.dumps({"Id": tunnel.id}).encode())
+                await asyncio.wait_for(rpc.read_message(stream), 10)
+        self._on_change()
+        return True
+
+    # -- one session -------------------------------------------------------------------------
+
+    async def _dial(self) -> MuxConnection:
+        host, _, port = self.config.server_addr.rpartition(":")
+        host = host[1:-1] if host.startswith("[") else host
+        target = self.resolve.get(host, host)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(
+            target, int(port), ssl=_context(self.config.root_cas), server_hostname=host), 10)
+        return MuxConnection(reader, writer, client=True)
+
+    async def _session(self) -> None:
+        conn = self._conn = await self._dial()
+        try:
+            await self._auth(conn)
+            beat = asyncio.create_task(self._heartbeat(conn))
+            serve = asyncio.create_task(self._accept(conn))
+            for tunnel in list(self.tunnels.values()):
+                if not tunnel.from_config:  # started through the API: not re-bound
+                    del self.tunnels[tunnel.config.name]
+                    continue
+                try:
+                    await self._bind(conn, tunnel)
+                except BindFailed as exc:
+                    tunnel.url, tunnel.proto = "", ""
+                    log.warning('{"event": "bind_refused", "tunnel": "%s", "error": %s}',
+                                tunnel.config.name, json.dumps(str(exc)))
+            self.status = "online"
+            self._online.set()
+            self._on_change()
+            await conn.closed.wait()
+            beat.cancel()
+            serve.cancel()
+        finally:
+            await conn.close()
+
+    async def _call(self, conn: MuxConnection, kind: int, body: dict[str, Any]
+                    ) -> dict[str, Any]:
+        stream = await conn.open_stream()
+        await stream.write(struct.pack(">I", kind) + json.dumps(body).encode())
+        answer = await asyncio.wait_for(rpc.read_message(stream), 15)
+        return answer
+
+    async def _auth(self, conn: MuxConnection) -> None:
+        c = self.config
+        answer = rpc.folded(await self._call(conn, StreamType.AUTH, {
+            "Version": ["3", "2"], "ClientId": self.session_id, "Extra": {
+                "OS": platform.system().lower(), "Arch": platform.machine(),
+                "Authtoken": c.authtoken, "Version": __version__, "Hostname": "",
+                "UserAgent": f"edgeway-agent/{__version__}", "Metadata": c.metadata,
+                "Cookie": self.cookie, "HeartbeatInterval": int(c.heartbeat_interval * 1e9),
+                "HeartbeatTolerance": int(c.heartbeat_tolerance * 1e9),
+                "ClientType": "edgeway-agent", "StopUnsupportedError": "",
+                "RestartUnsupportedError": "",
+                "UpdateUnsupportedError": "the Edgeway agent is updated with its package"}}))
+        if answer.get("error"):
+            self._stop.set()  # a refused token does not get better by retrying
+            self.status, self.error = "refused", str(answer["error"]).split("\n")[0]
+            raise NotConnected(self.error)
+        self.session_id = str(answer.get("clientid") or "")
+        self.cookie = str((answer.get("extra") or {}).get("cookie") or "")
+
+    async def _bind(self, conn: MuxConnection, tunnel: Tunnel) -> None:
+        kind, body = _bind_message(tunnel)
+        answer = rpc.folded(await self._call(conn, kind, body))
+        if answer.get("error"):
+            raise BindFailed(str(answer["error"]).split("\nERR_")[0])
+        tunnel.id = str(answer.get("id") or "")
+        tunnel.url = str(answer.get("url") or "")
+        tunnel.proto = str(answer.get("proto") or "")
+        log.info('{"event": "tunnel_bound", "tunnel": "%s", "url": "%s", "addr": "%s"}',
+                 tunnel.config.name, tunnel.url, tunnel.config.addr.url())
+
+    async def _heartbeat(self, conn: MuxConnection) -> None:
+        """Beat every interval; no echo within the tolerance ends the session."""
+        stream = await conn.open_stream()
+        await stream.write(struct.pack(">I", StreamType.HEARTBEAT))
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.heartbeat_interval)
+            beat = secrets.token_bytes(4)
+            sent = loop.time()
+            await stream.write(beat)
+            try:
+                echo = await asyncio.wait_for(stream.readexactly(4),
+                                              self.config.heartbeat_tolerance)
+            except (TimeoutError, asyncio.IncompleteReadError, StreamClosed):
+                log.warning('{"event": "heartbeat_missed"}')
+                await conn.close()
+                return
+            if echo == beat:
+                self.latency = loop.time() - sent
+
+    def _set_offline(self) -> None:
+        if self._online.is_set() or self.status == "online":
+            self._online.clear()
+            self.status = "reconnecting" if not self._stop.is_set() else "stopped"
+            self._on_change()
+
+    # -- streams the server opens -------------------------------------------------------------
+
+    async def _accept(self, conn: MuxConnection) -> None:
+        while (stream := await conn.accept()) is not None:
+            task = asyncio.create_task(self._stream(conn, stream))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _stream(self, conn: MuxConnection, stream: MuxStream) -> None:
+        try:
+            kind = await rpc.read_type(stream)
+            if kind == StreamType.PROXY:
+                await self._proxy(stream)
+            elif kind == StreamType.HEARTBEAT:
+                while True:
+                    await stream.write(await stream.readexactly(4))
+            elif kind in (StreamType.STOP, StreamType.RESTART, StreamType.UPDATE):
+                await rpc.read_message(stream)
+                await self._command(conn, stream, kind)
+            elif kind == StreamType.STOP_TUNNEL:
+                msg = rpc.folded(await rpc.read_message(stream))
+                for name, t in list(self.tunnels.items()):
+                    if t.id == msg.get("id"):
+                        del self.tunnels[name]
+                        log.warning('{"event": "tunnel_stopped_by_server", "tunnel": "%s", '
+                                    '"message": %s}', name, json.dumps(msg.get("message")))
+                        self._on_change()
+            else:
+                stream.reset()
+        except (StreamClosed, StreamError, asyncio.IncompleteReadError, rpc.RPCError):
+            stream.reset()
+
+    async def _command(self, conn: MuxConnection, stream: MuxStream, kind: int) -> None:
+        if kind == StreamType.UPDATE:
+            await rpc.reply(stream, {"Error": "the Edgeway agent is updated with its package"})
+            return
+        await rpc.reply(stream, {})
+        if kind == StreamType.STOP:
+            log.info('{"event": "stopped_by_server"}')
+            self._stop.set()
+        else:
+            log.info('{"event": "restart_requested_by_server"}')
+        await asyncio.sleep(0.1)  # let the reply leave before the session goes
+        await conn.close()
+
+    async def _proxy(self, stream: MuxStream) -> None:
+        (size,) = struct.unpack("<q", await stream.readexactly(8))
+        if not 0 < size <= 1 << 16:
+            raise rpc.RPCError("bad proxy header length")
+        header = rpc.folded(json.loads(await stream.readexactly(size)))
+        tunnel = next((t for t in self.tunnels.values() if t.id == header.get("id")), None)
+        if tunnel is None:
+            stream.reset()
+            return
+        tunnel.requests += 1
+        self._on_change()
+        addr = tunnel.config.addr
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                addr.host, addr.port, ssl=_LOCAL_TLS if addr.scheme == "https" else None), 10)
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            if tunnel.config.proto == "http":  # the client gets a page saying why
+                body = (f"The Edgeway agent could not reach {addr.url()}: {exc}\n").encode()
+                await stream.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n"
+                                   + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                                   .encode() + body, eof=True)
+            else:
+                stream.reset()
+            return
+        await splice(reader, writer, StreamPipe(stream))

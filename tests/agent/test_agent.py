@@ -1,0 +1,255 @@
+"""The Edgeway agent as a user runs it (``edgeway agent start`` in a subprocess) against a
+real server: config tunnels, the local API, errors, the Host allow-list, reconnects after a
+server restart, the official SDK next to it, and the spec's site-to-site flow end to end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.edge import upstream
+from tests.edge.agents import EdgeClient, agent
+from tests.server import Server, free_port, start
+
+if not os.environ.get("CI"):
+    pytest.importorskip("ngrok", reason="pip install --ignore-requires-python ngrok==1.7.0")
+
+
+@dataclass
+class Agent:
+    proc: subprocess.Popen[str]
+    web: str
+
+    def api(self, method: str, path: str, host: str | None = None, **kw: Any
+            ) -> httpx.Response:
+        headers = {"Host": host} if host else {}
+        return httpx.request(method, self.web + path, headers=headers, timeout=30, **kw)
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        assert self.proc.stderr is not None
+        out = self.proc.stderr.read()
+        self.proc.stderr.close()
+        return out
+
+
+def write_config(path: Path, srv: Server, token: str, web_port: int, tunnels: str,
+                 server_addr: str = "") -> Path:
+    path.write_text(f"version: 2\nauthtoken: {token}\n"
+                    f"server_addr: {server_addr or f'localhost:{srv.tunnel_port}'}\n"
+                    f"root_cas: {srv.data_dir / 'ca.pem'}\nweb_addr: 127.0.0.1:{web_port}\n"
+                    f"heartbeat_interval: 1s\nheartbeat_tolerance: 2s\n" + tunnels)
+    return path
+
+
+def run_agent(*args: str, web_port: int, online: bool = True) -> Agent:
+    proc = subprocess.Popen([sys.executable, "-m", "edgeway", "agent", "start", "--log",
+                             *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            text=True)
+    a = Agent(proc, f"http://127.0.0.1:{web_port}")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            status = a.api("GET", "/api/status").json()["status"]
+            if status == "online" or not online:
+                return a
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise AssertionError(f"the agent exited: {a.stop()}")
+        time.sleep(0.1)
+    raise AssertionError(f"the agent did not come online: {a.stop()}")
+
+
+@pytest.fixture
+def srv(tmp_path: Path) -> Iterator[Server]:
+    server = start(tmp_path / "srv", None, "--reuse-port")
+    yield server
+    if server.proc.poll() is None:
+        assert server.stop() == 0
+
+
+@pytest.fixture
+def token(srv: Server) -> str:
+    with srv.client() as api:
+        value: str = api.post("/credentials", json={}).json()["token"]
+    return value
+
+
+def test_config_tunnels_and_the_local_api(srv: Server, token: str, tmp_path: Path) -> None:
+    web = free_port()
+    with upstream.running("svc") as svc:
+        cfg = write_config(tmp_path / "a.yml", srv, token, web,
+                           f"tunnels:\n  web:\n    proto: http\n    addr: {svc}\n"
+                           f"  spare:\n    proto: tcp\n    addr: {svc}\n")
+        a = run_agent("web", "--config", str(cfg), web_port=web)
+        try:
+            listed = a.api("GET", "/api/tunnels").json()
+            assert [t["name"] for t in listed["tunnels"]] == ["web"]  # only the named one
+            web_url = listed["tunnels"][0]["public_url"]
+            assert listed["tunnels"][0]["config"]["addr"] == f"http://127.0.0.1:{svc}"
+            with EdgeClient(srv) as client:
+                assert client.get(web_url + "/via-config").text == "svc /via-config"
+                r = a.api("POST", "/api/tunnels", json={"name": "db", "proto": "tcp",
+                                                         "addr": str(svc)})
+                assert r.status_code == 201 and r.json()["public_url"].startswith("tcp://")
+                assert a.api("GET", "/api/tunnels/db").json()["name"] == "db"
+                r = a.api("POST", "/api/tunnels", json={"name": "x", "proto": "ftp",
+                                                         "addr": "1"})
+                assert r.status_code == 400 and "proto" in r.json()["details"]["err"]
+                r = a.api("POST", "/api/tunnels", json={
+                    "name": "nope", "proto": "http", "addr": str(svc),
+                    "domain": "not-reserved.example.com"})
+                assert (r.status_code, r.json()["error_code"]) == (502, 103)
+                assert "is not reserved" in r.json()["details"]["err"]
+                assert a.api("GET", "/api/tunnels/missing").status_code == 404
+                assert a.api("DELETE", "/api/tunnels/db").status_code == 204
+                assert a.api("GET", "/api/tunnels/db").status_code == 404
+                r = a.api("GET", "/api/tunnels", host="evil.example.com")
+                assert r.status_code == 403
+                # the counter moves with traffic
+                counted = a.api("GET", "/api/tunnels/web").json()["metrics"]["conns"]["count"]
+                assert counted >= 1
+        finally:
+            a.stop()
+
+
+def test_before_the_session_is_up_the_api_answers_503(tmp_path: Path, srv: Server,
+                                                      token: str) -> None:
+    web = free_port()
+    cfg = write_config(tmp_path / "a.yml", srv, token, web, "",
+                       server_addr=f"localhost:{free_port()}")  # nothing listens there
+    a = run_agent("--none", "--config", str(cfg), web_port=web, online=False)
+    try:
+        r = a.api("POST", "/api/tunnels", json={"name": "t", "proto": "tcp", "addr": "22"})
+        assert r.status_code == 503 and r.json()["status_code"] == 503
+        assert a.api("GET", "/api/status").json()["status"] != "online"
+    finally:
+        a.stop()
+
+
+def test_config_tunnels_come_back_after_a_server_restart(srv: Server, token: str,
+                                                         tmp_path: Path) -> None:
+    web = free_port()
+    with upstream.running("svc") as svc:
+        cfg = write_config(tmp_path / "a.yml", srv, token, web,
+                           f"tunnels:\n  web:\n    proto: http\n    addr: {svc}\n")
+        a = run_agent("--all", "--config", str(cfg), web_port=web)
+        try:
+            assert a.api("POST", "/api/tunnels", json={
+                "name": "adhoc", "proto": "tcp", "addr": str(svc)}).status_code == 201
+            url = a.api("GET", "/api/tunnels/web").json()["public_url"]
+            ports = (int(srv.base_url.rsplit(":", 1)[1]), srv.tunnel_port, srv.http_port,
+                     srv.https_port)
+            assert srv.stop() == 0  # a plain restart: the agent redials with back-off
+            second = start(srv.data_dir, None, "--reuse-port", token=srv.token, ports=ports)
+            try:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    names = {t["name"] for t in a.api("GET", "/api/tunnels").json()["tunnels"]}
+                    if a.api("GET", "/api/status").json()["status"] == "online":
+                        break
+                    time.sleep(0.2)
+                assert names == {"web"}  # started through the API: gone, as the spec says
+                assert a.api("GET", "/api/tunnels/web").json()["public_url"] == url
+                with EdgeClient(second) as client:
+                    assert client.get(url + "/again").text == "svc /again"
+            finally:
+                assert second.stop() == 0
+        finally:
+            a.stop()
+
+
+def test_our_agent_and_the_sdk_on_one_server(srv: Server, token: str, tmp_path: Path) -> None:
+    web = free_port()
+    with upstream.running("ours") as ours, upstream.running("sdk") as theirs:
+        cfg = write_config(tmp_path / "a.yml", srv, token, web,
+                           f"tunnels:\n  web:\n    proto: http\n    addr: {ours}\n")
+        a = run_agent("web", "--config", str(cfg), web_port=web)
+        b = agent(srv, token, {"kind": "https", "forward": f"http://127.0.0.1:{theirs}"})
+        try:
+            url = a.api("GET", "/api/tunnels/web").json()["public_url"]
+            with EdgeClient(srv) as client:
+                assert client.get(url + "/a").text == "ours /a"
+                assert client.get(b.urls[0] + "/b").text == "sdk /b"
+        finally:
+            a.stop()
+            b.stop()
+
+
+def test_a_refused_authtoken_ends_the_agent_clearly(srv: Server, tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "a.yml", srv, "not-a-real-token", free_port(), "")
+    r = subprocess.run([sys.executable, "-m", "edgeway", "agent", "start", "--none", "--log",
+                        "--config", str(cfg)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert "authtoken is not valid" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_config_check_prints_the_merged_config(srv: Server, tmp_path: Path) -> None:
+    base = write_config(tmp_path / "a.yml", srv, "abcdefghijklmnop", 4040, "")
+    extra = tmp_path / "b.yml"
+    extra.write_text("tunnels:\n  ssh:\n    proto: tcp\n    addr: 22\n")
+    r = subprocess.run([sys.executable, "-m", "edgeway", "agent", "config", "check",
+                        "--config", f"{base},{extra}"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "ssh:" in r.stdout and "abcdefghijklmnop" not in r.stdout
+    extra.write_text("version: 3\n")
+    r = subprocess.run([sys.executable, "-m", "edgeway", "agent", "config", "check",
+                        "--config", str(base), "--config", str(extra)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "b.yml" in r.stderr and "version" in r.stderr
+
+
+def test_the_site_to_site_flow(srv: Server, tmp_path: Path) -> None:
+    """The spec's flow: ingress, wildcard reservation, bot user and its credential with an
+    ACL, an agent config naming a region domain, the agent API exposed through a tunnel,
+    and tunnels started through that public API for two local services."""
+    with srv.client() as api:
+        ingress = api.post("/agent_ingresses", json={"domain": "connect.example.org"}).json()
+        region = ingress["region_domains"][0]
+        assert api.post("/reserved_domains",
+                        json={"domain": "*.site1.example.org"}).status_code == 201
+        bot = api.post("/bot_users", json={"name": "site1"}).json()
+        token = api.post("/credentials", json={
+            "owner_id": bot["id"], "acl": ["bind:*.site1.example.org"]}).json()["token"]
+    web = free_port()
+    with upstream.running("alpha") as alpha, upstream.running("beta") as beta:
+        cfg = write_config(tmp_path / "site.yml", srv, token, web,
+                           f"tunnels:\n  agent-api:\n    proto: http\n"
+                           f"    domain: api.site1.example.org\n    addr: {web}\n",
+                           server_addr=f"{region}:{srv.tunnel_port}")
+        a = run_agent("agent-api", "--config", str(cfg), "--resolve", f"{region}:127.0.0.1",
+                      web_port=web)
+        try:
+            public_api = a.api("GET", "/api/tunnels/agent-api").json()["public_url"]
+            with EdgeClient(srv) as client:
+                for name, port in (("alpha", alpha), ("beta", beta)):
+                    r = client.request("POST", public_api + "/api/tunnels", json={
+                        "name": name, "proto": "http", "addr": str(port),
+                        "domain": f"{name}.site1.example.org"})
+                    assert r.status_code == 201, r.text
+                r = client.request("POST", public_api + "/api/tunnels", json={
+                    "name": "outside", "proto": "http", "addr": str(alpha),
+                    "domain": "other.example.org"})
+                assert r.status_code == 502
+                assert "ACL (bind:*.site1.example.org) does not allow" in \
+                    r.json()["details"]["err"]
+                for name in ("alpha", "beta"):
+                    url = f"https://{name}.site1.example.org:{srv.https_port}/hi"
+                    assert client.get(url).text == f"{name} /hi"
+        finally:
+            a.stop()
