@@ -7,23 +7,36 @@ this API (the spec's way to reach it from outside) are served; others get 403. E
 agent API's body: ``{"error_code", "status_code", "msg", "details": {"err"}}`` — 400 for a bad
 body, 404 for an unknown name, 502 when the server refuses a bind, 503 before the session is
 up.
+
+``/api/requests/http`` lists, shows, replays and clears the HTTP exchanges captured by
+``edgeway.agent.inspect``. With ``inspect_db_size: -1`` inspection is off and these paths
+answer 404 "request inspection is disabled" (rather than an empty list, which would look like
+no traffic). A replay is refused (400) when the captured request body was truncated, as
+sending it would hang the service; it answers 204 once the request is sent, and the exchange
+it makes shows up as a new capture.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qs
 
 from edgeway import __version__
 from edgeway.agent.config import ConfigError, TunnelConfig, parse_tunnel
-from edgeway.agent.session import AgentSession, BindFailed, NotConnected, Tunnel
+from edgeway.agent.inspect import Store, Tap
+from edgeway.agent.session import LOCAL_TLS, AgentSession, BindFailed, NotConnected, Tunnel
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 LOCAL = ("localhost", "127.0.0.1", "::1")
+REQUESTS = "/api/requests/http"
+REPLAY_TIMEOUT = 60.0
 
 
 class ApiError(Exception):
@@ -49,6 +62,7 @@ def tunnel_json(t: Tunnel) -> dict[str, Any]:
 class LocalApi:
     def __init__(self, agent: AgentSession, allow_hosts: tuple[str, ...], port: int) -> None:
         self.agent, self.allow_hosts, self.port = agent, allow_hosts, port
+        self._replays: set[asyncio.Task[None]] = set()  # reading the answers to replays
 
     def host_allowed(self, host: str) -> bool:
         name = host.rsplit(":", 1)[0].strip("[]").lower() if not host.startswith("[") \
@@ -83,8 +97,9 @@ class LocalApi:
                 break
             if not msg.get("more_body"):
                 try:
-                    status, out = await self._route(scope["method"], scope["path"], body,
-                                                    headers.get("host", ""))
+                    status, out = await self._route(
+                        scope["method"], scope["path"], body, headers.get("host", ""),
+                        scope.get("query_string", b"").decode("latin-1"))
                 except ApiError as exc:
                     status, out = exc.status, _error(exc)
                 break
@@ -94,7 +109,7 @@ class LocalApi:
             (b"content-length", str(len(data)).encode())]})
         await send({"type": "http.response.body", "body": data})
 
-    async def _route(self, method: str, path: str, body: bytes, host: str
+    async def _route(self, method: str, path: str, body: bytes, host: str, query: str = ""
                      ) -> tuple[int, Any]:
         if not self.host_allowed(host):
             raise ApiError(403, 101, "this Host is not allowed", f"Host '{host}' is not in "
@@ -121,8 +136,68 @@ class LocalApi:
             if method == "DELETE":
                 await self.agent.stop_tunnel(name)
                 return 204, None
+        if path == REQUESTS or path.startswith(REQUESTS + "/"):
+            return await self._requests(method, path[len(REQUESTS) + 1:], body, query)
         raise ApiError(404 if method == "GET" else 405, 100, "not found",
                        f"{method} {path} is not an operation of this API")
+
+    async def _requests(self, method: str, rest: str, body: bytes, query: str
+                        ) -> tuple[int, Any]:
+        store = self.agent.inspector
+        if store is None:
+            raise ApiError(404, 100, "request inspection is disabled",
+                           "inspect_db_size is -1 in the agent config")
+        if rest and method == "GET":
+            if (ex := store.get(rest)) is None:
+                raise ApiError(404, 100, "request not found", f"no captured request '{rest}'")
+            return 200, ex.json()
+        if not rest and method == "GET":
+            params = parse_qs(query)
+            text = params.get("limit", ["50"])[-1]
+            if not (text.isascii() and text.isdigit() and int(text) > 0):
+                raise ApiError(400, 100, "invalid limit", f"limit must be a positive integer "
+                                                          f"(got '{text}')")
+            name = params.get("tunnel_name", [None])[-1]
+            return 200, {"uri": REQUESTS, "requests": [
+                ex.json() for ex in store.newest(int(text), name)]}
+        if not rest and method == "DELETE":
+            store.clear()
+            return 204, None
+        if not rest and method == "POST":
+            await self.replay(store, body)
+            return 204, None
+        raise ApiError(405, 100, "not found", f"{method} is not an operation of this path")
+
+    async def replay(self, store: Store, body: bytes) -> None:
+        try:
+            doc = json.loads(body or b"{}")
+        except ValueError as exc:
+            raise ApiError(400, 100, "invalid JSON body", str(exc)) from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("id"), str) or \
+                not isinstance(doc.get("tunnel_name", ""), str):
+            raise ApiError(400, 100, "invalid replay request", 'the body must be {"id": '
+                           '"<request id>", "tunnel_name": "<optional tunnel name>"}')
+        if (ex := store.get(doc["id"])) is None:
+            raise ApiError(404, 100, "request not found", f"no captured request '{doc['id']}'")
+        name = doc.get("tunnel_name") or ex.tunnel_name
+        if (tunnel := self.agent.tunnels.get(name)) is None:
+            raise ApiError(404, 102, "tunnel not found", f"no tunnel named '{name}'")
+        if ex.request.truncated:
+            raise ApiError(400, 100, "cannot replay this request", "its body was larger than "
+                           "the captured part (64 KiB)")
+        addr = tunnel.config.addr
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                addr.host, addr.port, ssl=LOCAL_TLS if addr.scheme == "https" else None), 10)
+        except (OSError, TimeoutError) as exc:
+            raise ApiError(502, 100, "replay failed", f"cannot reach {addr.url()}: "
+                           f"{exc or type(exc).__name__}") from None
+        tap, raw = Tap(store, name, ex.remote_addr), bytes(ex.request.raw)
+        writer.write(raw)
+        tap.request(raw)
+        task = asyncio.create_task(_answer(reader, writer, tap))
+        self._replays.add(task)
+        task.add_done_callback(self._replays.discard)
 
     async def start(self, body: bytes) -> Tunnel:
         try:
@@ -149,6 +224,24 @@ class LocalApi:
                 "agent_version": __version__, "uri": "/api/status",
                 "session": {"id": a.session_id, "error": a.error, "legs": [
                     {"region": "", "latency": int(a.latency * 1e9)}]}}
+
+
+async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tap: Tap
+                  ) -> None:
+    """Read a replay's answer, for the tap, until it is complete (60 s at most)."""
+    try:
+        async with asyncio.timeout(REPLAY_TIMEOUT):
+            while tap.pending and not tap.stopped:
+                if not (data := await reader.read(65536)):
+                    tap.response_eof()
+                    break
+                tap.response(data)
+    except (OSError, TimeoutError):
+        pass
+    finally:
+        tap.stop()
+        with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+            writer.close()
 
 
 def _error(exc: ApiError) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The agent's side of the tunnel protocol: dial ``server_addr`` over TLS, authenticate, keep
 heartbeats going, bind tunnels, and for every proxy stream the server opens dial the tunnel's
-local address and splice. When the connection drops the agent redials with capped
+local address and splice (through an inspection tap, ``edgeway.agent.inspect``, for HTTP
+tunnels with ``inspect`` on). When the connection drops the agent redials with capped
 exponential back-off (0.5 s doubling to 30 s) and re-binds the tunnels started from the
 config with their old ids, so they come back with the same URLs. Tunnels started through the
 local API are not re-bound: as the spec says, they do not survive a network outage.
@@ -22,6 +23,7 @@ from typing import Any
 
 from edgeway import __version__
 from edgeway.agent.config import AgentConfig, TunnelConfig
+from edgeway.agent.inspect import Store, Tap, splice_tapped
 from edgeway.tunnel import rpc
 from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
 from edgeway.tunnel.muxado.session import StreamError
@@ -79,7 +81,7 @@ def _local_tls() -> ssl.SSLContext:
     return context
 
 
-_LOCAL_TLS = _local_tls()
+LOCAL_TLS = _local_tls()
 
 
 def _context(root_cas: str) -> ssl.SSLContext:
@@ -104,6 +106,8 @@ class AgentSession:
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._on_change = on_change or (lambda: None)
+        # captured HTTP exchanges (edgeway.agent.inspect); None: inspect_db_size -1
+        self.inspector = Store(config.inspect_db_size) if config.inspect_db_size != -1 else None
 
     # -- public ------------------------------------------------------------------------------
 
@@ -322,7 +326,7 @@ class AgentSession:
         addr = tunnel.config.addr
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(
-                addr.host, addr.port, ssl=_LOCAL_TLS if addr.scheme == "https" else None), 10)
+                addr.host, addr.port, ssl=LOCAL_TLS if addr.scheme == "https" else None), 10)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             if tunnel.config.proto == "http":  # the client gets a page saying why
                 body = (f"The Edgeway agent could not reach {addr.url()}: {exc}\n").encode()
@@ -332,4 +336,9 @@ class AgentSession:
             else:
                 stream.reset()
             return
-        await splice(reader, writer, StreamPipe(stream))
+        store, c = self.inspector, tunnel.config
+        if store is not None and c.proto == "http" and c.inspect:
+            tap = Tap(store, c.name, str(header.get("clientaddr") or ""))
+            await splice_tapped(reader, writer, stream, tap)
+        else:
+            await splice(reader, writer, StreamPipe(stream))
