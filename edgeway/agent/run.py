@@ -44,9 +44,9 @@ class Console:
                  f"Session   {a.status}" + (f" ({a.error})" if a.error and
                                               a.status != "online" else ""),
                  f"Server    {a.config.server_addr}",
-                 f"Web API   {self.web}", ""]
+                 f"Web API   {self.web}", "Tunnels" + ("" if a.tunnels else "   none")]
         for name, t in a.tunnels.items():
-            lines.append(f"{name:<16} {t.url or '(not bound)':<48} -> "
+            lines.append(f"  {name:<14} {t.url or '(not bound)':<48} -> "
                          f"{t.config.addr.url():<28} {t.requests} conns")
         return "\n".join(lines)
 

@@ -245,3 +245,36 @@ def test_the_site_to_site_flow(srv: Server, tmp_path: Path) -> None:
                     assert client.get(url).text == f"{name} /hi"
         finally:
             a.stop()
+
+
+def test_the_console_shows_the_session_and_tunnels(srv: Server, token: str,
+                                                   tmp_path: Path) -> None:
+    web = free_port()
+    with upstream.running("svc") as svc:
+        cfg = write_config(tmp_path / "a.yml", srv, token, web,
+                           f"tunnels:\n  web:\n    proto: http\n    addr: {svc}\n")
+        proc = subprocess.Popen([sys.executable, "-m", "edgeway", "agent", "start", "web",
+                                 "--config", str(cfg)], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        a = Agent(proc, f"http://127.0.0.1:{web}")
+        try:
+            deadline = time.monotonic() + 20
+            url = ""
+            while time.monotonic() < deadline and not url:
+                try:
+                    url = a.api("GET", "/api/tunnels/web").json().get("public_url", "")
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            with EdgeClient(srv) as client:
+                assert client.get(url + "/x").status_code == 200
+            time.sleep(0.3)
+        finally:
+            proc.terminate()
+            proc.wait(15)
+        assert proc.stdout is not None
+        screen = proc.stdout.read().split("\n\n")  # one screen per change (not a terminal)
+        proc.stdout.close()
+        online = [s for s in screen if "Session   online" in s and url in s]
+        assert online, screen
+        assert f"-> http://127.0.0.1:{svc}" in online[0]
+        assert any("1 conns" in s for s in screen)  # the count moved with the request
