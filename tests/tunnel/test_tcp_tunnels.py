@@ -142,11 +142,14 @@ def test_acl_allowing_the_address_binds(own_server: Server, echo_port: int) -> N
         token = api.post("/credentials", json={"acl": ["bind:127.0.0.1:20000",
                                                        "bind:127.0.0.1:20001"]}).json()["token"]
         proc = agent(own_server, token, f"tcp://127.0.0.1:{echo_port}")
-        assert proc.stdout is not None
-        line = proc.stdout.readline().split()
-        assert line[0] == "URL" and line[1] in ("tcp://127.0.0.1:20000", "tcp://127.0.0.1:20001")
-        assert roundtrip(int(line[1].rsplit(":", 1)[1]), b"ok") == b"ok"
-        finish(proc)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().split()
+            assert line[0] == "URL" and line[1] in ("tcp://127.0.0.1:20000",
+                                                    "tcp://127.0.0.1:20001"), line
+            assert roundtrip(int(line[1].rsplit(":", 1)[1]), b"ok") == b"ok"
+        finally:
+            finish(proc)
 
 
 @pytest.mark.parametrize(("mode", "passes"), [("cidr", False), ("local", True)])
