@@ -37,6 +37,14 @@ def self_signed(name: str, directory: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+def localhost_contexts(directory: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server, client) contexts for a self-signed ``localhost`` certificate."""
+    cert, key = self_signed("localhost", directory)
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(cert, key)
+    return server, ssl.create_default_context(cafile=str(cert))
+
+
 @contextmanager
 def running(name: str, directory: Path) -> Iterator[tuple[int, Path]]:
     """(port, certificate path) of a TLS line-echo service for ``name``."""

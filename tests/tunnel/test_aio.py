@@ -5,26 +5,37 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import socket
+import ssl
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
+from edgeway.tunnel.muxado import frames
+from edgeway.tunnel.muxado.aio import HIGH_WATER, MuxConnection, MuxStream, StreamClosed, records
 from edgeway.tunnel.muxado.frames import ErrorCode
 from edgeway.tunnel.muxado.session import WINDOW
+from edgeway.tunnel.pipes import StreamPipe, splice
+from tests.edge.tls_upstream import localhost_contexts
 
 
 @asynccontextmanager
-async def connected() -> AsyncIterator[tuple[MuxConnection, MuxConnection]]:
+async def connected(tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None
+                    ) -> AsyncIterator[tuple[MuxConnection, MuxConnection]]:
     ready: asyncio.Future[MuxConnection] = asyncio.get_running_loop().create_future()
 
     async def on_client(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         ready.set_result(MuxConnection(r, w, client=False))
 
-    server = await asyncio.start_server(on_client, "127.0.0.1", 0)
+    server = await asyncio.start_server(on_client, "127.0.0.1", 0, ssl=tls[0] if tls else None)
     port = server.sockets[0].getsockname()[1]
-    r, w = await asyncio.open_connection("127.0.0.1", port)
+    r, w = await asyncio.open_connection("127.0.0.1", port, ssl=tls[1] if tls else None,
+                                         server_hostname="localhost" if tls else None)
     client = MuxConnection(r, w, client=True)
     srv = await asyncio.wait_for(ready, 5)
     try:
@@ -36,8 +47,13 @@ async def connected() -> AsyncIterator[tuple[MuxConnection, MuxConnection]]:
         await server.wait_closed()
 
 
-def run(fn: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(asyncio.wait_for(fn(), 60))
+def run(fn: Callable[[], Awaitable[None]], loop: str = "asyncio") -> None:
+    if loop == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(asyncio.wait_for(fn(), 60))
+    else:
+        asyncio.run(asyncio.wait_for(fn(), 60))
 
 
 async def read_all(stream: MuxStream) -> bytes:
@@ -99,4 +115,165 @@ def test_reset_reaches_the_peer_and_eof_ends_accept() -> None:
             assert err.value.code == ErrorCode.STREAM_REFUSED
             await client.close()
             assert await asyncio.wait_for(server.accept(), 5) is None
+    run(main)
+
+
+def tls_contexts(tmp: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    return localhost_contexts(tmp)
+
+
+@given(st.lists(st.binary(max_size=40_000), max_size=10), st.sampled_from([16, 100, 16384]))
+def test_records_keep_the_bytes_and_cut_at_record_boundaries(parts: list[bytes],
+                                                             size: int) -> None:
+    out = records(list(parts), size)
+    assert b"".join(out) == b"".join(parts)
+    assert all(len(o) % size == 0 for o in out[:-1]) and all(out)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_tls_transfer_and_many_streams(tmp_path: Path, loop: str) -> None:
+    """Over TLS (where the connection takes the SSL transport over and TLS decrypts into the
+    session's buffer), under both event loops: bulk both ways at once and 100 short streams."""
+    contexts = tls_contexts(tmp_path)
+
+    async def main() -> None:
+        async with connected(contexts) as (client, server):
+            up, down = os.urandom(3 << 20), os.urandom(3 << 20)
+            stream = await client.open_stream()
+            sender = asyncio.create_task(stream.write(up, eof=True))
+            peer = await server.accept()
+            assert peer is not None
+            replier = asyncio.create_task(peer.write(down, eof=True))
+            got_up, got_down = await asyncio.gather(read_all(peer), read_all(stream))
+            await asyncio.gather(sender, replier)
+            assert (got_up, got_down) == (up, down)
+
+            async def echo() -> None:
+                while (s := await server.accept()) is not None:
+                    await s.write(await read_all(s), eof=True)
+
+            echoer = asyncio.create_task(echo())
+
+            async def one(i: int) -> bytes:
+                s = await client.open_stream()
+                await s.write(str(i).encode() * 50, eof=True)
+                return await read_all(s)
+
+            answers = await asyncio.gather(*(one(i) for i in range(100)))
+            assert answers == [str(i).encode() * 50 for i in range(100)]
+            echoer.cancel()
+
+    run(main, loop)
+
+
+def test_bytes_the_stream_reader_already_held_are_not_lost() -> None:
+    async def main() -> None:
+        pair: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = \
+            asyncio.get_running_loop().create_future()
+
+        async def on_client(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            pair.set_result((r, w))
+
+        srv = await asyncio.start_server(on_client, "127.0.0.1", 0)
+        r, w = await asyncio.open_connection("127.0.0.1", srv.sockets[0].getsockname()[1])
+        client = MuxConnection(r, w, client=True)
+        stream = await client.open_stream()
+        await stream.write(b"early bytes", eof=True)
+        reader, writer = await asyncio.wait_for(pair, 5)
+        for _ in range(100):  # the bytes reach the stream reader before the takeover
+            if getattr(reader, "_buffer", b""):
+                break
+            await asyncio.sleep(0.01)
+        server = MuxConnection(reader, writer, client=False)
+        peer = await asyncio.wait_for(server.accept(), 5)
+        assert peer is not None and await read_all(peer) == b"early bytes"
+        await client.close()
+        await server.close()
+        srv.close()
+        await srv.wait_closed()
+
+    run(main)
+
+
+@asynccontextmanager
+async def spliced(client: MuxConnection, server: MuxConnection
+                  ) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A public TCP connection spliced (as a TCP tunnel does) to a stream the edge end
+    (``server``) opens to the agent end (``client``); yields the public client's pair."""
+    tasks: list[asyncio.Task[None]] = []
+
+    async def on_public(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.append(task)
+        await splice(r, w, StreamPipe(await server.open_stream()))
+
+    public = await asyncio.start_server(on_public, "127.0.0.1", 0)
+    r, w = await asyncio.open_connection("127.0.0.1", public.sockets[0].getsockname()[1])
+    try:
+        yield r, w
+    finally:
+        w.close()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
+        public.close()
+        await public.wait_closed()
+
+
+def test_splice_passes_bytes_and_half_closes_both_ways_with_backpressure() -> None:
+    async def main() -> None:
+        async with connected() as (agent, edge), spliced(agent, edge) as (r, w):
+            up, down = os.urandom(4 << 20), os.urandom(2 << 20)
+            w.write(up)
+            stream = await asyncio.wait_for(agent.accept(), 5)
+            assert stream is not None
+            await asyncio.sleep(0.3)  # the agent reads nothing yet: the edge stops reading
+            (sid,) = edge._streams
+            assert edge.session.pending(sid) <= HIGH_WATER + (1 << 20)
+            await w.drain()
+            w.write_eof()
+            assert await read_all(stream) == up  # ... and the client's EOF came after it
+            await stream.write(down, eof=True)
+            assert await r.read() == down  # EOF: the half-close passed on the other way
+
+    run(main)
+
+
+def test_a_public_connection_reset_resets_the_stream() -> None:
+    async def main() -> None:
+        async with connected() as (agent, edge), spliced(agent, edge) as (_, w):
+            w.write(b"hello")
+            stream = await asyncio.wait_for(agent.accept(), 5)
+            assert stream is not None and await stream.read() == b"hello"
+            sock = w.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            w.transport.abort()  # an RST, not a FIN
+            with pytest.raises(StreamClosed):
+                for _ in range(50):
+                    if not await asyncio.wait_for(stream.read(), 5):
+                        break
+
+    run(main)
+
+
+def test_a_writer_waiting_for_window_wakes_when_window_and_fin_arrive_together() -> None:
+    """The peer's window increment and its FIN in one read: the increment sends the rest of
+    our data (and our FIN), the stream is then done on both sides and forgotten; the writer
+    blocked on the window must still return."""
+
+    async def main() -> None:
+        ours, theirs = socket.socketpair()
+        r, w = await asyncio.open_connection(sock=ours)
+        conn = MuxConnection(r, w, client=False)
+        stream = await conn.open_stream()
+        writer = asyncio.create_task(stream.write(b"x" * (WINDOW + 3 * HIGH_WATER), eof=True))
+        await asyncio.sleep(0.1)
+        assert not writer.done()
+        theirs.sendall(frames.encode(frames.wndinc(stream.id, 4 * HIGH_WATER))
+                       + frames.encode(frames.data(stream.id, b"bye", fin=True)))
+        await asyncio.wait_for(writer, 5)
+        assert await read_all(stream) == b"bye"
+        assert not conn._streams and not conn.session.is_open(stream.id)  # nothing kept
+        await conn.close()
+        theirs.close()
+
     run(main)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgeway.tunnel.muxado import frames
@@ -68,3 +68,55 @@ def test_garbage_only_raises_protocol_errors(raw: bytes) -> None:
         frames.Decoder().feed(raw)
     except ProtocolError as err:
         assert isinstance(err.code, ErrorCode)
+
+
+def test_header_matches_encode() -> None:
+    f = frames.data(7, b"payload", syn=True, fin=True)
+    assert frames.header(f.type, f.flags, f.stream_id, len(f.body)) + f.body == frames.encode(f)
+    with pytest.raises(ValueError):
+        frames.header(FrameType.DATA, 0, 1, frames.MAX_LENGTH + 1)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 300_000), min_size=1, max_size=6), st.data())
+def test_frame_buffer_holds_frames_of_any_size(sizes: list[int], data: st.DataObject) -> None:
+    """Bytes written into ``get_buffer`` as a transport would (any amount up to the room
+    offered, hints of any size), frames taken off as they complete: each comes out whole, the
+    tail moved to the front or into a bigger buffer as needed, views handed out stay valid."""
+    wire = b"".join(frames.encode(frames.data(1, bytes([n % 251]) * n)) for n in sizes)
+    rx, bodies, pos, views = frames.FrameBuffer(), [], 0, []
+    while pos < len(wire):
+        room = rx.get_buffer(data.draw(st.sampled_from([-1, 0, 256, 70_000, 400_000])))
+        views.append(room)  # a transport may still hold it: the buffer must not be resized
+        assert len(room) >= frames.MIN_FREE
+        n = min(len(room), len(wire) - pos,
+                data.draw(st.sampled_from([1, 7, 9, 5000, 65536, 500_000])))
+        room[:n] = wire[pos:pos + n]
+        rx.end += n
+        pos += n
+        at, need = rx.start, 8
+        while rx.end - at >= 8:
+            word, _ = frames.HEADER.unpack_from(rx.view, at)
+            if rx.end - at - 8 < word >> 8:
+                need = 8 + (word >> 8)
+                break
+            bodies.append(rx.view[at + 8:at + 8 + (word >> 8)].tobytes())
+            at += 8 + (word >> 8)
+        rx.parsed(at, need)
+    assert [len(body) for body in bodies] == sizes
+    assert all(body == bytes([len(body) % 251]) * len(body) for body in bodies)
+    assert rx.start == rx.end == 0
+
+
+def test_a_grown_frame_buffer_shrinks_after_small_reads() -> None:
+    rx = frames.FrameBuffer()
+    room = rx.get_buffer(300_000)
+    assert len(room) >= 300_000
+    room[:8] = frames.encode(frames.rst(1, ErrorCode.NONE))[:8]
+    rx.end += 8
+    rx.parsed(0, 12)  # a frame waits for its body: the big buffer stays
+    assert len(rx.get_buffer(-1)) >= frames.MIN_FREE and len(rx.buf) > frames.INITIAL_BUFFER
+    rx.clear()
+    for _ in range(frames.SHRINK_AFTER + 1):
+        rx.get_buffer(100)
+    assert len(rx.buf) == frames.INITIAL_BUFFER

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from edgeway.tunnel.muxado import frames
 from edgeway.tunnel.muxado.frames import ErrorCode
 from edgeway.tunnel.muxado.session import (
+    MAX_CHUNK,
     WINDOW,
     ConnectionLost,
     DataReceived,
@@ -22,6 +23,7 @@ from edgeway.tunnel.muxado.session import (
     StreamError,
     StreamOpened,
     StreamReset,
+    WindowOpened,
 )
 
 
@@ -29,7 +31,9 @@ class Pair:
     """A client and a server session; ``pump`` moves bytes both ways in random chunks and
     records events; by default the receiving application consumes everything at once."""
 
-    def __init__(self, window: int = WINDOW, seed: int = 0, **kw: int) -> None:
+    def __init__(self, window: int = WINDOW, seed: int = 0, in_place: bool = False,
+                 **kw: int) -> None:
+        self.in_place = in_place  # bytes written into get_buffer, as a BufferedProtocol would
         self.client = Session(client=True, window=window, **kw)
         self.server = Session(client=False, window=window, **kw)
         self.rng = random.Random(seed)
@@ -47,12 +51,24 @@ class Pair:
                 while wire:
                     moved = True
                     n = self.rng.randint(1, max(1, len(wire)))
-                    for ev in dst.receive(wire[:n]):
+                    for ev in self._deliver(dst, wire[:n]):
                         self._record(dst, is_client_dst, ev)
                     wire = wire[n:]
             if not moved:
                 return
         raise AssertionError("pump did not settle")
+
+    def _deliver(self, dst: Session, data: bytes) -> list[Event]:
+        if not self.in_place:
+            return dst.receive(data)
+        events: list[Event] = []
+        while data:
+            room = dst.get_buffer(self.rng.choice([-1, len(data)]))
+            n = min(len(room), len(data))
+            room[:n] = data[:n]
+            events += dst.buffer_updated(n)
+            data = data[n:]
+        return events
 
     def _record(self, dst: Session, side: bool, ev: Event) -> None:
         self.events[side].append(ev)
@@ -100,10 +116,10 @@ def test_a_fast_sender_is_held_at_the_window_and_a_slow_stream_blocks_no_other()
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 70_000), st.booleans()),
-                min_size=1, max_size=30), st.integers(0, 2**32), st.booleans())
+                min_size=1, max_size=30), st.integers(0, 2**32), st.booleans(), st.booleans())
 def test_every_byte_arrives_once_in_order(ops: list[tuple[int, int, bool]], seed: int,
-                                          server_opens: bool) -> None:
-    p = Pair(window=64 * 1024, seed=seed)
+                                          server_opens: bool, in_place: bool) -> None:
+    p = Pair(window=64 * 1024, seed=seed, in_place=in_place)
     opener = p.server if server_opens else p.client
     ids = [opener.open_stream() for _ in range(4)]
     sent: dict[int, bytearray] = defaultdict(bytearray)
@@ -188,3 +204,75 @@ def test_streams_may_be_announced_out_of_order() -> None:
     opened = [e.stream_id for e in p.events[False] if isinstance(e, StreamOpened)]
     assert opened == [second, first]
     assert (bytes(p.received[False][first]), bytes(p.received[False][second])) == (b"a", b"b")
+
+
+def data_frames(wire: bytes) -> list[frames.Frame]:
+    return [f for f in frames.Decoder().feed(wire) if f.type == frames.FrameType.DATA]
+
+
+def test_data_frames_of_a_stream_read_together_make_one_event() -> None:
+    server = Session(client=False)
+    wire = frames.encode(frames.data(3, b"a", syn=True)) + frames.encode(frames.data(5, b"x",
+                                                                                   syn=True))
+    wire += b"".join(frames.encode(frames.data(3, bytes([c]))) for c in b"bcd")
+    wire += frames.encode(frames.data(5, b"y")) + frames.encode(frames.data(3, b"e"))
+    wire += frames.encode(frames.data(3, b"f", fin=True))
+    assert server.receive(wire) == [
+        StreamOpened(3), DataReceived(3, b"a"), StreamOpened(5), DataReceived(5, b"x"),
+        DataReceived(3, b"bcd"), DataReceived(5, b"y"), DataReceived(3, b"e"),
+        DataReceived(3, b"f"), StreamEnded(3)]
+
+
+def test_increments_read_together_release_data_once() -> None:
+    """The SDK returns window 8 KiB at a time: increments that arrive together send one frame,
+    not one per increment; and a sliver of window is not used while much more waits."""
+    p = Pair()
+    sid = p.client.open_stream()
+    p.client.send(sid, b"x" * (2 * WINDOW))
+    assert sum(len(f.body) for f in data_frames(p.client.data_to_send())) == WINDOW
+    assert p.client.receive(frames.encode(frames.wndinc(sid, 8192))) == [WindowOpened(sid)]
+    assert p.client.data_to_send() == b""  # 8 KiB of window, 256 KiB waiting: wait for more
+    events = p.client.receive(b"".join(frames.encode(frames.wndinc(sid, 8192))
+                                       for _ in range(7)))
+    assert events == [WindowOpened(sid)]
+    (frame,) = data_frames(p.client.data_to_send())
+    assert len(frame.body) == 8 * 8192
+    small = p.client.open_stream()
+    p.client.send(small, b"y" * 100, fin=True)  # what fits the window goes out at once
+    assert [len(f.body) for f in data_frames(p.client.data_to_send())] == [100]
+
+
+def test_frames_are_at_most_max_chunk_and_sent_bytes_are_copied() -> None:
+    p = Pair()
+    sid = p.client.open_stream()
+    payload = bytearray(b"z" * (MAX_CHUNK + 10))
+    p.client.send(sid, payload)
+    payload[:] = b"!" * len(payload)  # the caller reuses its buffer
+    sizes = [len(f.body) for f in data_frames(p.client.data_to_send())]
+    assert sizes == [MAX_CHUNK, 10]
+    p.client.send(sid, memoryview(b"abc"), fin=True)
+    (last,) = data_frames(p.client.data_to_send())
+    assert last.body == b"abc" and last.fin
+
+
+def test_a_malformed_frame_after_good_ones_keeps_their_events() -> None:
+    server = Session(client=False)
+    wire = frames.encode(frames.data(3, b"hi", syn=True)) + bytes.fromhex("0000004000000001")
+    events = server.receive(wire)
+    assert events[:2] == [StreamOpened(3), DataReceived(3, b"hi")]
+    assert isinstance(events[2], ConnectionLost) and events[2].code == ErrorCode.PROTOCOL
+    assert server.closed and server.receive(wire) == []
+
+
+def test_window_increments_with_flags_or_overflowing() -> None:
+    p = Pair()
+    sid = p.client.open_stream()
+    p.client.send(sid, b"x" * (WINDOW + 10))
+    p.client.data_to_send()
+    flagged = frames.Frame(frames.FrameType.WNDINC, sid, frames.U32.pack(10), frames.FIN)
+    assert p.client.receive(frames.encode(flagged)) == [WindowOpened(sid)]
+    assert [len(f.body) for f in data_frames(p.client.data_to_send())] == [10]
+    too_much = frames.encode(frames.wndinc(sid, frames.MAX_INCREMENT))
+    too_much += frames.encode(frames.wndinc(sid, 1))
+    assert p.client.receive(too_much) == [StreamReset(sid, ErrorCode.FLOW_CONTROL, False)]
+    assert p.client.receive(frames.encode(frames.wndinc(sid, 5))) == []  # gone: ignored

@@ -1,9 +1,16 @@
-"""The asyncio shell around the muxado session: one reader task and one writer task per
-connection, and ``MuxStream`` objects with ``read``/``write`` that respect flow control.
+"""The asyncio shell around the muxado session, and ``MuxStream`` objects with ``read``/``write``
+that respect flow control.
 
 A writer blocks while its stream has more than ``HIGH_WATER`` bytes waiting for the peer's
 window; a reader returns window to the peer as it takes data. One stalled stream therefore
 holds back only its own writer.
+
+The connection takes over the transport under the stream pair it is given: it becomes the
+transport's protocol (an ``asyncio.BufferedProtocol``), so TLS decrypts straight into the
+session's buffer and frames are handled in the read callback, with no reader task and no copy
+through a ``StreamReader``. Output of the session goes out in one ``transport.write`` per
+event-loop pass (scheduled with ``call_soon`` by whatever produced it), so the frames that one
+pass produces share TLS records and a send.
 """
 
 from __future__ import annotations
@@ -11,6 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections import deque
+from collections.abc import Callable
+from typing import cast
 
 from edgeway.tunnel.muxado.frames import ErrorCode
 from edgeway.tunnel.muxado.session import (
@@ -26,6 +36,7 @@ from edgeway.tunnel.muxado.session import (
 )
 
 HIGH_WATER = 64 * 1024
+TLS_RECORD = 16384  # the most plaintext one TLS record carries
 QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
 
 
@@ -35,26 +46,105 @@ class StreamClosed(Exception):
         self.code = code
 
 
+def adopt(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+          protocol: asyncio.BaseProtocol) -> tuple[bytes, bool]:
+    """Make ``protocol`` the protocol of the transport under a stream pair (from
+    ``open_connection``/``start_server``), for code that takes bytes as they arrive rather than
+    through the ``StreamReader``. Returns the bytes the reader already held, and whether it had
+    seen the end (EOF or an error): then no more will come. The writer stays good for
+    ``write``, ``write_eof`` and ``close``, not for ``drain`` or ``wait_closed``."""
+    held = getattr(reader, "_buffer", None)
+    early = bytes(held) if held else b""
+    if isinstance(held, bytearray):
+        held.clear()
+    transport = cast(asyncio.Transport, writer.transport)
+    transport.set_protocol(protocol)
+    ended = (reader.exception() is not None or bool(getattr(reader, "_eof", False))
+             or transport.is_closing())
+    if not ended and not transport.is_reading():
+        transport.resume_reading()  # the stream reader had paused it
+    return early, ended
+
+
+def records(parts: list[bytes | memoryview], size: int = TLS_RECORD
+            ) -> list[bytes | memoryview]:
+    """``parts`` regrouped for ``writelines`` so that every buffer but the last is a whole
+    number of ``size``-byte records. A TLS transport encrypts each buffer it is given on its
+    own, so a frame header written alone would be a record of its own, and joining everything
+    copies every payload. Here parts of ``size`` bytes or more go out as views; smaller ones,
+    with what it takes of the next large part to reach a record boundary, are joined: at most
+    ``size`` bytes are copied per large part."""
+    out: list[bytes | memoryview] = []
+    small: list[bytes | memoryview] = []
+    small_len = 0
+    for part in parts:
+        n = len(part)
+        if not n:
+            continue
+        if n < size:
+            small.append(part)
+            small_len += n
+            continue
+        view = memoryview(part)
+        if small_len:
+            fill = -small_len % size
+            small.append(view[:fill])
+            out.append(b"".join(small))
+            view = view[fill:]
+        whole = len(view) - len(view) % size
+        if whole:
+            out.append(view[:whole])
+        small, small_len = ([view[whole:]], len(view) - whole) if whole < len(view) else ([], 0)
+    if small:
+        out.append(small[0] if len(small) == 1 else b"".join(small))
+    return out
+
+
+def _wake(waiters: list[asyncio.Future[None]] | None) -> None:
+    for fut in waiters or ():
+        if not fut.done():
+            fut.set_result(None)
+
+
 class MuxStream:
     def __init__(self, conn: MuxConnection, stream_id: int) -> None:
         self.id = stream_id
         self._conn = conn
-        self._buf = bytearray()
+        self._chunks: deque[bytes | memoryview] = deque()
         self._eof = False
         self._error: ErrorCode | None = None
-        self._readable = asyncio.Event()
-        self._writable = asyncio.Event()
+        # Futures of the tasks blocked in read / write (None while nobody waits).
+        self._readers: list[asyncio.Future[None]] | None = None
+        self._writers: list[asyncio.Future[None]] | None = None
+        self.on_window: Callable[[], None] | None = None
 
     async def read(self, n: int = 65536) -> bytes:
         """Up to ``n`` bytes; ``b""`` once the peer half-closed and everything was read."""
-        while not self._buf and not self._eof and self._error is None:
-            self._readable.clear()
-            await self._readable.wait()
-        if self._buf:
-            data = bytes(self._buf[:n])
-            del self._buf[:n]
-            self._conn.session.consumed(self.id, len(data))
-            self._conn.kick()
+        while not self._chunks and not self._eof and self._error is None:
+            await self._wait(True)
+        chunks = self._chunks
+        if chunks:
+            first = chunks[0]
+            if len(chunks) == 1 and len(first) <= n:
+                chunks.popleft()
+                data = first if type(first) is bytes else bytes(first)
+            else:
+                parts: list[bytes | memoryview] = []
+                size = 0
+                while chunks and size < n:
+                    chunk = chunks[0]
+                    if size + len(chunk) <= n:
+                        parts.append(chunks.popleft())
+                        size += len(chunk)
+                    else:  # the rest stays, as a view: small reads of a big chunk copy once
+                        view = memoryview(chunk)
+                        parts.append(view[:n - size])
+                        chunks[0] = view[n - size:]
+                        size = n
+                data = b"".join(parts)
+            conn = self._conn
+            conn.session.consumed(self.id, len(data))
+            conn.kick()
             return data
         if self._error is not None and not self._eof:
             raise StreamClosed(self._error)
@@ -70,17 +160,28 @@ class MuxStream:
         return bytes(out)
 
     async def write(self, data: bytes, *, eof: bool = False) -> None:
+        if not self.send_nowait(data, eof=eof):
+            while self._conn.session.pending(self.id) > HIGH_WATER:
+                if self._error is not None:
+                    raise StreamClosed(self._error)
+                await self._wait(False)
+
+    def send_nowait(self, data: bytes, *, eof: bool = False) -> bool:
+        """``write`` without waiting: False if more than ``HIGH_WATER`` bytes now wait for the
+        peer's window (``on_window`` is called as window opens, or when the stream fails)."""
         if self._error is not None:
             raise StreamClosed(self._error)
-        self._conn.session.send(self.id, data, fin=eof)
-        self._conn.kick()
+        conn = self._conn
+        session = conn.session
+        session.send(self.id, data, fin=eof)
+        conn.kick()
         if eof:
-            self._conn.forget_if_done(self.id)
-        while self._conn.session.pending(self.id) > HIGH_WATER:
-            if self._error is not None:
-                raise StreamClosed(self._error)
-            self._writable.clear()
-            await self._writable.wait()
+            conn.forget_if_done(self.id)
+        return session.pending(self.id) <= HIGH_WATER
+
+    def writable(self) -> bool:
+        """No more than ``HIGH_WATER`` bytes wait for window (or the stream failed)."""
+        return self._error is not None or self._conn.session.pending(self.id) <= HIGH_WATER
 
     async def write_eof(self) -> None:
         await self.write(b"", eof=True)
@@ -90,34 +191,117 @@ class MuxStream:
         self._conn.kick()
         self._fail(code)
 
+    async def _wait(self, reading: bool) -> None:
+        fut = self._conn._loop.create_future()
+        if reading:
+            if self._readers is None:
+                self._readers = []
+            waiters = self._readers
+        else:
+            if self._writers is None:
+                self._writers = []
+            waiters = self._writers
+        waiters.append(fut)
+        try:
+            await fut
+        finally:
+            with contextlib.suppress(ValueError):
+                waiters.remove(fut)
+
+    def _data(self, data: bytes) -> None:
+        self._chunks.append(data)
+        if self._readers:
+            _wake(self._readers)
+
+    def _ended(self) -> None:
+        self._eof = True
+        _wake(self._readers)
+
+    def _window(self) -> None:
+        if self._writers:
+            _wake(self._writers)
+        if self.on_window is not None:
+            self.on_window()
+
     def _fail(self, code: ErrorCode) -> None:
         self._error = code
-        self._readable.set()
-        self._writable.set()
+        _wake(self._readers)
+        _wake(self._writers)
+        if self.on_window is not None:
+            self.on_window()
+
+
+class _Protocol(asyncio.BufferedProtocol):
+    """What the transport calls: everything is passed on to the connection."""
+
+    def __init__(self, conn: MuxConnection) -> None:
+        self.conn = conn
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.conn.session.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.conn._received(nbytes)
+
+    def eof_received(self) -> bool:
+        self.conn._ended()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn._lost()
+
+    def pause_writing(self) -> None:
+        self.conn._paused = True
+
+    def resume_writing(self) -> None:
+        self.conn._paused = False
+        self.conn.kick()
 
 
 class MuxConnection:
-    """A muxado session on an asyncio transport. ``accept`` yields streams the peer opened."""
+    """A muxado session on an asyncio transport. ``accept`` yields streams the peer opened.
+
+    ``reader``/``writer`` are the pair ``asyncio.open_connection``/``start_server`` give; the
+    connection takes their transport over (bytes the reader already holds included) and
+    neither is used afterwards."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
                  client: bool, max_streams: int = 512) -> None:
         self.session = Session(client=client, max_streams=max_streams)
-        self._reader, self._writer = reader, writer
+        self._loop = asyncio.get_running_loop()
+        self._writer = writer  # kept: a collected StreamWriter closes its transport
+        self._transport = cast(asyncio.Transport, writer.transport)
         self._sock = writer.get_extra_info("socket") if QUICKACK else None
         self._streams: dict[int, MuxStream] = {}
         self._accepted: asyncio.Queue[MuxStream | None] = asyncio.Queue()
-        self._dirty = asyncio.Event()
+        self._flush_at_end_of_pass = False
+        self._ack_owed = False  # bytes were read and nothing sent back since
+        self._paused = False
+        self._gone: asyncio.Future[None] = self._loop.create_future()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.closed = asyncio.Event()
-        self._tasks = [asyncio.create_task(self._read_loop()),
-                       asyncio.create_task(self._write_loop())]
+        # What the stream reader already received is the start of the session's bytes.
+        early, ended = adopt(reader, writer, _Protocol(self))
+        if early:
+            self._dispatch(self.session.receive(early))
+            self.kick()
+        if ended:
+            self._ended()
 
     def kick(self) -> None:
-        self._dirty.set()
+        """Send what the session has to send, at the end of this event-loop pass."""
+        if not self._flush_at_end_of_pass:
+            self._flush_at_end_of_pass = True
+            self._loop.call_soon(self._flush)
 
     def forget_if_done(self, stream_id: int) -> None:
-        """Drop a stream both sides have closed (its object keeps any unread data)."""
+        """Drop a stream both sides have closed (its object keeps any unread data). A writer
+        still waiting is woken: its data went out (window that arrived with the peer's FIN
+        in one read is used after the FIN is handled)."""
         if not self.session.is_open(stream_id):
-            self._streams.pop(stream_id, None)
+            stream = self._streams.pop(stream_id, None)
+            if stream is not None:
+                stream._window()
 
     async def open_stream(self) -> MuxStream:
         stream = MuxStream(self, self.session.open_stream())
@@ -130,72 +314,90 @@ class MuxConnection:
 
     async def close(self, code: ErrorCode = ErrorCode.NONE, message: str = "") -> None:
         self.session.close(code, message)
-        self.kick()
-        await asyncio.sleep(0)
         await self._shutdown(ErrorCode.SESSION_CLOSED)
 
     def _quickack(self) -> None:
         """Acknowledge the peer's segments at once. The ngrok SDK leaves Nagle on: it writes a
         small window update, then holds the response back until that is acknowledged, which a
-        delayed ACK stalls for ~40 ms. Linux leaves quick-ack mode by itself; re-arm it."""
+        delayed ACK stalls for ~40 ms. Linux leaves quick-ack mode by itself; re-arm it.
+
+        Only needed after a read that nothing was sent back for (``_flush``): a write of ours
+        carries the ACK anyway, and the system call (a socket object built each time under
+        uvloop) is not free."""
         if self._sock is not None:
             try:
                 self._sock.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
             except (OSError, ValueError, TypeError):  # closed, or not a TCP socket
                 self._sock = None
 
-    async def _read_loop(self) -> None:
-        try:
-            while not self.session.closed:
-                data = await self._reader.read(65536)
-                if not data:
-                    break
-                self._quickack()
-                self._dispatch(self.session.receive(data))
-                self.kick()
-        except (ConnectionError, OSError):
-            pass
-        await self._shutdown(ErrorCode.PEER_EOF)
+    # ---- transport callbacks ----------------------------------------------------------
 
-    async def _write_loop(self) -> None:
-        with contextlib.suppress(ConnectionError, OSError):
-            while True:
-                await self._dirty.wait()
-                self._dirty.clear()
-                out = self.session.data_to_send()
-                if out:
-                    self._writer.write(out)
-                    await self._writer.drain()
-                if self.closed.is_set() and not self._dirty.is_set():
-                    return
+    def _received(self, nbytes: int) -> None:
+        if self.closed.is_set():
+            return
+        self._ack_owed = True
+        events = self.session.buffer_updated(nbytes)
+        if events:
+            self._dispatch(events)
+        self.kick()
+        if self.session.closed:
+            self._ended()  # a protocol error: the GOAWAY is flushed, then the transport closed
+
+    def _ended(self) -> None:
+        """The peer's bytes ended (EOF, or a protocol error): shut the connection down."""
+        if not self.closed.is_set() and not self._tasks:
+            task = self._loop.create_task(self._shutdown(ErrorCode.PEER_EOF))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _lost(self) -> None:
+        if not self._gone.done():
+            self._gone.set_result(None)
+        self._ended()
+
+    def _flush(self) -> None:
+        self._flush_at_end_of_pass = False
+        if self._paused or self._transport.is_closing():
+            return
+        parts = self.session.data_to_send_parts()
+        if parts:
+            self._ack_owed = False
+            out = records(parts) if len(parts) > 1 else parts
+            with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+                if len(out) == 1:
+                    self._transport.write(out[0])
+                else:
+                    self._transport.writelines(out)
+        elif self._ack_owed:
+            self._ack_owed = False
+            self._quickack()
 
     def _dispatch(self, events: list[Event]) -> None:
+        streams = self._streams
         for ev in events:
-            if isinstance(ev, StreamOpened):
-                stream = self._streams[ev.stream_id] = MuxStream(self, ev.stream_id)
+            if type(ev) is DataReceived:
+                stream = streams.get(ev.stream_id)
+                if stream is not None:
+                    stream._data(ev.data)
+            elif isinstance(ev, StreamOpened):
+                stream = streams[ev.stream_id] = MuxStream(self, ev.stream_id)
                 self._accepted.put_nowait(stream)
-            elif isinstance(ev, DataReceived | StreamEnded | StreamReset | WindowOpened):
-                self._on_stream_event(ev)
+            elif isinstance(ev, WindowOpened):
+                stream = streams.get(ev.stream_id)
+                if stream is not None:
+                    stream._window()
+                    self.forget_if_done(ev.stream_id)  # its last bytes and FIN may be out
+            elif isinstance(ev, StreamEnded):
+                stream = streams.get(ev.stream_id)
+                if stream is not None:
+                    stream._ended()
+                    self.forget_if_done(ev.stream_id)
+            elif isinstance(ev, StreamReset):
+                stream = streams.pop(ev.stream_id, None)
+                if stream is not None:
+                    stream._fail(ev.code)
             elif isinstance(ev, ConnectionLost | GoAway):
                 self._accepted.put_nowait(None)
-
-    def _on_stream_event(self, ev: DataReceived | StreamEnded | StreamReset | WindowOpened
-                         ) -> None:
-        stream = self._streams.get(ev.stream_id)
-        if stream is None:
-            return
-        if isinstance(ev, DataReceived):
-            stream._buf += ev.data
-            stream._readable.set()
-        elif isinstance(ev, StreamEnded):
-            stream._eof = True
-            stream._readable.set()
-            self.forget_if_done(ev.stream_id)
-        elif isinstance(ev, StreamReset):
-            stream._fail(ev.code)
-            self._streams.pop(ev.stream_id, None)
-        else:
-            stream._writable.set()
 
     async def _shutdown(self, code: ErrorCode) -> None:
         if self.closed.is_set():
@@ -207,16 +409,13 @@ class MuxConnection:
         # Flush and close before the first await: whoever waits on ``accept`` may cancel us.
         with contextlib.suppress(ConnectionError, OSError, RuntimeError):
             out = self.session.data_to_send()
-            if out:
-                self._writer.write(out)
-            self._writer.close()
+            if out and not self._transport.is_closing():
+                self._transport.write(out)
+            self._transport.close()
         try:
             # A TLS close waits for the peer's close_notify; a silent peer must not hold the
             # socket open.
-            with contextlib.suppress(ConnectionError, OSError, TimeoutError):
-                await asyncio.wait_for(self._writer.wait_closed(), 1)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._gone), 1)
         finally:
-            self._writer.transport.abort()
-            for task in self._tasks:
-                if task is not asyncio.current_task():
-                    task.cancel()
+            self._transport.abort()

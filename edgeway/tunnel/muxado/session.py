@@ -1,10 +1,12 @@
 """The muxado session state machine, sans-I/O.
 
 Theory of operation. A ``Session`` is one end of a multiplexed connection. Bytes from the
-peer go in through ``receive``, which returns events (a stream opened, data, a half-close, a
-reset, more send window, the peer going away). What the application wants to do (open a
-stream, send, acknowledge consumed data, reset, close) is recorded, and the bytes to put on
-the wire come out of ``data_to_send``. No sockets, no clocks, no tasks.
+peer go in through ``receive`` (or are written in place: ``get_buffer``, then
+``buffer_updated``), which returns events (a stream opened, data, a half-close, a reset, more
+send window, the peer going away). What the application wants to do (open a stream, send,
+acknowledge consumed data, reset, close) is recorded, and the bytes to put on the wire come
+out of ``data_to_send`` (or ``data_to_send_parts``, unjoined). No sockets, no clocks, no
+tasks.
 
 Streams. Ids of streams we open have our parity (a client's are odd from 3, a server's even
 from 2). A stream comes to exist for the peer when its first DATA frame arrives with SYN; we
@@ -15,64 +17,95 @@ Flow control. Each direction of each stream has a window, 256 KiB unless configu
 negotiated. We never send more than the peer's window: data past it waits in that stream's
 own buffer, so a stalled stream never holds back another. The peer may send us at most our
 window; ``consumed`` gives credit back (a WNDINC once enough has been consumed). A peer
-overrunning our window gets that stream reset with FLOW_CONTROL.
+overrunning our window gets that stream reset with FLOW_CONTROL. We send a DATA frame of at
+most ``MAX_CHUNK`` bytes, and while data waits for window we do not send it in slivers: not
+before the window is ``MIN_SEND`` bytes (an eighth of the peer's window at most) or holds all
+that waits (the SDK returns window 8 KiB at a time).
 
 Limits. At most ``max_streams`` open streams: a peer opening more gets STREAM_REFUSED. A
 malformed frame ends the session: a GOAWAY with the error is queued and ``ConnectionLost`` is
-returned; the shell then flushes and closes the transport.
+returned (with the events of the frames before it); the shell then flushes and closes the
+transport.
+
+Cost. This is the data path of every proxied byte: bytes to send are not copied here (they
+are queued as they came; the caller joins them or not), received DATA is copied once out of
+the receive buffer, consecutive DATA frames of a stream in one read become one
+``DataReceived``, and WNDINC frames build no objects at all. Window increments that arrive
+together release the data they unblock once, after the batch (their ``WindowOpened`` comes
+after the batch's other events).
 """
 
 from __future__ import annotations
 
+import struct
+from collections import deque
 from dataclasses import dataclass, field
 
 from edgeway.tunnel.muxado import frames
-from edgeway.tunnel.muxado.frames import ErrorCode, Frame, FrameType, ProtocolError
+from edgeway.tunnel.muxado.frames import (
+    DATA_T,
+    FIN,
+    HEADER,
+    MAX_INCREMENT,
+    MAX_STREAM_ID,
+    SYN,
+    U32,
+    ErrorCode,
+    Frame,
+    FrameType,
+    ProtocolError,
+    error_code,
+)
 
 WINDOW = 256 * 1024
-MAX_CHUNK = 16 * 1024
+MAX_CHUNK = 64 * 1024
+MIN_SEND = 32 * 1024
+
+_DATA_WORD = FrameType.DATA << 4
+_WNDINC_HEAD = (4 << 8) | (FrameType.WNDINC << 4)
+_HEAD_WORD = struct.Struct(">III")  # a header and the first body word (a WNDINC's increment)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StreamOpened:
     stream_id: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class DataReceived:
     stream_id: int
     data: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StreamEnded:
     """The peer half-closed (FIN): no more data will arrive on this stream."""
 
     stream_id: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StreamReset:
     stream_id: int
     code: ErrorCode
     by_peer: bool
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class WindowOpened:
     """The peer granted window: pending data of this stream may have been sent."""
 
     stream_id: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GoAway:
     last_stream_id: int
     code: ErrorCode
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ConnectionLost:
     code: ErrorCode
     reason: str
@@ -82,14 +115,15 @@ Event = StreamOpened | DataReceived | StreamEnded | StreamReset | WindowOpened |
     ConnectionLost
 
 
-@dataclass
+@dataclass(slots=True)
 class _Stream:
     send_window: int
     recv_window: int
     local_open: bool = True
     remote_open: bool = True
     syn_sent: bool = False
-    pending: bytearray = field(default_factory=bytearray)
+    pending: deque[bytes | memoryview] = field(default_factory=deque)
+    pending_size: int = 0
     fin_queued: bool = False
     fin_sent: bool = False
     unacked: int = 0  # consumed but not yet returned to the peer as window
@@ -107,8 +141,10 @@ class Session:
         self._streams: dict[int, _Stream] = {}
         self._next_id = 3 if client else 2
         self._last_peer_id = 0
-        self._out = bytearray()
-        self._decoder = frames.Decoder(max_body=max(window, 1 << 16))
+        self._out: list[bytes | memoryview] = []
+        self._rx = frames.FrameBuffer()
+        self._max_body = max(window, 1 << 16)  # a bigger frame is a FRAME_SIZE error
+        self._min_send = max(1, min(MIN_SEND, window // 8))
         self.closed = False
         self.peer_gone = False
 
@@ -124,18 +160,35 @@ class Session:
         self._streams[sid] = _Stream(self.window, self.window)
         return sid
 
-    def send(self, stream_id: int, data: bytes, *, fin: bool = False) -> None:
+    def send(self, stream_id: int, data: bytes | bytearray | memoryview, *,
+             fin: bool = False) -> None:
         s = self._streams.get(stream_id)
         if s is None or not s.local_open or s.fin_queued:
             raise StreamError(f"stream {stream_id} is not open for sending")
-        s.pending += data
+        n = len(data)
+        if n:
+            if type(data) is not bytes:
+                data = bytes(data)  # the caller may reuse its buffer
+            if not s.pending_size and n <= s.send_window and n <= MAX_CHUNK:
+                # The common case: one frame, straight out, the payload not copied.
+                flags = (FIN if fin else 0) | (0 if s.syn_sent else SYN)
+                self._out += (HEADER.pack((n << 8) | _DATA_WORD | flags, stream_id), data)
+                s.send_window -= n
+                s.syn_sent = True
+                if fin:
+                    s.fin_queued = s.fin_sent = True
+                    s.local_open = False
+                    self._reap(stream_id, s)
+                return
+            s.pending.append(data)
+            s.pending_size += n
         s.fin_queued = fin
         self._flush(stream_id, s)
 
     def pending(self, stream_id: int) -> int:
         """Bytes accepted by ``send`` that wait for the peer's window."""
         s = self._streams.get(stream_id)
-        return len(s.pending) if s else 0
+        return s.pending_size if s else 0
 
     def consumed(self, stream_id: int, n: int) -> None:
         """The application has taken ``n`` received bytes: give the peer that window back."""
@@ -145,7 +198,7 @@ class Session:
         s.unacked += n
         if s.unacked >= self.window // 4 or s.recv_window < self.window // 2:
             s.recv_window += s.unacked
-            self._emit(frames.wndinc(stream_id, s.unacked))
+            self._out.append(HEADER.pack(_WNDINC_HEAD, stream_id) + U32.pack(s.unacked))
             s.unacked = 0
 
     def reset(self, stream_id: int, code: ErrorCode = ErrorCode.STREAM_CANCELLED) -> None:
@@ -158,8 +211,16 @@ class Session:
             self._emit(frames.goaway(self._last_peer_id, code, message))
 
     def data_to_send(self) -> bytes:
-        out = bytes(self._out)
-        self._out.clear()
+        out = self.data_to_send_parts()
+        if not out:
+            return b""
+        first = out[0]
+        return first if len(out) == 1 and type(first) is bytes else b"".join(out)
+
+    def data_to_send_parts(self) -> list[bytes | memoryview]:
+        """The bytes to send as the pieces they were queued in (headers, payloads as given to
+        ``send``), for a caller that writes them without joining."""
+        out, self._out = self._out, []
         return out
 
     def is_open(self, stream_id: int) -> bool:
@@ -167,105 +228,196 @@ class Session:
 
     # ---- wire side --------------------------------------------------------------------
 
-    def receive(self, data: bytes) -> list[Event]:
-        if self.closed:
-            return []
-        try:
-            decoded = self._decoder.feed(data)
-        except ProtocolError as exc:
-            return [self._fail(exc.code, str(exc))]
+    def receive(self, data: bytes | bytearray | memoryview) -> list[Event]:
+        """Bytes from the peer (not kept: the caller may reuse its buffer)."""
+        src = memoryview(data).cast("B")
         events: list[Event] = []
-        for frame in decoded:
-            try:
-                events += self._handle(frame)
-            except ProtocolError as exc:
-                events.append(self._fail(exc.code, str(exc)))
+        while not self.closed:
+            n = self._rx.fill(src) if src else 0
+            events += self._parse()
+            src = src[n:]
+            if not src:
                 break
         return events
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Where the next bytes from the peer may be written in place, then passed on with
+        ``buffer_updated`` (as an ``asyncio.BufferedProtocol`` does)."""
+        return self._rx.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> list[Event]:
+        if self.closed:
+            self._rx.clear()
+            return []
+        self._rx.end += nbytes
+        return self._parse()
 
     def _fail(self, code: ErrorCode, reason: str) -> ConnectionLost:
         self.close(code, reason)
         return ConnectionLost(code, reason)
 
-    def _handle(self, f: Frame) -> list[Event]:
-        if f.type == FrameType.DATA:
-            return self._on_data(f)
-        if f.type == FrameType.WNDINC:
-            return self._on_wndinc(f)
-        if f.type == FrameType.RST:
-            s = self._streams.pop(f.stream_id, None)
-            return [StreamReset(f.stream_id, f.code(), True)] if s else []
+    def _parse(self) -> list[Event]:
+        """Handle the whole frames received. DATA and WNDINC on open streams are handled
+        inline (what bulk transfers are made of); consecutive DATA frames of one stream become
+        one ``DataReceived``; anything else goes through ``frames.check`` and ``_handle``."""
+        rx, streams = self._rx, self._streams
+        events: list[Event] = []
+        view, pos, end = rx.view, rx.start, rx.end
+        unpack, unpack3, max_body = HEADER.unpack_from, _HEAD_WORD.unpack_from, self._max_body
+        opened: dict[int, _Stream] = {}
+        run_id, run = 0, list[memoryview]()  # DATA bodies of one stream not yet made an event
+        need = 8
+        try:
+            while end - pos >= 8:
+                if end - pos >= 12:
+                    word, sid, increment = unpack3(view, pos)
+                    if word == _WNDINC_HEAD:  # a whole WNDINC without flags: inline
+                        sid &= MAX_STREAM_ID
+                        s = streams.get(sid)
+                        if sid and 0 < increment <= MAX_INCREMENT and (
+                                s is None or s.send_window + increment <= MAX_INCREMENT):
+                            if s is not None:
+                                s.send_window += increment
+                                opened[sid] = s
+                            pos += 12
+                            continue
+                else:
+                    word, sid = unpack(view, pos)
+                length = word >> 8
+                if length > max_body:
+                    raise ProtocolError(ErrorCode.FRAME_SIZE, f"frame body of {length} bytes")
+                if end - pos - 8 < length:
+                    need = 8 + length
+                    break
+                at = pos + 8
+                pos = at + length
+                sid &= MAX_STREAM_ID
+                if word & 0xFF == _DATA_WORD:  # DATA without flags
+                    s = streams.get(sid)
+                    if s is not None and s.remote_open and length <= s.recv_window:
+                        if length:
+                            s.recv_window -= length
+                            if run and sid != run_id:
+                                events.append(DataReceived(run_id, _join(run)))
+                                run = []
+                            run_id = sid
+                            run.append(view[at:pos])
+                        continue
+                if run:
+                    events.append(DataReceived(run_id, _join(run)))
+                    run = []
+                body = view[at:pos].tobytes()
+                ftype, flags = (word >> 4) & 0xF, word & 0xF
+                if ftype == DATA_T and sid:  # SYN or FIN, or not for an open stream
+                    self._on_data(sid, flags, body, events)
+                else:
+                    events += self._handle(frames.check(ftype, sid, body), flags, sid, body)
+        except ProtocolError as exc:
+            if run:
+                events.append(DataReceived(run_id, _join(run)))
+            rx.clear()
+            events.append(self._fail(exc.code, str(exc)))
+            return events
+        if run:
+            events.append(DataReceived(run_id, _join(run)))
+        rx.parsed(pos, need)
+        if opened and not self.closed:
+            # Several increments in one read: the data they release goes out once.
+            for sid, s in opened.items():
+                if streams.get(sid) is s:
+                    self._flush(sid, s)
+                    events.append(WindowOpened(sid))
+        return events
+
+    def _handle(self, kind: FrameType, flags: int, sid: int, body: bytes) -> list[Event]:
+        if kind == FrameType.WNDINC:  # one the inline path left (flags, an overflow)
+            s = self._streams.get(sid)
+            if s is None:
+                return []
+            s.send_window += U32.unpack(body)[0]
+            if s.send_window > MAX_INCREMENT:
+                self.reset(sid, ErrorCode.FLOW_CONTROL)
+                return [StreamReset(sid, ErrorCode.FLOW_CONTROL, False)]
+            self._flush(sid, s)
+            return [WindowOpened(sid)]
+        if kind == FrameType.RST:
+            if self._streams.pop(sid, None) is None:
+                return []
+            return [StreamReset(sid, error_code(U32.unpack(body)[0]), True)]
         self.peer_gone = True
-        last = int.from_bytes(f.body[:4], "big")
-        return [GoAway(last, f.code(), f.body[8:].decode(errors="replace"))]
+        last, code = HEADER.unpack_from(body)
+        return [GoAway(last, error_code(code), body[8:].decode(errors="replace"))]
 
     def _peer_parity(self, stream_id: int) -> bool:
         return stream_id % 2 == (0 if self.client else 1)
 
-    def _accept(self, f: Frame) -> list[Event]:
+    def _accept(self, stream_id: int, events: list[Event]) -> None:
         # Ids need not arrive in order: SYN rides on a stream's first write, and a peer may
         # write on a later stream first.
-        if not self._peer_parity(f.stream_id):
-            raise ProtocolError(ErrorCode.PROTOCOL, f"peer opened stream {f.stream_id}, "
+        if not self._peer_parity(stream_id):
+            raise ProtocolError(ErrorCode.PROTOCOL, f"peer opened stream {stream_id}, "
                                 "an id of ours")
-        self._last_peer_id = max(self._last_peer_id, f.stream_id)
+        self._last_peer_id = max(self._last_peer_id, stream_id)
         if self.peer_gone or len(self._streams) >= self.max_streams:
-            self._emit(frames.rst(f.stream_id, ErrorCode.STREAM_REFUSED))
-            return []
-        self._streams[f.stream_id] = _Stream(self.window, self.window, syn_sent=True)
-        return [StreamOpened(f.stream_id)]
+            self._emit(frames.rst(stream_id, ErrorCode.STREAM_REFUSED))
+            return
+        self._streams[stream_id] = _Stream(self.window, self.window, syn_sent=True)
+        events.append(StreamOpened(stream_id))
 
-    def _on_data(self, f: Frame) -> list[Event]:
-        events: list[Event] = []
-        if f.syn and f.stream_id not in self._streams:
-            events += self._accept(f)
-        s = self._streams.get(f.stream_id)
+    def _on_data(self, stream_id: int, flags: int, body: bytes, events: list[Event]) -> None:
+        if flags & SYN and stream_id not in self._streams:
+            self._accept(stream_id, events)
+        s = self._streams.get(stream_id)
         if s is None:
-            if f.stream_id > self._last_peer_id and self._peer_parity(f.stream_id):
-                raise ProtocolError(ErrorCode.PROTOCOL, f"DATA before SYN on {f.stream_id}")
-            return events  # a stream we already reset or refused: drop quietly
+            if stream_id > self._last_peer_id and self._peer_parity(stream_id):
+                raise ProtocolError(ErrorCode.PROTOCOL, f"DATA before SYN on {stream_id}")
+            return  # a stream we already reset or refused: drop quietly
         if not s.remote_open:
-            self.reset(f.stream_id, ErrorCode.STREAM_CLOSED)
-            return [*events, StreamReset(f.stream_id, ErrorCode.STREAM_CLOSED, False)]
-        if len(f.body) > s.recv_window:
-            self.reset(f.stream_id, ErrorCode.FLOW_CONTROL)
-            return [*events, StreamReset(f.stream_id, ErrorCode.FLOW_CONTROL, False)]
-        s.recv_window -= len(f.body)
-        if f.body:
-            events.append(DataReceived(f.stream_id, f.body))
-        if f.fin:
+            self.reset(stream_id, ErrorCode.STREAM_CLOSED)
+            events.append(StreamReset(stream_id, ErrorCode.STREAM_CLOSED, False))
+            return
+        if len(body) > s.recv_window:
+            self.reset(stream_id, ErrorCode.FLOW_CONTROL)
+            events.append(StreamReset(stream_id, ErrorCode.FLOW_CONTROL, False))
+            return
+        s.recv_window -= len(body)
+        if body:
+            events.append(DataReceived(stream_id, body))
+        if flags & FIN:
             s.remote_open = False
-            events.append(StreamEnded(f.stream_id))
-            self._reap(f.stream_id, s)
-        return events
-
-    def _on_wndinc(self, f: Frame) -> list[Event]:
-        s = self._streams.get(f.stream_id)
-        if s is None:
-            return []
-        s.send_window += f.increment()
-        if s.send_window > frames.MAX_INCREMENT:
-            self.reset(f.stream_id, ErrorCode.FLOW_CONTROL)
-            return [StreamReset(f.stream_id, ErrorCode.FLOW_CONTROL, False)]
-        self._flush(f.stream_id, s)
-        return [WindowOpened(f.stream_id)]
+            events.append(StreamEnded(stream_id))
+            self._reap(stream_id, s)
 
     # ---- internals --------------------------------------------------------------------
 
     def _emit(self, frame: Frame) -> None:
-        self._out += frames.encode(frame)
+        self._out.append(frames.encode(frame))
 
     def _flush(self, stream_id: int, s: _Stream) -> None:
-        while s.pending and s.send_window > 0:
-            n = min(len(s.pending), s.send_window, MAX_CHUNK)
-            chunk = bytes(s.pending[:n])
-            del s.pending[:n]
+        pending, out = s.pending, self._out
+        while s.pending_size and s.send_window > 0:
+            if s.send_window < min(s.pending_size, self._min_send):
+                break  # no slivers: more window is on its way (see the module docstring)
+            n = min(s.pending_size, s.send_window, MAX_CHUNK)
+            s.pending_size -= n
             s.send_window -= n
-            last = s.fin_queued and not s.pending
-            self._emit(frames.data(stream_id, chunk, syn=not s.syn_sent, fin=last))
+            last = s.fin_queued and not s.pending_size
+            flags = (FIN if last else 0) | (0 if s.syn_sent else SYN)
+            out.append(HEADER.pack((n << 8) | _DATA_WORD | flags, stream_id))
+            while n:
+                chunk = pending[0]
+                if len(chunk) <= n:
+                    pending.popleft()
+                    out.append(chunk)
+                    n -= len(chunk)
+                else:
+                    view = memoryview(chunk)
+                    out.append(view[:n])
+                    pending[0] = view[n:]
+                    n = 0
             s.syn_sent = True
             s.fin_sent = s.fin_sent or last
-        if s.fin_queued and not s.pending and not s.fin_sent:
+        if s.fin_queued and not s.pending_size and not s.fin_sent:
             self._emit(frames.data(stream_id, syn=not s.syn_sent, fin=True))
             s.syn_sent = s.fin_sent = True
         if s.fin_sent:
@@ -275,3 +427,7 @@ class Session:
     def _reap(self, stream_id: int, s: _Stream) -> None:
         if not s.local_open and not s.remote_open:
             self._streams.pop(stream_id, None)
+
+
+def _join(parts: list[memoryview]) -> bytes:
+    return parts[0].tobytes() if len(parts) == 1 else b"".join(parts)
