@@ -29,7 +29,14 @@ from urllib.parse import parse_qs
 from edgeway import __version__
 from edgeway.agent.config import ConfigError, TunnelConfig, parse_tunnel
 from edgeway.agent.inspect import Store, Tap
-from edgeway.agent.session import LOCAL_TLS, AgentSession, BindFailed, NotConnected, Tunnel
+from edgeway.agent.session import (
+    LOCAL_TLS,
+    AgentSession,
+    BindFailed,
+    NotConnected,
+    Tunnel,
+    unsupported,
+)
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -211,6 +218,8 @@ class LocalApi:
             config: TunnelConfig = parse_tunnel(name or "api", doc, "request body")
         except ConfigError as exc:
             raise ApiError(400, 100, "invalid tunnel configuration", str(exc)) from None
+        if unsupported(config):
+            raise ApiError(400, 100, "invalid tunnel configuration", unsupported(config))
         try:
             return await self.agent.start_tunnel(config)
         except NotConnected as exc:

@@ -52,6 +52,14 @@ class Tunnel:
     requests: int = 0  # proxied connections so far
 
 
+def unsupported(config: TunnelConfig) -> str:
+    """Why this agent cannot serve ``config`` as asked, or "" (refused, never ignored)."""
+    if config.host_header not in ("", "preserve"):
+        return (f"host_header '{config.host_header}' is not supported by the Edgeway agent "
+                "yet (only 'preserve'); the Host header is passed through unchanged")
+    return ""
+
+
 def _bind_message(t: Tunnel) -> tuple[int, dict[str, Any]]:
     c = t.config
     if c.labels:
@@ -231,6 +239,9 @@ class AgentSession:
         self.cookie = str((answer.get("extra") or {}).get("cookie") or "")
 
     async def _bind(self, conn: MuxConnection, tunnel: Tunnel) -> None:
+        problem = unsupported(tunnel.config)
+        if problem:
+            raise BindFailed(problem)
         kind, body = _bind_message(tunnel)
         answer = rpc.folded(await self._call(conn, kind, body))
         if answer.get("error"):

@@ -107,6 +107,10 @@ def test_config_tunnels_and_the_local_api(srv: Server, token: str, tmp_path: Pat
                     "domain": "not-reserved.example.com"})
                 assert (r.status_code, r.json()["error_code"]) == (502, 103)
                 assert "is not reserved" in r.json()["details"]["err"]
+                r = a.api("POST", "/api/tunnels", json={"name": "hh", "proto": "http",
+                                                         "addr": str(svc),
+                                                         "host_header": "rewrite"})
+                assert r.status_code == 400 and "not supported" in r.json()["details"]["err"]
                 assert a.api("GET", "/api/tunnels/missing").status_code == 404
                 assert a.api("DELETE", "/api/tunnels/db").status_code == 204
                 assert a.api("GET", "/api/tunnels/db").status_code == 404
