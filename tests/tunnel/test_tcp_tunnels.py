@@ -80,6 +80,20 @@ def finish(proc: subprocess.Popen[str]) -> None:
     proc.stdout.close()
 
 
+def free_in_range(count: int, low: int = 20000, high: int = 20999) -> list[int]:
+    found: list[int] = []
+    for port in range(low, high + 1):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        found.append(port)
+        if len(found) == count:
+            return found
+    raise AssertionError("no free ports in the TCP tunnel range")
+
+
 def roundtrip(port: int, payload: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
         got = bytearray()
@@ -139,14 +153,15 @@ def test_refused_binds_say_why(own_server: Server, echo_port: int) -> None:
 
 def test_acl_allowing_the_address_binds(own_server: Server, echo_port: int) -> None:
     with own_server.client() as api:
-        token = api.post("/credentials", json={"acl": ["bind:127.0.0.1:20000",
-                                                       "bind:127.0.0.1:20001"]}).json()["token"]
+        allowed = free_in_range(2)  # ports of the default range nothing else holds now
+        token = api.post("/credentials", json={
+            "acl": [f"bind:127.0.0.1:{p}" for p in allowed]}).json()["token"]
         proc = agent(own_server, token, f"tcp://127.0.0.1:{echo_port}")
         try:
             assert proc.stdout is not None
             line = proc.stdout.readline().split()
-            assert line[0] == "URL" and line[1] in ("tcp://127.0.0.1:20000",
-                                                    "tcp://127.0.0.1:20001"), line
+            assert line[0] == "URL" and line[1] in [f"tcp://127.0.0.1:{p}"
+                                                    for p in allowed], line
             assert roundtrip(int(line[1].rsplit(":", 1)[1]), b"ok") == b"ok"
         finally:
             finish(proc)
