@@ -27,8 +27,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from edgeway import __version__
+from edgeway.agent.captures import Store
 from edgeway.agent.config import ConfigError, TunnelConfig, parse_tunnel
-from edgeway.agent.inspect import Store, Tap
+from edgeway.agent.inspect import Tap
 from edgeway.agent.session import (
     LOCAL_TLS,
     AgentSession,

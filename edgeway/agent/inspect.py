@@ -1,5 +1,5 @@
 """Request inspection for HTTP tunnels: a passive tap on both byte directions of a proxied
-connection, and the bounded in-memory store behind the local API's ``/api/requests/http``.
+connection, feeding the store behind the local API's ``/api/requests/http``.
 
 Passive, because inspection must not change the user's traffic: each piece is forwarded first
 and only then shown to the tap, nothing is buffered or held back, and when the tap cannot
@@ -14,29 +14,23 @@ answers have no body; after a 101 (or a 2xx to CONNECT) capture stops, and until
 request is answered the client's next bytes are kept aside. Bodies are kept up to 64 KiB per
 message (``truncated`` says more went by).
 
-Memory: at most ``MAX_EXCHANGES`` (1000) exchanges and ``inspect_db_size`` bytes (0: 50 MB) of
-raw messages plus ``OVERHEAD`` each, the oldest evicted first; an exchange is weighed when its
-request and when its response end.
+What is kept, and how much of it, is ``edgeway.agent.captures``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import logging
 import re
-import secrets
 import time
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from collections import deque
+from typing import TYPE_CHECKING
 
 import httptools
 
-from edgeway.agent.configcheck import DEFAULT_INSPECT_DB_SIZE
+from edgeway.agent.captures import BODY_CAP, Exchange, Message, Store, canonical
 from edgeway.tunnel.muxado.aio import MuxStream, StreamClosed
 from edgeway.tunnel.muxado.session import StreamError
 
@@ -44,116 +38,14 @@ if TYPE_CHECKING:
     from httptools.parser.parser import HttpParser  # the common base, not exported
 
 log = logging.getLogger("edgeway.agent")
-BODY_CAP = 64 * 1024  # body bytes kept per message (chunk framing included)
 HEAD_MAX = 64 * 1024  # a longer head (or more bytes held during an upgrade) stops the tap
 LINE_MAX = 4096  # chunk-size and trailer lines
-MAX_EXCHANGES = 1000
-OVERHEAD = 512  # what an exchange weighs beyond its raw bytes (id, parsed headers…)
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
 _HEAD, _LENGTH, _SIZE, _DATA, _TRAILER, _CLOSE, _HOLD = range(7)
 
 
 class _Stop(Exception):
     """The tap cannot follow this connection any more."""
-
-
-def canonical(name: str) -> str:
-    """Go's canonical header case (content-type: Content-Type); odd names as they are."""
-    if not _TOKEN.fullmatch(name):
-        return name
-    return "-".join(part[:1].upper() + part[1:].lower() for part in name.split("-"))
-
-
-@dataclass
-class Message:
-    raw: bytearray  # the head, then at most BODY_CAP bytes of the body as sent
-    headers: dict[str, list[str]] = field(default_factory=dict)
-    proto: str = "HTTP/1.1"
-    method: str = ""  # requests
-    uri: str = ""
-    status_code: int = 0  # responses
-    reason: str = ""
-    body: int = 0  # body bytes seen on the wire
-
-    @property
-    def truncated(self) -> bool:
-        return self.body > BODY_CAP
-
-    def capture(self) -> dict[str, Any]:
-        return {"proto": self.proto, "headers": self.headers,
-                "raw": base64.b64encode(self.raw).decode(), "truncated": self.truncated}
-
-
-@dataclass
-class Exchange:
-    tunnel_name: str
-    remote_addr: str
-    request: Message
-    start: float = field(default_factory=time.time)  # wall clock, first byte of the request
-    began: int = field(default_factory=time.monotonic_ns)  # the same instant, for duration
-    id: str = field(default_factory=lambda: "req_" + secrets.token_hex(10))
-    response: Message | None = None  # None while pending
-    duration: int = 0  # ns, request start to response end
-    size: int = 0  # the weight the store counted
-
-    def weight(self) -> int:
-        return OVERHEAD + len(self.request.raw) + (len(self.response.raw) if self.response
-                                                   else 0)
-
-    def json(self) -> dict[str, Any]:
-        req, res = self.request, self.response
-        start = datetime.fromtimestamp(self.start, UTC).isoformat().replace("+00:00", "Z")
-        return {"uri": f"/api/requests/http/{self.id}", "id": self.id,
-                "tunnel_name": self.tunnel_name, "remote_addr": self.remote_addr,
-                "start": start, "duration": self.duration,
-                "request": {"method": req.method, "uri": req.uri, **req.capture()},
-                "response": None if res is None else {
-                    "status": f"{res.status_code} {res.reason}".rstrip(),
-                    "status_code": res.status_code, **res.capture()}}
-
-
-class Store:
-    """The captured exchanges, oldest first, within ``max_bytes`` and ``max_count``."""
-
-    def __init__(self, max_bytes: int, max_count: int = MAX_EXCHANGES) -> None:
-        self.max_bytes = max_bytes if max_bytes > 0 else DEFAULT_INSPECT_DB_SIZE
-        self.max_count = max_count
-        self.items: OrderedDict[str, Exchange] = OrderedDict()
-        self.size = 0
-
-    def add(self, ex: Exchange) -> None:
-        ex.size = ex.weight()
-        self.items[ex.id] = ex
-        self.size += ex.size
-        self._evict()
-
-    def resize(self, ex: Exchange) -> None:
-        if self.items.get(ex.id) is ex:  # not evicted meanwhile
-            weight = ex.weight()
-            self.size += weight - ex.size
-            ex.size = weight
-            self._evict()
-
-    def _evict(self) -> None:
-        while self.items and (self.size > self.max_bytes or len(self.items) > self.max_count):
-            self.size -= self.items.popitem(last=False)[1].size
-
-    def get(self, exchange_id: str) -> Exchange | None:
-        return self.items.get(exchange_id)
-
-    def newest(self, limit: int, tunnel_name: str | None = None) -> list[Exchange]:
-        out: list[Exchange] = []
-        for ex in reversed(self.items.values()):
-            if len(out) >= limit:
-                break
-            if tunnel_name is None or ex.tunnel_name == tunnel_name:
-                out.append(ex)
-        return out
-
-    def clear(self) -> None:
-        self.items.clear()
-        self.size = 0
 
 
 class _Side:

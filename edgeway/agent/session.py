@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeway import __version__
+from edgeway.agent.captures import Store
 from edgeway.agent.config import AgentConfig, TunnelConfig
-from edgeway.agent.inspect import Store, Tap, splice_tapped
+from edgeway.agent.inspect import Tap, splice_tapped
 from edgeway.tunnel import rpc
 from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
 from edgeway.tunnel.muxado.session import StreamError

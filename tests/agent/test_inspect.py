@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from edgeway.agent.captures import BODY_CAP, OVERHEAD, Exchange, Message, Store
 from edgeway.agent.configcheck import DEFAULT_INSPECT_DB_SIZE
-from edgeway.agent.inspect import BODY_CAP, OVERHEAD, Exchange, Message, Store, Tap
+from edgeway.agent.inspect import Tap
 from tests.edge.agents import EdgeClient
 from tests.server import Server, free_port
 

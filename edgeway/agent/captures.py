@@ -1,0 +1,123 @@
+"""Captured HTTP exchanges and the bounded in-memory store behind the agent's local API
+(``/api/requests/http``).
+
+Memory: at most ``MAX_EXCHANGES`` (1000) exchanges and ``inspect_db_size`` bytes (0: 50 MB) of
+raw messages plus ``OVERHEAD`` each, the oldest evicted first; an exchange is weighed when its
+request and when its response end. Bodies are kept up to ``BODY_CAP`` bytes per message.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from edgeway.agent.configcheck import DEFAULT_INSPECT_DB_SIZE
+
+BODY_CAP = 64 * 1024  # body bytes kept per message (chunk framing included)
+MAX_EXCHANGES = 1000
+OVERHEAD = 512  # what an exchange weighs beyond its raw bytes (id, parsed headers…)
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def canonical(name: str) -> str:
+    """Go's canonical header case (content-type: Content-Type); odd names as they are."""
+    if not _TOKEN.fullmatch(name):
+        return name
+    return "-".join(part[:1].upper() + part[1:].lower() for part in name.split("-"))
+
+
+@dataclass
+class Message:
+    raw: bytearray  # the head, then at most BODY_CAP bytes of the body as sent
+    headers: dict[str, list[str]] = field(default_factory=dict)
+    proto: str = "HTTP/1.1"
+    method: str = ""  # requests
+    uri: str = ""
+    status_code: int = 0  # responses
+    reason: str = ""
+    body: int = 0  # body bytes seen on the wire
+
+    @property
+    def truncated(self) -> bool:
+        return self.body > BODY_CAP
+
+    def capture(self) -> dict[str, Any]:
+        return {"proto": self.proto, "headers": self.headers,
+                "raw": base64.b64encode(self.raw).decode(), "truncated": self.truncated}
+
+
+@dataclass
+class Exchange:
+    tunnel_name: str
+    remote_addr: str
+    request: Message
+    start: float = field(default_factory=time.time)  # wall clock, first byte of the request
+    began: int = field(default_factory=time.monotonic_ns)  # the same instant, for duration
+    id: str = field(default_factory=lambda: "req_" + secrets.token_hex(10))
+    response: Message | None = None  # None while pending
+    duration: int = 0  # ns, request start to response end
+    size: int = 0  # the weight the store counted
+
+    def weight(self) -> int:
+        return OVERHEAD + len(self.request.raw) + (len(self.response.raw) if self.response
+                                                   else 0)
+
+    def json(self) -> dict[str, Any]:
+        req, res = self.request, self.response
+        start = datetime.fromtimestamp(self.start, UTC).isoformat().replace("+00:00", "Z")
+        return {"uri": f"/api/requests/http/{self.id}", "id": self.id,
+                "tunnel_name": self.tunnel_name, "remote_addr": self.remote_addr,
+                "start": start, "duration": self.duration,
+                "request": {"method": req.method, "uri": req.uri, **req.capture()},
+                "response": None if res is None else {
+                    "status": f"{res.status_code} {res.reason}".rstrip(),
+                    "status_code": res.status_code, **res.capture()}}
+
+
+class Store:
+    """The captured exchanges, oldest first, within ``max_bytes`` and ``max_count``."""
+
+    def __init__(self, max_bytes: int, max_count: int = MAX_EXCHANGES) -> None:
+        self.max_bytes = max_bytes if max_bytes > 0 else DEFAULT_INSPECT_DB_SIZE
+        self.max_count = max_count
+        self.items: OrderedDict[str, Exchange] = OrderedDict()
+        self.size = 0
+
+    def add(self, ex: Exchange) -> None:
+        ex.size = ex.weight()
+        self.items[ex.id] = ex
+        self.size += ex.size
+        self._evict()
+
+    def resize(self, ex: Exchange) -> None:
+        if self.items.get(ex.id) is ex:  # not evicted meanwhile
+            weight = ex.weight()
+            self.size += weight - ex.size
+            ex.size = weight
+            self._evict()
+
+    def _evict(self) -> None:
+        while self.items and (self.size > self.max_bytes or len(self.items) > self.max_count):
+            self.size -= self.items.popitem(last=False)[1].size
+
+    def get(self, exchange_id: str) -> Exchange | None:
+        return self.items.get(exchange_id)
+
+    def newest(self, limit: int, tunnel_name: str | None = None) -> list[Exchange]:
+        out: list[Exchange] = []
+        for ex in reversed(self.items.values()):
+            if len(out) >= limit:
+                break
+            if tunnel_name is None or ex.tunnel_name == tunnel_name:
+                out.append(ex)
+        return out
+
+    def clear(self) -> None:
+        self.items.clear()
+        self.size = 0
