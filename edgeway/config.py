@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,17 @@ def parse_addr(text: str) -> tuple[str, int]:
     if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise ValueError(f"address {text!r} must be HOST:PORT with a port from 1 to 65535")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def listen_socket(what: str, host: str, port: int, reuse_port: bool = False,
+                  backlog: int = 1024) -> socket.socket:
+    """A listening socket, or an OSError that says which listener and address failed."""
+    try:
+        return socket.create_server((host, port), reuse_port=reuse_port, backlog=backlog,
+                                    family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot listen for the {what} on {host}:{port}: "
+                      f"{exc.strerror or exc}") from None
 
 
 def split_list(text: str) -> tuple[str, ...]:

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import uvicorn
 from edgeway import bootstrap, ids
 from edgeway.api.app import build
 from edgeway.api.platform import Platform
-from edgeway.config import ServerConfig
+from edgeway.config import ServerConfig, listen_socket
 from edgeway.edge.listeners import PublicListeners
 from edgeway.edge.router import Router
 from edgeway.pki import platform_ca, seal
@@ -87,9 +86,8 @@ async def serve(cfg: ServerConfig) -> None:
         platform.agents = tunnels
         config = uvicorn.Config(build(platform), log_config=None, access_log=False,
                                 lifespan="off", server_header=False)
-        api_socket = socket.create_server(
-            (cfg.api_host, cfg.api_port), reuse_port=cfg.reuse_port,
-            family=socket.AF_INET6 if ":" in cfg.api_host else socket.AF_INET)
+        api_socket = listen_socket("management API", cfg.api_host, cfg.api_port,
+                                   cfg.reuse_port)
         server = _Server(config)
         where = "SQLite " + str(cfg.data_dir / "edgeway.db") if not cfg.database_url \
             else "PostgreSQL"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BACKENDS
-from tests.server import fresh_pg_database, start
+from tests.server import free_port, fresh_pg_database, start
 
 
 def edgeway(*args: str) -> subprocess.CompletedProcess[str]:
@@ -81,6 +82,17 @@ def test_bad_options_fail_clearly(tmp_path: Path, args: list[str], words: str) -
     r = edgeway("serve", "--data-dir", str(tmp_path), *args)
     assert r.returncode == 2
     assert words in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_port_in_use_names_the_listener(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        r = edgeway("serve", "--data-dir", str(tmp_path), "--api-addr",
+                    f"127.0.0.1:{free_port()}", "--tunnel-addr", f"127.0.0.1:{free_port()}",
+                    "--http-addr", f"127.0.0.1:{free_port()}", "--https-addr",
+                    f"127.0.0.1:{port}")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"cannot listen for the public HTTPS/TLS listener on 127.0.0.1:{port}" in r.stderr
 
 
 def test_an_unreachable_database_fails_clearly(tmp_path: Path) -> None:

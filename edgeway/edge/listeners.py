@@ -18,6 +18,7 @@ from collections.abc import Coroutine
 from functools import partial
 from typing import Any
 
+from edgeway.config import listen_socket
 from edgeway.edge.http import HttpEdge
 from edgeway.edge.pages import Fixed
 from edgeway.edge.router import Edge, Router, Static, Target
@@ -104,12 +105,10 @@ class PublicListeners:
                     reuse_port: bool = False) -> None:
         await self.router.current()
         if http is not None:
-            self._servers.append(await asyncio.start_server(
-                self._http_client, http[0], http[1], reuse_port=reuse_port))
+            plain = listen_socket("public HTTP listener", *http, reuse_port)
+            self._servers.append(await asyncio.start_server(self._http_client, sock=plain))
         if https is not None:
-            sock = socket.create_server(https, reuse_port=reuse_port, backlog=1024,
-                                        family=socket.AF_INET6 if ":" in https[0]
-                                        else socket.AF_INET)
+            sock = listen_socket("public HTTPS/TLS listener", *https, reuse_port)
             sock.setblocking(False)
             self._tls_socket = sock
             self._spawn(self._accept_tls(sock))

@@ -21,6 +21,7 @@ from typing import Any
 from edgeway import __version__, catalog, ids
 from edgeway.api import hostports
 from edgeway.api.platform import Platform
+from edgeway.config import listen_socket
 from edgeway.pki.platform_ca import EdgeCerts, TunnelTLS
 from edgeway.store.repo import Repo
 from edgeway.tunnel import binds, restrict, rpc
@@ -98,8 +99,9 @@ class TunnelServer:
                     if doc.get("node") == self.node:
                         await Repo(tx).delete(kind, id_)
         await self.load_ingress_names()
-        self._server = await asyncio.start_server(self._connection, host, port,
-                                                  ssl=self.context, reuse_port=reuse_port)
+        self._server = await asyncio.start_server(
+            self._connection, sock=listen_socket("tunnel listener", host, port, reuse_port),
+            ssl=self.context)
 
     def _sni(self, sslobj: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
         if name and self.certs is not None and name.lower() in self.ingress_names:
