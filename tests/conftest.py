@@ -4,29 +4,39 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.edge import upstream
 from tests.server import Server, fresh_pg_database, start
 
 BACKENDS = [b for b in os.environ.get("EDGEWAY_TEST_BACKENDS", "sqlite,postgres").split(",")
             if b]
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[Server]:
+@contextmanager
+def backend_server(backend: str, data_dir: Path) -> Iterator[Server]:
+    """A real server on ``backend`` (sqlite, or a fresh PostgreSQL database), stopped after;
+    it must shut down cleanly."""
     with ExitStack() as stack:
-        url = stack.enter_context(fresh_pg_database()) if request.param == "postgres" else None
-        srv = start(Path(tmp_path_factory.mktemp(f"srv-{request.param}")), url)
+        url = stack.enter_context(fresh_pg_database()) if backend == "postgres" else None
+        srv = start(data_dir, url)
         try:
             yield srv
         finally:
             code = srv.stop()
         assert code == 0, f"server did not shut down cleanly ({code}):\n{srv.log()}"
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[Server]:
+    with backend_server(request.param,
+                        Path(tmp_path_factory.mktemp(f"srv-{request.param}"))) as srv:
+        yield srv
 
 
 @pytest.fixture
@@ -43,3 +53,9 @@ def own_server(tmp_path: Path) -> Iterator[Server]:
         yield srv
     finally:
         assert srv.stop() == 0
+
+
+@pytest.fixture
+def echo_port() -> Iterator[int]:
+    with upstream.echo() as port:
+        yield port

@@ -24,6 +24,7 @@ from http import HTTPStatus
 import h11
 
 from edgeway.edge.modules import compression
+from edgeway.edge.modules.request_headers import header
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.router import Decision, Router, Static
 from edgeway.tunnel.muxado.aio import StreamClosed
@@ -71,13 +72,6 @@ def _reason(status: int) -> bytes:
         return HTTPStatus(status).phrase.encode()
     except ValueError:
         return b""
-
-
-def _header(headers: Headers, name: bytes) -> str:
-    for k, v in headers:
-        if k.lower() == name:
-            return v.decode("latin-1")
-    return ""
 
 
 class HttpEdge:
@@ -208,7 +202,7 @@ class HttpEdge:
                 out.append((name, value))
         out += [(b"X-Forwarded-For", (forwarded_for + peer[0]).encode()),
                 (b"X-Forwarded-Proto", self.scheme.encode()),
-                (b"X-Forwarded-Host", _header(list(req.headers), b"host").encode("latin-1"))]
+                (b"X-Forwarded-Host", header(list(req.headers), b"host"))]
         return decision.plan.request_headers.apply(out)
 
     async def _proxy(self, conn: h11.Connection, reader: asyncio.StreamReader,

@@ -138,11 +138,14 @@ class PublicListeners:
     async def _follow(self) -> None:
         """Keep TCP edge listeners in step with the snapshot (API changes, other nodes)."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), self.router.max_age)
-            self._changed.clear()
+            changed = True
             try:
-                await self.router.refresh()
+                await asyncio.wait_for(self._changed.wait(), self.router.max_age)
+            except TimeoutError:
+                changed = False
+            self._changed.clear()
+            try:  # a change: the load a request may already have done serves us too
+                await (self.router.current() if changed else self.router.refresh())
                 await self._sync_tcp_edges()
             except Exception:  # a failed reload must not end the follower
                 log.exception('{"event": "edge_reload_failed"}')
@@ -178,15 +181,13 @@ class PublicListeners:
             name = hello.server_name or ""
             snap = await self.router.current()
             edge = snap.tls.get(name)
-            tunnel = next((t for t in self.router.registry.by_host.get(name, [])
-                           if t.proto == "tls"), None)
+            bound = [t for t in self.router.registry.by_host.get(name, []) if t.proto == "tls"]
             if edge is not None:
                 await self._tls_edge(sock, peer, edge, name)
-            elif tunnel is not None:
-                tunnel = self.router.registry.pick(
-                    [t for t in self.router.registry.by_host[name] if t.proto == "tls"])
+            elif bound:
                 reader, writer = await _streams(sock, None)
-                await self._forward(reader, writer, peer, tunnel, "tls", "", True)
+                await self._forward(reader, writer, peer, self.router.registry.pick(bound),
+                                    "tls", "", True)
             else:
                 cert_name = self.router.certificate_name(name, self.base_domain)
                 context = self.certs.context(cert_name) if cert_name else self.certs.default

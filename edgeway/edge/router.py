@@ -23,6 +23,7 @@ from edgeway import catalog
 from edgeway.edge import modules
 from edgeway.edge.modules import Plan, circuit_breaker
 from edgeway.edge.modules.circuit_breaker import Breaker
+from edgeway.edge.modules.request_headers import header
 from edgeway.edge.pages import Fixed, page
 from edgeway.store.db import Database
 from edgeway.store.repo import Repo
@@ -125,13 +126,6 @@ class Decision:
     breaker: Breaker | None = None
 
 
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str:
-    for k, v in headers:
-        if k == name:
-            return v.decode("latin-1")
-    return ""
-
-
 class Router:
     def __init__(self, db: Database, registry: Registry, max_age: float = 5.0) -> None:
         self.db, self.registry, self.max_age = db, registry, max_age
@@ -231,7 +225,11 @@ class Router:
     async def http(self, req: h11.Request, ip: str, scheme: str, https_port: int) -> Decision:
         """Who answers an HTTP request arriving on the ``scheme`` listener."""
         headers: list[tuple[bytes, bytes]] = list(req.headers)
-        host = _header(headers, b"host").lower()
+
+        def text(name: bytes) -> str:
+            return header(headers, name).decode("latin-1")
+
+        host = text(b"host").lower()
         host = host.rsplit(":", 1)[0] if not host.endswith("]") else host
         path = req.target.decode("latin-1").split("?", 1)[0]
         if req.method == b"CONNECT":
@@ -244,8 +242,8 @@ class Router:
                 return Decision(page(404, "No route", f"The edge for {host} has no route "
                                      f"matching {path}.", 4004))
             breaker = self._breaker(route.id, route.plan.breaker)
-            refusal = route.plan.refuse(ip, _header(headers, b"user-agent"),
-                                        _header(headers, b"authorization"), breaker)
+            refusal = route.plan.refuse(ip, text(b"user-agent"), text(b"authorization"),
+                                        breaker)
             if refusal is not None:
                 return Decision(refusal)
             target = self.target(snap, route.plan)
@@ -268,7 +266,7 @@ class Router:
         plan = self._bind_plans.get(tunnel)
         if plan is None:
             plan = self._bind_plans[tunnel] = modules.for_bind(tunnel.req)
-        refusal = plan.refuse(ip, "", _header(headers, b"authorization"), None)
+        refusal = plan.refuse(ip, "", text(b"authorization"), None)
         if refusal is not None:
             return Decision(refusal)
         return Decision(tunnel, tunnel.proto, "", plan)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import BACKENDS
+from tests.conftest import BACKENDS, backend_server
 from tests.edge import upstream
-from tests.server import Server, fresh_pg_database, start
+from tests.server import Server
 
 if not os.environ.get("CI"):
     pytest.importorskip("ngrok", reason="pip install --ignore-requires-python ngrok==1.7.0")
@@ -23,13 +22,9 @@ def srv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         ) -> Iterator[Server]:
     """The data plane reads its configuration (edges, routes, backends, policies) and writes
     sessions, tunnels and endpoints through the same store: run it on both."""
-    with ExitStack() as stack:
-        url = stack.enter_context(fresh_pg_database()) if request.param == "postgres" else None
-        server = start(Path(tmp_path_factory.mktemp(f"edge-{request.param}")), url)
-        try:
-            yield server
-        finally:
-            assert server.stop() == 0
+    with backend_server(request.param,
+                        Path(tmp_path_factory.mktemp(f"edge-{request.param}"))) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

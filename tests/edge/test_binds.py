@@ -119,29 +119,9 @@ def test_deleting_the_reserved_domain_stops_the_tunnel(srv: Server, token: str,
             a.stop()
 
 
-def _echo_server() -> tuple[socket.socket, int]:
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def echo(conn: socket.socket) -> None:
-        with conn:
-            while data := conn.recv(1 << 20):
-                conn.sendall(data)
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=echo, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
-    return listener, listener.getsockname()[1]
-
-
-def test_one_hundred_megabytes_through_a_tcp_tunnel(srv: Server, token: str) -> None:
-    listener, port = _echo_server()
-    a = agent(srv, token, {"kind": "tcp", "forward": f"tcp://127.0.0.1:{port}"})
+def test_one_hundred_megabytes_through_a_tcp_tunnel(srv: Server, token: str,
+                                                     echo_port: int) -> None:
+    a = agent(srv, token, {"kind": "tcp", "forward": f"tcp://127.0.0.1:{echo_port}"})
     try:
         (url,) = a.urls
         size = 100 << 20
@@ -165,15 +145,13 @@ def test_one_hundred_megabytes_through_a_tcp_tunnel(srv: Server, token: str) -> 
         assert received == size and got.hexdigest() == sent.hexdigest()
     finally:
         a.stop()
-        listener.close()
 
 
 def test_same_urls_after_a_rolling_restart(tmp_path: Path) -> None:
     first = start(tmp_path / "srv", None, "--reuse-port")
     ports = (int(first.base_url.rsplit(":", 1)[1]), first.tunnel_port, first.http_port,
              first.https_port)
-    listener, echo_port = _echo_server()
-    with upstream.running("svc") as service:
+    with upstream.running("svc") as service, upstream.echo() as echo_port:
         with first.client() as api:
             token = api.post("/credentials", json={}).json()["token"]
         a = agent(first, token, {"kind": "https", "forward": f"http://127.0.0.1:{service}"},
@@ -209,7 +187,6 @@ def test_same_urls_after_a_rolling_restart(tmp_path: Path) -> None:
             assert urls == {https_url, tcp_url}
         finally:
             a.stop()
-            listener.close()
             if second is not None:
                 assert second.stop() == 0
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,28 +165,6 @@ def test_route_modules_are_enforced(srv: Server, token: str, service: int) -> No
             made(api, "/ip_policy_rules", {"ip_policy_id": loopback["id"],
                                            "cidr": "127.0.0.1/32", "action": "allow"})
         assert web.get(f"{base}/denied").text == "hello"
-
-
-@pytest.fixture
-def echo_port() -> Iterator[int]:
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=echo, args=(conn,), daemon=True).start()
-
-    def echo(conn: socket.socket) -> None:
-        with conn:
-            while data := conn.recv(65536):
-                conn.sendall(data)
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield listener.getsockname()[1]
-    listener.close()
 
 
 def test_tcp_edge_serves_its_port(srv: Server, token: str, echo_port: int) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -17,6 +16,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from tests.edge.upstream import accept_in_threads
 
 
 def self_signed(name: str, directory: Path) -> tuple[Path, Path]:
@@ -60,15 +61,7 @@ def running(name: str, directory: Path) -> Iterator[tuple[int, Path]]:
                 f.write(f"{name} got ".encode() + line)
                 f.flush()
 
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
+    accept_in_threads(listener, serve)
     try:
         yield listener.getsockname()[1], cert
     finally:

@@ -6,6 +6,7 @@ JSON; ``/echo`` streams the request body back (chunked); ``/bytes/<n>`` sends n 
 bytes (with a SHA-256 header);
 ``/sse`` writes three events 0.3 s apart; ``/hang`` answers nothing; ``/ws`` echoes WebSocket
 messages; anything else answers its path and the ``name`` the server was started with.
+``echo()`` is a plain TCP echo service.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import hashlib
 import json
 import random
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -120,3 +122,34 @@ def running(name: str = "upstream") -> Iterator[int]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def accept_in_threads(listener: socket.socket,
+                      handle: Callable[[socket.socket], None]) -> None:
+    """Hand each connection ``listener`` accepts to ``handle`` in a thread, until it closes."""
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+
+@contextmanager
+def echo() -> Iterator[int]:
+    """A TCP service on a free loopback port that sends every byte back."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            while data := conn.recv(1 << 20):
+                conn.sendall(data)
+
+    accept_in_threads(listener, answer)
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()

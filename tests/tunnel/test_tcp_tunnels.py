@@ -11,7 +11,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -41,28 +40,6 @@ AGENT = textwrap.dedent("""
         await s.close()
     asyncio.run(main())
 """)
-
-
-@pytest.fixture
-def echo_port() -> Iterator[int]:
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=echo, args=(conn,), daemon=True).start()
-
-    def echo(conn: socket.socket) -> None:
-        with conn:
-            while data := conn.recv(65536):
-                conn.sendall(data)
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield listener.getsockname()[1]
-    listener.close()
 
 
 def agent(srv: Server, token: str, upstream: str, mode: str = "") -> subprocess.Popen[str]:

@@ -5,27 +5,25 @@ from __future__ import annotations
 
 import zlib
 
+from edgeway.edge.modules.request_headers import header
+
 COMPRESSIBLE = ("text/", "application/json", "application/javascript", "application/xml",
                 "application/x-javascript", "image/svg+xml", "application/ld+json")
 MIN_SIZE = 256
-
-
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
-    return next((v for k, v in headers if k.lower() == name), b"")
 
 
 def wanted(request_headers: list[tuple[bytes, bytes]], status: int,
            response_headers: list[tuple[bytes, bytes]], head: bool) -> bool:
     """gzip this response? The client accepts it; the upstream did not encode it; the body
     is text-like and not tiny."""
-    accept = _header(request_headers, b"accept-encoding").lower()
+    accept = header(request_headers, b"accept-encoding").lower()
     if b"gzip" not in accept or head or status < 200 or status in (204, 304):
         return False
-    if _header(response_headers, b"content-encoding") or \
-            b"no-transform" in _header(response_headers, b"cache-control").lower():
+    if header(response_headers, b"content-encoding") or \
+            b"no-transform" in header(response_headers, b"cache-control").lower():
         return False
-    kind = _header(response_headers, b"content-type").decode("latin-1").lower()
-    length = _header(response_headers, b"content-length")
+    kind = header(response_headers, b"content-type").decode("latin-1").lower()
+    length = header(response_headers, b"content-length")
     if length.isdigit() and int(length) < MIN_SIZE:
         return False
     return kind.startswith(COMPRESSIBLE)
@@ -36,7 +34,7 @@ def rewrite(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     a strong ETag made weak (the bytes differ, the content does not)."""
     out = [(k, (b"W/" + v if k.lower() == b"etag" and v.startswith(b'"') else v))
            for k, v in headers if k.lower() != b"content-length"]  # a strong ETag turns weak
-    vary = _header(headers, b"vary")
+    vary = header(headers, b"vary")
     out = [(k, v) for k, v in out if k.lower() != b"vary"]
     out.append((b"Vary", vary + b", Accept-Encoding" if vary else b"Accept-Encoding"))
     out.append((b"Content-Encoding", b"gzip"))
