@@ -1,16 +1,17 @@
 """The HTTP edge: public HTTP/1.1 connections (plain, or TLS terminated by the listener) are
-parsed with h11, routed request by request, and relayed to an agent's proxy stream or a static
-backend, which speak HTTP/1.1 too.
+parsed (``h1``, llhttp underneath), routed request by request, and relayed to an agent's proxy
+stream or a static backend, which speak HTTP/1.1 too.
 
 Faithful forwarding: keep-alive on both sides (one upstream connection per public connection
 and target, reused while both ends keep it alive), pipelined requests answered in order,
 chunked and close-delimited bodies, uploads and downloads streamed with backpressure (never
 buffered whole), responses relayed as the upstream writes them (server-sent events), and
 ``Upgrade`` (WebSocket) turning the connection into a raw two-way splice after the 101.
-``X-Forwarded-For`` gets the client address appended; ``X-Forwarded-Proto`` and
-``X-Forwarded-Host`` are set. An upstream that fails before its response starts gives that
-request a 502; after it started, the public connection is cut (a truncated body must not look
-complete).
+Hop-by-hop headers stay on their hop; each side's body framing is its own (HTTP/1.0 clients
+get a close-delimited body when the length is not known). ``X-Forwarded-For`` gets the client
+address appended; ``X-Forwarded-Proto`` and ``X-Forwarded-Host`` are set. An upstream that
+fails before its response starts gives that request a 502; after it started, the public
+connection is cut (a truncated body must not look complete).
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
-from http import HTTPStatus
+from dataclasses import dataclass, field
 
-import h11
-
+from edgeway.edge import h1
+from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, Response
 from edgeway.edge.modules import compression
 from edgeway.edge.modules.request_headers import header
 from edgeway.edge.pages import Fixed, page
@@ -33,15 +33,13 @@ from edgeway.tunnel.pipes import Pipe, SocketPipe, StreamPipe, UpstreamGone, spl
 from edgeway.tunnel.registry import Tunnel
 
 log = logging.getLogger("edgeway.edge")
-MAX_HEAD = 64 * 1024
 HEAD_TIMEOUT = 30.0  # to receive a whole request head
 IDLE_TIMEOUT = 75.0  # between requests on a kept-alive connection
 DRAIN_LIMIT = 1 << 20
-FLUSH_AT = 256 * 1024  # request body read and dropped after a local answer, else close
-Headers = list[tuple[bytes, bytes]]
-
-
+FLUSH_AT = 256 * 1024  # response bytes gathered before a write, when more are already here
 RETRIES = 2  # safe requests whose tunnel died before answering go to another live one
+FORWARDED = frozenset((b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"))
+Headers = h1.Headers
 
 
 class _Retry(Exception):
@@ -52,26 +50,34 @@ class _Retry(Exception):
 class Upstream:
     key: str
     pipe: Pipe
-    conn: h11.Connection
+    parser: h1.ResponseParser = field(default_factory=h1.ResponseParser)
+    ended: bool = False  # the upstream closed its side
 
 
-def _bodiless(req: h11.Request) -> bool:
-    return not any(name == b"transfer-encoding" or (name == b"content-length" and value != b"0")
-                   for name, value in req.headers)
-
-
-def _replayable(req: h11.Request, decision: Decision) -> bool:
+def _replayable(req: Request, decision: Decision) -> bool:
     """A safe, bodiless request routed to a tunnel may be sent again if its agent vanished
     before answering (nothing reached the client yet)."""
     return req.method in (b"GET", b"HEAD", b"OPTIONS") and isinstance(decision.target, Tunnel) \
-        and _bodiless(req)
+        and not req.body
 
 
-def _reason(status: int) -> bytes:
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b""
+def _closes(headers: Headers) -> bool:
+    return b"close" in header(headers, b"connection").lower()
+
+
+async def _next(parser: RequestParser, reader: asyncio.StreamReader,
+                timeout: float | None = None) -> h1.Event | None:
+    """The client's next event; None once it closed its side."""
+    event = parser.next_event()
+    if event is not None:
+        return event
+    async with asyncio.timeout(timeout):
+        while (event := parser.next_event()) is None:
+            data = await reader.read(65536)
+            if not data:
+                return None
+            parser.feed(data)
+    return event
 
 
 class HttpEdge:
@@ -82,49 +88,27 @@ class HttpEdge:
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     peer: tuple[str, int]) -> None:
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        parser = RequestParser()
         upstream: Upstream | None = None
         try:
             while True:
-                timeout = IDLE_TIMEOUT if conn.their_state is h11.IDLE else HEAD_TIMEOUT
                 try:
-                    event = await asyncio.wait_for(self._next(conn, reader), timeout)
-                except h11.RemoteProtocolError as exc:
-                    if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                        await self._fixed(conn, writer, page(
-                            exc.error_status_hint, "Bad request", str(exc), 4000), head=False)
+                    event = await _next(parser, reader,
+                                        HEAD_TIMEOUT if parser.mid_message else IDLE_TIMEOUT)
+                except BadMessage as exc:
+                    await self._fixed(writer, None, page(
+                        exc.status, "Bad request", str(exc), 4000), close=True)
                     return
                 except TimeoutError:
                     return
-                if not isinstance(event, h11.Request):
-                    return  # ConnectionClosed (or PAUSED after a switch)
-                decision = await self._decide(event, peer)
-                for attempt in range(RETRIES + 1):
-                    if isinstance(decision.target, Fixed):
-                        if decision.breaker is not None:  # an http_response backend
-                            decision.breaker.record(decision.target.status >= 500)
-                        await self._fixed(conn, writer, decision.target,
-                                          event.method == b"HEAD")
-                        if not await self._drain(conn, reader):
-                            return
-                        break
-                    retry = attempt < RETRIES and _replayable(event, decision)
-                    try:
-                        upstream = await self._proxy(conn, reader, writer, event, decision,
-                                                     peer, upstream, retry)
-                        break
-                    except _Retry:  # that tunnel's agent is gone: ask the router again
-                        upstream = None
-                        decision = await self._decide(event, peer)
-                        if not isinstance(decision.target, Tunnel):
-                            await self._bad_gateway(conn, writer, event, "no other tunnel")
-                            return
-                if conn.our_state is h11.SWITCHED_PROTOCOL:
+                if not isinstance(event, Request):
+                    return  # the client closed
+                keep, upstream = await self._answer(parser, reader, writer, event, peer,
+                                                    upstream)
+                if not keep:
                     return
-                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                    return
-                conn.start_next_cycle()
-        except (ConnectionError, OSError, h11.LocalProtocolError):
+                parser.resume()
+        except (ConnectionError, OSError, BadMessage, TimeoutError):
             pass
         finally:
             if upstream is not None:
@@ -132,44 +116,64 @@ class HttpEdge:
             with contextlib.suppress(ConnectionError, OSError, RuntimeError):
                 writer.close()
 
-    @staticmethod
-    async def _next(conn: h11.Connection, reader: asyncio.StreamReader
-                    ) -> type[h11.PAUSED] | h11.Event:
-        while True:
-            event = conn.next_event()
-            if event is not h11.NEED_DATA:
-                return event  # type: ignore[return-value]
-            conn.receive_data(await reader.read(65536))
+    async def _answer(self, parser: RequestParser, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter, req: Request, peer: tuple[str, int],
+                      upstream: Upstream | None) -> tuple[bool, Upstream | None]:
+        """Answer one request: (keep the public connection, the upstream to reuse)."""
+        decision = await self._decide(req, peer)
+        for attempt in range(RETRIES + 1):
+            if isinstance(decision.target, Fixed):
+                if decision.breaker is not None:  # an http_response backend
+                    decision.breaker.record(decision.target.status >= 500)
+                keep = await self._fixed(writer, req, decision.target)
+                return keep and await self._drain(parser, reader, req), upstream
+            retry = attempt < RETRIES and _replayable(req, decision)
+            try:
+                return await self._proxy(parser, reader, writer, req, decision, peer, upstream,
+                                         retry)
+            except _Retry:  # that tunnel's agent is gone: ask the router again
+                upstream = None
+                decision = await self._decide(req, peer)
+                if not isinstance(decision.target, Tunnel):
+                    await self._bad_gateway(writer, req, "no other tunnel")
+                    return False, None
+        return False, upstream  # not reached: the last attempt does not retry
 
-    async def _drain(self, conn: h11.Connection, reader: asyncio.StreamReader) -> bool:
+    async def _drain(self, parser: RequestParser, reader: asyncio.StreamReader,
+                     req: Request) -> bool:
         """Read and drop the rest of a request answered locally; False: close instead."""
         seen = 0
-        while conn.their_state is h11.SEND_BODY:
+        while True:
             try:
-                event = await asyncio.wait_for(self._next(conn, reader), HEAD_TIMEOUT)
-            except (TimeoutError, h11.RemoteProtocolError):
+                event = await _next(parser, reader, HEAD_TIMEOUT)
+            except (TimeoutError, BadMessage):
                 return False
-            if isinstance(event, h11.Data):
-                seen += len(event.data)
-                if seen > DRAIN_LIMIT:
-                    return False
-            elif not isinstance(event, h11.EndOfMessage):
+            if isinstance(event, End):
+                return True
+            if not isinstance(event, bytes):
                 return False
-        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+            seen += len(event)
+            if seen > DRAIN_LIMIT:
+                return False
 
     @staticmethod
-    async def _fixed(conn: h11.Connection, writer: asyncio.StreamWriter, answer: Fixed,
-                     head: bool) -> None:
-        headers = [*answer.headers, ("Content-Length", str(len(answer.body)))]
-        out = conn.send(h11.Response(status_code=answer.status, headers=headers,
-                                     reason=_reason(answer.status))) or b""
-        if not head:
-            out += conn.send(h11.Data(data=answer.body)) or b""
-        out += conn.send(h11.EndOfMessage()) or b""
+    async def _fixed(writer: asyncio.StreamWriter, req: Request | None, answer: Fixed,
+                     close: bool = False) -> bool:
+        """Write a local answer; True if the connection may carry another request."""
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
+        keep = not close and req is not None and req.keep_alive and not req.http10 \
+            and not _closes(headers)
+        headers.append((b"Content-Length", b"%d" % len(answer.body)))
+        if not keep and not _closes(headers):
+            headers.append((b"Connection", b"close"))
+        out = h1.head(b"HTTP/1.1 %d %b\r\n" % (answer.status, h1.reason(answer.status)), headers)
+        if req is None or req.method != b"HEAD":
+            out += answer.body
         writer.write(out)
         await writer.drain()
+        return keep
 
-    async def _decide(self, req: h11.Request, peer: tuple[str, int]) -> Decision:
+    async def _decide(self, req: Request, peer: tuple[str, int]) -> Decision:
         return await self.router.http(req, peer[0], self.scheme, self.https_port)
 
     # -- proxying --------------------------------------------------------------------------
@@ -182,184 +186,208 @@ class HttpEdge:
                 stream = await target.open(client, decision.proto, decision.edge)
             except (StreamClosed, StreamError) as exc:
                 raise UpstreamGone(f"the agent is gone ({exc})") from None
-            return Upstream(target.id, StreamPipe(stream), h11.Connection(h11.CLIENT))
+            return Upstream(target.id, StreamPipe(stream))
         assert isinstance(target, Static)
         pipe = await SocketPipe.dial(target.host, target.port, target.tls)
-        return Upstream(f"static:{target.host}:{target.port}", pipe,
-                        h11.Connection(h11.CLIENT))
+        return Upstream(f"static:{target.host}:{target.port}", pipe)
 
-    def _request_headers(self, req: h11.Request, decision: Decision,
-                         peer: tuple[str, int]) -> Headers:
-        out: Headers = []
-        forwarded_for = ""
-        for name, value in req.headers.raw_items():
-            low = name.lower()
-            if low == b"x-forwarded-for":
-                forwarded_for = value.decode("latin-1") + ", "
-            elif low in (b"x-forwarded-proto", b"x-forwarded-host"):
-                continue
-            else:
-                out.append((name, value))
-        out += [(b"X-Forwarded-For", (forwarded_for + peer[0]).encode()),
+    def _request_head(self, req: Request, decision: Decision, peer: tuple[str, int]) -> bytes:
+        forwarded_for = b""
+        for name, value in req.headers:
+            if name.lower() == b"x-forwarded-for":
+                forwarded_for = value + b", "
+        out = [(k, v) for k, v in h1.end_to_end(req.headers) if k.lower() not in FORWARDED]
+        if h1.chunked(req.headers):
+            out.append((b"Transfer-Encoding", b"chunked"))
+        if req.upgrade:
+            out += [(b"Connection", b"Upgrade"), (b"Upgrade", header(req.headers, b"upgrade"))]
+        out += [(b"X-Forwarded-For", forwarded_for + peer[0].encode()),
                 (b"X-Forwarded-Proto", self.scheme.encode()),
-                (b"X-Forwarded-Host", header(list(req.headers), b"host"))]
-        return decision.plan.request_headers.apply(out)
+                (b"X-Forwarded-Host", header(req.headers, b"host"))]
+        out = decision.plan.request_headers.apply(out)
+        return h1.head(b"%b %b HTTP/1.1\r\n" % (req.method, req.target), out)
 
-    async def _proxy(self, conn: h11.Connection, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter, req: h11.Request, decision: Decision,
+    async def _proxy(self, parser: RequestParser, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter, req: Request, decision: Decision,
                      peer: tuple[str, int], upstream: Upstream | None, retry: bool
-                     ) -> Upstream | None:
+                     ) -> tuple[bool, Upstream | None]:
         target = decision.target
         assert isinstance(target, Tunnel | Static)
         key = target.id if isinstance(target, Tunnel) else f"static:{target.host}:{target.port}"
-        if upstream is not None and (upstream.key != key
-                                     or upstream.conn.our_state is not h11.IDLE):
+        if upstream is not None and (upstream.key != key or not upstream.parser.idle):
             upstream.pipe.close()
             upstream = None
         try:
             if upstream is None:
                 upstream = await self._open(decision, peer)
-            head = upstream.conn.send(h11.Request(
-                method=req.method, target=req.target,
-                headers=self._request_headers(req, decision, peer)))
-            await upstream.pipe.write(head or b"")
-        except (UpstreamGone, h11.LocalProtocolError) as exc:
+            await upstream.pipe.write(self._request_head(req, decision, peer))
+        except UpstreamGone as exc:
             if upstream is not None:
                 upstream.pipe.close()
             if retry:
                 raise _Retry from None
-            await self._bad_gateway(conn, writer, req, str(exc))
-            await self._drain(conn, reader)
-            return None
+            await self._bad_gateway(writer, req, str(exc))
+            return False, None
         body: asyncio.Task[None] | None = None
-        if _bodiless(req):  # the usual case: no task to pump a body
-            if not isinstance(conn.next_event(), h11.EndOfMessage):
-                raise h11.LocalProtocolError("a request without a body had one")
-            upstream.conn.send(h11.EndOfMessage())
+        if not req.body:  # the usual case: its End is already here, no task to pump a body
+            if not isinstance(parser.next_event(), End):
+                raise BadMessage(400, "a request without a body had one")
         else:
-            body = asyncio.create_task(self._pump_body(conn, reader, upstream))
+            body = asyncio.create_task(self._pump_body(parser, reader, req, upstream))
         try:
-            keep = await self._relay_response(conn, writer, reader, req, decision, upstream,
-                                              body, retry)
+            keep, reuse = await self._relay_response(parser, writer, reader, req, decision,
+                                                     upstream, body, retry)
         finally:
             if body is not None and not body.done():
                 body.cancel()
                 with contextlib.suppress(BaseException):
                     await body
-        if keep and upstream.conn.our_state is h11.DONE \
-                and upstream.conn.their_state is h11.DONE:
-            upstream.conn.start_next_cycle()
-            return upstream
+        if reuse:
+            return keep, upstream
         upstream.pipe.close()
-        return None
+        return keep, None
 
-    async def _pump_body(self, conn: h11.Connection, reader: asyncio.StreamReader,
-                         upstream: Upstream) -> None:
-        while conn.their_state is h11.SEND_BODY:
-            event = await self._next(conn, reader)
-            if isinstance(event, h11.Data):
-                await upstream.pipe.write(upstream.conn.send(h11.Data(data=event.data)) or b"")
-            elif isinstance(event, h11.EndOfMessage):
-                await upstream.pipe.write(upstream.conn.send(h11.EndOfMessage()) or b"")
+    async def _pump_body(self, parser: RequestParser, reader: asyncio.StreamReader,
+                         req: Request, upstream: Upstream) -> None:
+        framer = Framer(h1.chunked(req.headers))
+        while True:
+            event = await _next(parser, reader)
+            if isinstance(event, bytes):
+                await upstream.pipe.write(framer.data(event))
+            elif isinstance(event, End):
+                if framer.chunked:
+                    await upstream.pipe.write(framer.end(event.trailers))
+                return
             else:
                 raise UpstreamGone("the client closed the connection mid-request")
 
-    async def _bad_gateway(self, conn: h11.Connection, writer: asyncio.StreamWriter,
-                           req: h11.Request, why: str) -> None:
+    async def _bad_gateway(self, writer: asyncio.StreamWriter, req: Request, why: str) -> None:
         log.info('{"event": "bad_gateway", "error": "%s"}', why.replace('"', "'"))
-        if conn.our_state is h11.SEND_RESPONSE:
-            await self._fixed(conn, writer, page(
-                502, "Bad gateway", "The tunnel's agent or upstream went away before "
-                "answering this request.", 4502, (("Connection", "close"),)),
-                req.method == b"HEAD")
+        await self._fixed(writer, req, page(
+            502, "Bad gateway", "The tunnel's agent or upstream went away before "
+            "answering this request.", 4502, (("Connection", "close"),)))
 
-    async def _relay_response(self, conn: h11.Connection, writer: asyncio.StreamWriter,
-                              reader: asyncio.StreamReader, req: h11.Request,
-                              decision: Decision, upstream: Upstream,
-                              body: asyncio.Task[None] | None, retry: bool) -> bool:
-        """Relay the upstream's answer; True if both connections may be reused. What the
-        upstream sent is written out whenever it has nothing more for now (one write per
-        turn, not one per event), so streamed responses still arrive as they are written."""
-        up = upstream.conn
+    async def _relay_response(self, parser: RequestParser, writer: asyncio.StreamWriter,
+                              reader: asyncio.StreamReader, req: Request, decision: Decision,
+                              upstream: Upstream, body: asyncio.Task[None] | None, retry: bool
+                              ) -> tuple[bool, bool]:
+        """Relay the upstream's answer: (keep the public connection, reuse the upstream).
+        What the upstream sent is written out whenever it has nothing more for now (one write
+        per turn, not one per event), so streamed responses still arrive as they are written."""
+        up = upstream.parser
+        up.expect(req.method == b"HEAD")
         out = bytearray()
+        started = False  # bytes of the answer went to the client
         gzip: compression.Gzip | None = None
+        framer = Framer(False)
+        final: Response | None = None
+        keep = False
         while True:
             try:
                 event = up.next_event()
-                if event is h11.NEED_DATA:
+                if event is None:
                     if gzip is not None and (pending := gzip.flush()):
-                        out += conn.send(h11.Data(data=pending)) or b""
+                        out += framer.data(pending)
                     if out:
                         writer.write(out)
                         out.clear()
+                        started = True
                         await writer.drain()
                     if body is not None and body.done() and body.exception() is not None:
                         raise UpstreamGone(str(body.exception()))
-                    up.receive_data(await upstream.pipe.read())
+                    if upstream.ended:
+                        raise UpstreamGone("the upstream closed")
+                    data = await upstream.pipe.read()
+                    if data:
+                        up.feed(data)
+                    else:
+                        upstream.ended = True
+                        up.eof()
                     continue
-            except (UpstreamGone, h11.RemoteProtocolError) as exc:
-                if retry and conn.our_state is h11.SEND_RESPONSE:
+            except (UpstreamGone, BadMessage) as exc:
+                if started or out:
+                    writer.write(out)
+                    raise ConnectionResetError("the upstream failed mid-response") from None
+                if retry:
                     upstream.pipe.close()
                     raise _Retry from None
                 if decision.breaker is not None:
                     decision.breaker.record(True)
-                await self._bad_gateway(conn, writer, req, str(exc))
-                return False
-            if isinstance(event, h11.InformationalResponse):
-                if event.status_code == 101:
-                    await self._switch(conn, writer, reader, event, upstream, body)
-                    return False
-                out += conn.send(event) or b""
-            elif isinstance(event, h11.Response):
+                await self._bad_gateway(writer, req, str(exc))
+                return False, False
+            if isinstance(event, Response):
+                if event.status == 101 and req.upgrade:
+                    await self._switch(parser, writer, reader, event, upstream, body)
+                    return False, False
+                if event.status < 200:
+                    if event.status != 101 and not req.http10:  # 100 Continue, 103 hints
+                        out += h1.head(b"HTTP/1.1 %d %b\r\n" % (event.status, event.reason),
+                                       h1.end_to_end(event.headers))
+                        continue
+                    raise BadMessage(502, "the upstream switched protocols unasked")
+                final = event
                 if decision.breaker is not None:
-                    decision.breaker.record(event.status_code >= 500)
-                headers = decision.plan.response_headers.apply(list(event.headers.raw_items()))
-                if decision.plan.compression and compression.wanted(
-                        list(req.headers), event.status_code, headers, req.method == b"HEAD"):
-                    headers, gzip = compression.rewrite(headers), compression.Gzip()
-                out += conn.send(h11.Response(
-                    status_code=event.status_code, headers=headers, reason=event.reason)) or b""
-            elif isinstance(event, h11.Data):
-                data = gzip.data(event.data) if gzip else event.data
-                if data:
-                    out += conn.send(h11.Data(data=data)) or b""
+                    decision.breaker.record(event.status >= 500)
+                keep, framer, gzip, head = self._response_head(req, decision, event)
+                out += head
+            elif isinstance(event, bytes):
+                out += framer.data(gzip.data(event) if gzip else event)
                 if len(out) >= FLUSH_AT:
                     writer.write(out)
                     out.clear()
+                    started = True
                     await writer.drain()
-            elif isinstance(event, h11.EndOfMessage):
+            elif isinstance(event, End):
                 if gzip is not None:
-                    out += conn.send(h11.Data(data=gzip.end())) or b""
-                out += conn.send(h11.EndOfMessage(headers=event.headers)) or b""
+                    out += framer.data(gzip.end())
+                out += framer.end(event.trailers)
                 writer.write(out)
                 await writer.drain()
-                if body is None:
-                    return conn.their_state is h11.DONE
-                try:  # the upload may still be finishing; an early answer ends it
-                    await asyncio.wait_for(asyncio.shield(body), 5)
-                except (UpstreamGone, TimeoutError, h11.RemoteProtocolError):
-                    return False
-                return conn.their_state is h11.DONE
-            else:  # ConnectionClosed before the response: treated as a lost upstream
-                if conn.our_state is h11.SEND_RESPONSE:
-                    await self._bad_gateway(conn, writer, req, "the upstream closed")
-                    return False
-                writer.write(out)
-                raise ConnectionResetError("the upstream closed mid-response")
+                reuse = final is not None and final.keep_alive and not upstream.ended
+                if body is not None:
+                    try:  # the upload may still be finishing; an early answer ends it
+                        await asyncio.wait_for(asyncio.shield(body), 5)
+                    except (UpstreamGone, TimeoutError, BadMessage):
+                        return False, False
+                return keep, reuse and up.idle
 
-    async def _switch(self, conn: h11.Connection, writer: asyncio.StreamWriter,
-                      reader: asyncio.StreamReader, event: h11.InformationalResponse,
-                      upstream: Upstream, body: asyncio.Task[None] | None) -> None:
+    def _response_head(self, req: Request, decision: Decision, resp: Response
+                       ) -> tuple[bool, Framer, compression.Gzip | None, bytes]:
+        """The client's response head for ``resp``: (keep the connection, the body's framer,
+        the gzip stream if compressing, the head)."""
+        plan = decision.plan
+        headers = plan.response_headers.apply(h1.end_to_end(resp.headers))
+        keep = req.keep_alive and not req.http10
+        gzip: compression.Gzip | None = None
+        chunked = False
+        if not h1.bodiless(resp.status, req.method):
+            if plan.compression and compression.wanted(req.headers, resp.status, headers,
+                                                       False):
+                headers, gzip = compression.rewrite(headers), compression.Gzip()
+            if gzip is not None or resp.length is None:
+                if req.http10:
+                    keep = False  # the end of the body is the end of the connection
+                else:
+                    chunked = True
+                    headers.append((b"Transfer-Encoding", b"chunked"))
+        if not keep:
+            headers.append((b"Connection", b"close"))
+        start = b"HTTP/1.1 %d %b\r\n" % (resp.status, resp.reason or h1.reason(resp.status))
+        return keep, Framer(chunked), gzip, h1.head(start, headers)
+
+    async def _switch(self, parser: RequestParser, writer: asyncio.StreamWriter,
+                      reader: asyncio.StreamReader, resp: Response, upstream: Upstream,
+                      body: asyncio.Task[None] | None) -> None:
         """101 Switching Protocols: from here on, bytes both ways as they come."""
         if body is not None:
             await body
-        writer.write(conn.send(event) or b"")
-        leftover_up, _ = upstream.conn.trailing_data
-        leftover_client, _ = conn.trailing_data
-        if leftover_up:
-            writer.write(leftover_up)
+        headers = [*h1.end_to_end(resp.headers), (b"Connection", b"Upgrade"),
+                   (b"Upgrade", header(resp.headers, b"upgrade"))]
+        writer.write(h1.head(b"HTTP/1.1 101 %b\r\n" % (resp.reason or b"Switching Protocols"),
+                             headers))
+        if upstream.parser.upgraded:
+            writer.write(upstream.parser.upgraded)
         await writer.drain()
-        if leftover_client:
-            await upstream.pipe.write(leftover_client)
-
+        if parser.upgraded:
+            await upstream.pipe.write(parser.upgraded)
         await splice(reader, writer, upstream.pipe)

@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakKeyDictionary
 
-import h11
-
 from edgeway import catalog
 from edgeway.edge import modules
+from edgeway.edge.h1 import Request
 from edgeway.edge.modules import Plan, circuit_breaker
 from edgeway.edge.modules.circuit_breaker import Breaker
 from edgeway.edge.modules.request_headers import header
@@ -222,9 +221,9 @@ class Router:
     def target(self, snap: Snapshot, plan: Plan) -> Target | None:
         return self.backend(snap, plan.backend_id) if plan.backend_id else None
 
-    async def http(self, req: h11.Request, ip: str, scheme: str, https_port: int) -> Decision:
+    async def http(self, req: Request, ip: str, scheme: str, https_port: int) -> Decision:
         """Who answers an HTTP request arriving on the ``scheme`` listener."""
-        headers: list[tuple[bytes, bytes]] = list(req.headers)
+        headers = req.headers
 
         def text(name: bytes) -> str:
             return header(headers, name).decode("latin-1")

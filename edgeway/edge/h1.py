@@ -1,0 +1,317 @@
+"""HTTP/1.1 for the edge, sans I/O: the public side's requests and the upstream's responses are
+parsed with llhttp (``httptools``), heads written here.
+
+Each side is a parser fed bytes and asked for its next event: a ``Request`` or ``Response``
+head, body bytes (``bytes``), ``End`` (with any trailers), or ``NEED_DATA``. llhttp does the
+strict parts (framing, ``Content-Length`` against ``Transfer-Encoding``, header syntax); a
+malformed message raises ``BadMessage`` with the status to answer. The edge writes heads
+itself and frames bodies with a ``Framer``, so the framing on each side is its own:
+``Connection`` and the headers it names, ``Keep-Alive``, ``Transfer-Encoding`` and
+``Proxy-Connection`` are hop-by-hop and never forwarded.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Final
+
+import httptools
+
+Headers = list[tuple[bytes, bytes]]
+MAX_HEAD = 64 * 1024
+NEED_DATA: Final = None  # next_event(): nothing complete yet
+HOP_BY_HOP = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding",
+                        b"te", b"trailer", b"upgrade"))
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+
+
+class BadMessage(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(slots=True)
+class Request:
+    method: bytes
+    target: bytes
+    headers: Headers  # as received, names in their case
+    http10: bool
+    keep_alive: bool  # the client allows another request on this connection
+    upgrade: bool  # asks to switch protocols (WebSocket): bytes after it are not HTTP
+    body: bool  # a body follows (chunked, or a non-zero Content-Length)
+
+
+@dataclass(slots=True)
+class Response:
+    status: int
+    reason: bytes
+    headers: Headers
+    keep_alive: bool  # the upstream connection can carry another request
+    length: int | None  # Content-Length; None: chunked, close-delimited or bodiless
+
+
+@dataclass(slots=True)
+class End:
+    trailers: Headers = field(default_factory=list)
+
+
+Event = Request | Response | bytes | End
+
+
+def reason(status: int) -> bytes:
+    return _REASONS.get(status, b"")
+
+
+def _value(headers: Headers, name: bytes) -> bytes:
+    return next((v for k, v in headers if k.lower() == name), b"")
+
+
+def _content_length(headers: Headers) -> int | None:
+    raw = _value(headers, b"content-length")
+    return int(raw) if raw else None  # llhttp checked it: digits, at most one
+
+
+def chunked(headers: Headers) -> bool:
+    return b"chunked" in _value(headers, b"transfer-encoding").lower()
+
+
+def end_to_end(headers: Headers, keep: frozenset[bytes] = frozenset()) -> Headers:
+    """``headers`` without the hop-by-hop ones (and those ``Connection`` names), except the
+    names in ``keep``."""
+    named = {t.strip().lower() for k, v in headers if k.lower() == b"connection"
+             for t in v.split(b",")}
+    drop = (HOP_BY_HOP | named) - keep
+    return [(k, v) for k, v in headers if k.lower() not in drop]
+
+
+class _Parser:
+    """What both parsers share: the callbacks llhttp calls, turned into queued events."""
+
+    def __init__(self) -> None:
+        self._events: deque[Event] = deque()
+        self._headers: Headers = []
+        self._head_size = 0
+        self._in_head = False
+        self._trailers: Headers = []
+
+    def on_message_begin(self) -> None:
+        self._headers, self._trailers = [], []
+        self._head_size, self._in_head = 0, True
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._in_head:
+            self._grow(len(name) + len(value) + 4)
+            self._headers.append((name, value))
+        else:
+            self._trailers.append((name, value))
+
+    def on_body(self, body: bytes) -> None:
+        self._events.append(body)
+
+    def _grow(self, n: int) -> None:
+        self._head_size += n
+        if self._head_size > MAX_HEAD:
+            raise BadMessage(431, f"the request head is larger than {MAX_HEAD} bytes")
+
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else NEED_DATA
+
+
+def _failure(exc: httptools.HttpParserError) -> BadMessage:
+    if isinstance(exc.__context__, BadMessage):
+        return exc.__context__
+    return BadMessage(400, str(exc) or type(exc).__name__)
+
+
+def _upstream_failure(exc: httptools.HttpParserError) -> BadMessage:
+    if isinstance(exc.__context__, BadMessage):
+        return exc.__context__
+    return BadMessage(502, f"the upstream's response is not valid HTTP: {exc}")
+
+
+class RequestParser(_Parser):
+    """Requests from a public client, pipelined ones included."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._p = httptools.HttpRequestParser(self)
+        self._url = b""
+        self.upgraded = b""  # after a request that asked to upgrade: the bytes that followed
+        self._paused = False  # ... and more bytes go there, not to the parser
+        self.mid_message = False  # between a request's first byte and its End
+
+    def feed(self, data: bytes) -> None:
+        if self._paused:
+            self.upgraded += data
+            return
+        try:
+            self._p.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:
+            self._paused = True
+            self.upgraded = data[exc.args[0]:]
+        except httptools.HttpParserError as exc:
+            raise _failure(exc) from None
+
+    def resume(self) -> None:
+        """The upgrade was refused (no 101): what followed is HTTP again."""
+        if self._paused:
+            self._paused = False
+            rest, self.upgraded = self.upgraded, b""
+            if rest:
+                self.feed(rest)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._url = b""
+        self.mid_message = True
+
+    def on_url(self, url: bytes) -> None:
+        self._grow(len(url))
+        self._url += url
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        p, headers = self._p, self._headers
+        self._events.append(Request(
+            p.get_method(), self._url, headers, p.get_http_version() == "1.0",
+            p.should_keep_alive(), p.should_upgrade(),
+            chunked(headers) or bool(_content_length(headers))))
+
+    def on_message_complete(self) -> None:
+        self.mid_message = False
+        self._events.append(End(self._trailers))
+
+
+class ResponseParser(_Parser):
+    """Responses from an upstream, one per request sent (``expect`` says whether that request
+    was a HEAD: then the head is the whole response, whatever its ``Content-Length``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._p = httptools.HttpResponseParser(self)
+        self._reason = b""
+        self._head = False
+        self._pending = b""  # a HEAD response's head until it is complete
+        self._open: Response | None = None  # headers seen, End not yet
+        self.upgraded: bytes | None = None  # after a 101: the bytes that followed it
+        self.reusable = True  # no byte arrived that no request asked for
+
+    def expect(self, head: bool) -> None:
+        self._head, self._pending, self._open = head, b"", None
+
+    def feed(self, data: bytes) -> None:
+        if self._head:
+            self._feed_head(data)
+            return
+        try:
+            self._p.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:
+            self.upgraded = data[exc.args[0]:]
+        except httptools.HttpParserError as exc:
+            raise _upstream_failure(exc) from None
+
+    def _feed_head(self, data: bytes) -> None:
+        """A HEAD response: heads (1xx ones first) are fed one by one, each to a new parser."""
+        self._pending += data
+        while self._head and (end := self._pending.find(b"\r\n\r\n")) >= 0:
+            head, self._pending = self._pending[:end + 4], self._pending[end + 4:]
+            self._p = httptools.HttpResponseParser(self)
+            try:
+                self._p.feed_data(head)
+            except httptools.HttpParserError as exc:
+                raise _upstream_failure(exc) from None
+            if self._open is not None:  # the final head: the response is complete
+                self._events.append(End())
+                self._open, self._head = None, False
+                self._p = httptools.HttpResponseParser(self)
+                self.reusable = not self._pending
+        if len(self._pending) > MAX_HEAD:
+            raise BadMessage(502, "the upstream's response head is too large")
+
+    @property
+    def idle(self) -> bool:
+        """Between responses, with nothing unasked-for received."""
+        return self.reusable and not self._events and not self._in_head \
+            and self._open is None and not self._pending and self.upgraded is None
+
+    def eof(self) -> None:
+        """The upstream closed: the end of a close-delimited body, else an error if a
+        response was under way."""
+        if self._open is not None and self._open.length is None \
+                and not chunked(self._open.headers) and self.upgraded is None:
+            self._open = None
+            self._events.append(End())
+        elif self._open is not None or self._in_head or self._pending:
+            raise BadMessage(502, "the upstream closed the connection mid-response")
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._reason = b""
+
+    def on_status(self, status: bytes) -> None:
+        self._grow(len(status))
+        self._reason += status
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        p, headers = self._p, self._headers
+        status = p.get_status_code()
+        informational = 100 <= status < 200 and status != 101
+        if self._head:  # llhttp would wait for the body a HEAD response does not have
+            tokens = _value(headers, b"connection").lower()
+            keep = p.get_http_version() == "1.1" and b"close" not in tokens
+        else:
+            keep = p.should_keep_alive()
+        response = Response(status, self._reason, headers, keep and not informational,
+                            _content_length(headers))
+        if not informational:
+            self._open = response
+        self._events.append(response)
+
+    def on_message_complete(self) -> None:
+        if self._open is not None and not self._head:
+            self._open = None
+            self._events.append(End(self._trailers))
+
+    def _grow(self, n: int) -> None:
+        self._head_size += n
+        if self._head_size > MAX_HEAD:
+            raise BadMessage(502, "the upstream's response head is too large")
+
+
+# -- writing ------------------------------------------------------------------------------
+
+def head(start: bytes, headers: Headers) -> bytes:
+    """A message head: the start line, then the headers."""
+    parts = [start]
+    for name, value in headers:
+        parts += (name, b": ", value, b"\r\n")
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+class Framer:
+    """A body on its way out: as it is (``Content-Length`` said how long), chunked, or
+    delimited by closing the connection."""
+
+    __slots__ = ("chunked",)
+
+    def __init__(self, chunked: bool) -> None:
+        self.chunked = chunked
+
+    def data(self, data: bytes) -> bytes:
+        if not self.chunked or not data:
+            return data
+        return b"%x\r\n%b\r\n" % (len(data), data)
+
+    def end(self, trailers: Headers | None = None) -> bytes:
+        if not self.chunked:
+            return b""
+        return head(b"0\r\n", trailers) if trailers else b"0\r\n\r\n"
+
+
+def bodiless(status: int, method: bytes) -> bool:
+    return method == b"HEAD" or status < 200 or status in (204, 304)
