@@ -65,18 +65,59 @@ def _closes(headers: Headers) -> bool:
     return b"close" in header(headers, b"connection").lower()
 
 
+class _Deadline:
+    """A time limit on waiting for the client, as one timer per connection that is moved
+    rather than a timer made and cancelled per request: when it passes while armed, the
+    connection is aborted (the read waiting on it ends)."""
+
+    __slots__ = ("_at", "_handle", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.WriteTransport) -> None:
+        self._loop, self._transport = asyncio.get_running_loop(), transport
+        self._at: float | None = None
+        self._handle: asyncio.TimerHandle | None = None
+
+    def arm(self, seconds: float) -> None:
+        self._at = self._loop.time() + seconds
+        if self._handle is None:
+            self._handle = self._loop.call_at(self._at, self._fire)
+
+    def disarm(self) -> None:
+        self._at = None
+
+    def cancel(self) -> None:
+        self._at = None
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _fire(self) -> None:
+        self._handle = None
+        if self._at is None:
+            return
+        if self._loop.time() < self._at:  # moved since: wait for the new time
+            self._handle = self._loop.call_at(self._at, self._fire)
+            return
+        self._transport.abort()
+
+
 async def _next(parser: RequestParser, reader: asyncio.StreamReader,
-                timeout: float | None = None) -> h1.Event | None:
-    """The client's next event; None once it closed its side."""
+                deadline: _Deadline | None = None, seconds: float = 0.0) -> h1.Event | None:
+    """The client's next event; None once it closed its side (or the deadline passed)."""
     event = parser.next_event()
     if event is not None:
         return event
-    async with asyncio.timeout(timeout):
+    if deadline is not None:
+        deadline.arm(seconds)
+    try:
         while (event := parser.next_event()) is None:
             data = await reader.read(65536)
             if not data:
                 return None
             parser.feed(data)
+    finally:
+        if deadline is not None:
+            deadline.disarm()
     return event
 
 
@@ -90,27 +131,27 @@ class HttpEdge:
                     peer: tuple[str, int]) -> None:
         parser = RequestParser()
         upstream: Upstream | None = None
+        deadline = _Deadline(writer.transport)
         try:
             while True:
                 try:
-                    event = await _next(parser, reader,
+                    event = await _next(parser, reader, deadline,
                                         HEAD_TIMEOUT if parser.mid_message else IDLE_TIMEOUT)
                 except BadMessage as exc:
                     await self._fixed(writer, None, page(
                         exc.status, "Bad request", str(exc), 4000), close=True)
                     return
-                except TimeoutError:
-                    return
                 if not isinstance(event, Request):
-                    return  # the client closed
+                    return  # the client closed, or was too slow
                 keep, upstream = await self._answer(parser, reader, writer, event, peer,
-                                                    upstream)
+                                                    upstream, deadline)
                 if not keep:
                     return
                 parser.resume()
-        except (ConnectionError, OSError, BadMessage, TimeoutError):
+        except (ConnectionError, OSError, BadMessage):
             pass
         finally:
+            deadline.cancel()
             if upstream is not None:
                 upstream.pipe.close()
             with contextlib.suppress(ConnectionError, OSError, RuntimeError):
@@ -118,7 +159,8 @@ class HttpEdge:
 
     async def _answer(self, parser: RequestParser, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, req: Request, peer: tuple[str, int],
-                      upstream: Upstream | None) -> tuple[bool, Upstream | None]:
+                      upstream: Upstream | None, deadline: _Deadline
+                      ) -> tuple[bool, Upstream | None]:
         """Answer one request: (keep the public connection, the upstream to reuse)."""
         decision = await self._decide(req, peer)
         for attempt in range(RETRIES + 1):
@@ -126,7 +168,7 @@ class HttpEdge:
                 if decision.breaker is not None:  # an http_response backend
                     decision.breaker.record(decision.target.status >= 500)
                 keep = await self._fixed(writer, req, decision.target)
-                return keep and await self._drain(parser, reader, req), upstream
+                return keep and await self._drain(parser, reader, deadline), upstream
             retry = attempt < RETRIES and _replayable(req, decision)
             try:
                 return await self._proxy(parser, reader, writer, req, decision, peer, upstream,
@@ -140,13 +182,13 @@ class HttpEdge:
         return False, upstream  # not reached: the last attempt does not retry
 
     async def _drain(self, parser: RequestParser, reader: asyncio.StreamReader,
-                     req: Request) -> bool:
+                     deadline: _Deadline) -> bool:
         """Read and drop the rest of a request answered locally; False: close instead."""
         seen = 0
         while True:
             try:
-                event = await _next(parser, reader, HEAD_TIMEOUT)
-            except (TimeoutError, BadMessage):
+                event = await _next(parser, reader, deadline, HEAD_TIMEOUT)
+            except BadMessage:
                 return False
             if isinstance(event, End):
                 return True

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import socket
 from collections import deque
 from collections.abc import Callable
@@ -38,6 +40,20 @@ from edgeway.tunnel.muxado.session import (
 HIGH_WATER = 64 * 1024
 TLS_RECORD = 16384  # the most plaintext one TLS record carries
 QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
+_ONE = ctypes.c_int(1)
+try:  # setsockopt on the descriptor itself: uvloop builds a socket object per call otherwise
+    _setsockopt = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).setsockopt
+except (OSError, AttributeError):
+    QUICKACK = None
+
+
+def _fd(writer: asyncio.StreamWriter) -> int:
+    """The descriptor of a TCP transport (-1: none, or not TCP)."""
+    sock = writer.get_extra_info("socket")
+    if QUICKACK is None or sock is None or sock.type != socket.SOCK_STREAM \
+            or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return -1
+    return int(sock.fileno())
 
 
 class StreamClosed(Exception):
@@ -271,7 +287,7 @@ class MuxConnection:
         self._loop = asyncio.get_running_loop()
         self._writer = writer  # kept: a collected StreamWriter closes its transport
         self._transport = cast(asyncio.Transport, writer.transport)
-        self._sock = writer.get_extra_info("socket") if QUICKACK else None
+        self._fd = _fd(writer)
         self._streams: dict[int, MuxStream] = {}
         self._accepted: asyncio.Queue[MuxStream | None] = asyncio.Queue()
         self._flush_at_end_of_pass = False
@@ -323,12 +339,10 @@ class MuxConnection:
 
         Only needed after a read that nothing was sent back for (``_flush``): a write of ours
         carries the ACK anyway, and the system call (a socket object built each time under
-        uvloop) is not free."""
-        if self._sock is not None:
-            try:
-                self._sock.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
-            except (OSError, ValueError, TypeError):  # closed, or not a TCP socket
-                self._sock = None
+        uvloop) is not free. The descriptor is only used while the transport is open: it is
+        closed (and its number free for reuse) only after ``is_closing`` turns true."""
+        if self._fd >= 0 and not self._transport.is_closing():
+            _setsockopt(self._fd, socket.IPPROTO_TCP, QUICKACK, ctypes.byref(_ONE), 4)
 
     # ---- transport callbacks ----------------------------------------------------------
 

@@ -1,0 +1,68 @@
+"""The edge's time limits on slow clients, on real sockets: an idle kept-alive connection and
+a request head that never completes are closed; a client that keeps sending whole requests is
+not (the one timer per connection moves with it)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from edgeway.edge import http
+from edgeway.edge.http import HttpEdge
+
+
+async def serve_one(edge: HttpEdge) -> tuple[asyncio.Server, int]:
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await edge.serve(reader, writer, ("127.0.0.1", 1))
+
+    server = await asyncio.start_server(client, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def closed_after(port: int, send: bytes) -> float:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    t0 = time.monotonic()
+    writer.write(send)
+    assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, nothing answered
+    writer.close()
+    return time.monotonic() - t0
+
+
+@pytest.mark.parametrize("send", [b"", b"GET / HTTP/1.1\r\nHost: slow"])
+def test_idle_and_slow_heads_are_closed(monkeypatch: pytest.MonkeyPatch, send: bytes) -> None:
+    monkeypatch.setattr(http, "IDLE_TIMEOUT", 0.3)
+    monkeypatch.setattr(http, "HEAD_TIMEOUT", 0.3)
+
+    async def main() -> float:
+        server, port = await serve_one(HttpEdge(None, "http"))  # type: ignore[arg-type]
+        async with server:
+            return await closed_after(port, send)
+
+    assert 0.25 < asyncio.run(main()) < 2
+
+
+def test_a_deadline_moved_before_it_passed_waits_for_the_new_time() -> None:
+    async def main() -> tuple[float, float]:
+        loop = asyncio.get_running_loop()
+        aborted = loop.create_future()
+
+        class Transport(asyncio.WriteTransport):
+            def abort(self) -> None:
+                aborted.set_result(loop.time())
+
+        deadline = http._Deadline(Transport())
+        t0 = loop.time()
+        deadline.arm(0.1)
+        await asyncio.sleep(0.05)
+        deadline.arm(0.2)  # a new wait began: its limit counts from now
+        await asyncio.sleep(0.1)
+        deadline.disarm()  # the request arrived: nothing fires at the old time
+        await asyncio.sleep(0.2)
+        assert not aborted.done()
+        deadline.arm(0.1)
+        return t0, await asyncio.wait_for(aborted, 2)
+
+    t0, fired = asyncio.run(main())
+    assert fired - t0 >= 0.45
