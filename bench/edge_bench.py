@@ -71,7 +71,15 @@ if str(ROOT) not in sys.path:
 
 import httpx  # noqa: E402
 
-from bench.api_bench import BenchError, Result, cpu_seconds, note, pin, run_wrk  # noqa: E402
+from bench.api_bench import (  # noqa: E402
+    BenchError,
+    Result,
+    cpu_seconds,
+    note,
+    parse_wrk,
+    pin,
+    run_wrk,
+)
 from tests.server import Server, free_port, start  # noqa: E402
 
 LT_DIR = ROOT / "bench" / "localtunnel"
@@ -174,6 +182,8 @@ class Report:
     # (path, up|down): (MB/s, front process busy)
     bulk: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     memory: Memory | None = None
+    # one wrk -c1 run through Edgeway: process -> (user, system) µs of CPU per request
+    split: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 class Children:
@@ -383,13 +393,39 @@ def bench_http(report: Report, path: str, base: str, host: str | None, pid: int,
              f"p99 {res.p99:.3f} ms")
 
 
-def edgeway_http(server: Server, agent: Agent, up: int, report: Report, tmp: Path,
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process, all threads."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(f[11]) / tick, int(f[12]) / tick
+
+
+def one_connection_split(report: Report, base: str, tmp: Path, pids: dict[str, int],
+                         args: argparse.Namespace) -> None:
+    """At one connection every server-side process takes its turn on the one core: a wrk -c1
+    run through Edgeway with each process's user and system CPU per request."""
+    before = {name: cpu_split(pid) for name, pid in pids.items()}
+    cmd = ["wrk", "--latency", "-t1", "-c1", f"-d{args.duration}s", "-s",
+           str(tmp / "edgeway.lua"), base]
+    cpus = args.wrk_cpus
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.duration + 60,
+                          preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+    _, n = parse_wrk(done.stdout)
+    for name, pid in pids.items():
+        (u0, s0), (u1, s1) = before[name], cpu_split(pid)
+        report.split[name] = ((u1 - u0) * 1e6 / max(n, 1), (s1 - s0) * 1e6 / max(n, 1))
+
+
+def edgeway_http(server: Server, agent: Agent, up: tuple[int, int], report: Report, tmp: Path,
                  args: argparse.Namespace) -> None:
-    url = agent.bind("http", f"http://127.0.0.1:{up}")[0]  # http://<name>:<http port>
+    url = agent.bind("http", f"http://127.0.0.1:{up[0]}")[0]  # http://<name>:<http port>
     if port_of(url) != server.http_port:
         raise BenchError(f"HTTP tunnel URL {url} is not on the public HTTP port")
-    bench_http(report, "edgeway", f"http://127.0.0.1:{server.http_port}/", urlsplit(url).netloc,
-               server.proc.pid, tmp, args)
+    base = f"http://127.0.0.1:{server.http_port}/"
+    bench_http(report, "edgeway", base, urlsplit(url).netloc, server.proc.pid, tmp, args)
+    one_connection_split(report, base, tmp, {"Edgeway": server.proc.pid,
+                                             "the SDK agent": agent.proc.pid,
+                                             "the upstream": up[1]}, args)
 
 
 def localtunnel_http(children: Children, up: int, report: Report, tmp: Path,
@@ -435,7 +471,7 @@ def run(tmp: Path, args: argparse.Namespace, report: Report) -> None:
         report.bulk = bench_bulk({"direct": (bulk_up, bulk_pid),
                                   "edgeway": (tunnel, server.proc.pid)}, args)
         bench_http(report, "direct", f"http://127.0.0.1:{http_up}/", None, http_pid, tmp, args)
-        edgeway_http(server, agent, http_up, report, tmp, args)
+        edgeway_http(server, agent, (http_up, http_pid), report, tmp, args)
         localtunnel_http(children, http_up, report, tmp, args)
     except BenchError as exc:
         tail = "".join(server.log().splitlines(keepends=True)[-20:]) if server else ""
@@ -469,6 +505,18 @@ def print_report(report: Report) -> None:
         if e and lt:
             print(f"- Edgeway / localtunnel at {conns} connection(s): req/s {e.rps / lt.rps:.2f}x,"
                   f" p99 {e.p99 / lt.p99:.2f}x")
+    split, lt = report.split, http.get(("localtunnel", 1))
+    if split:
+        print("- CPU per request at 1 connection (one more wrk -c1 run through Edgeway), user + "
+              "system µs: " + ", ".join(f"{name} {u:.0f} + {s:.0f}"
+                                        for name, (u, s) in split.items()))
+        if lt:
+            budget = 1e6 / (2 * lt.rps)
+            others = sum(u + s for name, (u, s) in split.items() if name != "Edgeway")
+            print(f"  2x localtunnel's {lt.rps:,.0f} req/s at 1 connection is a round trip in "
+                  f"{budget:.0f} µs of the one core; the upstream and the SDK agent take "
+                  f"{others:.0f} µs of it, leaving {budget - others:.0f} µs for Edgeway, whose "
+                  f"system time alone is {split['Edgeway'][1]:.0f} µs")
     if bulk_:
         print("\n| TCP bulk | direction | MB/s | x direct | front process busy |\n"
               "|---|---|---:|---:|---:|")

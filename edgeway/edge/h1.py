@@ -175,8 +175,13 @@ class RequestParser(_Parser):
     def on_headers_complete(self) -> None:
         self._in_head = False
         p, headers = self._p, self._headers
+        http10 = p.get_http_version() == "1.0"
+        hosts = sum(1 for k, _ in headers if k.lower() == b"host")
+        if hosts > 1 or (hosts == 0 and not http10):
+            raise BadMessage(400, "an HTTP/1.1 request carries exactly one Host header"
+                             f" (this one has {hosts})")
         self._events.append(Request(
-            p.get_method(), self._url, headers, p.get_http_version() == "1.0",
+            p.get_method(), self._url, headers, http10,
             p.should_keep_alive(), p.should_upgrade(),
             chunked(headers) or bool(_content_length(headers))))
 

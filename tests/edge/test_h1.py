@@ -76,6 +76,8 @@ def test_any_split_of_the_bytes_gives_the_same_events(cuts: list[int]) -> None:
     (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400, "method"),
     (b"GET / HTTP/1.1\r\nX-Big: " + b"a" * (h1.MAX_HEAD + 1) + b"\r\n\r\n", 431, "larger"),
     (b"GET /" + b"a" * (h1.MAX_HEAD + 1) + b" HTTP/1.1\r\n\r\n", 431, "larger"),
+    (b"GET / HTTP/1.1\r\n\r\n", 400, "one Host header (this one has 0)"),
+    (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "(this one has 2)"),
 ])
 def test_malformed_requests_name_the_problem(data: bytes, status: int, words: str) -> None:
     p = RequestParser()
@@ -101,8 +103,8 @@ def test_an_upgrade_pauses_parsing_and_resumes_when_refused() -> None:
     assert isinstance(req, Request) and req.upgrade and isinstance(end, End)
     assert p.upgraded == b"\x81\x05framemore"  # not HTTP: kept for the splice
     p = RequestParser()
-    p.feed(b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
-           b"GET /next HTTP/1.1\r\n\r\n")
+    p.feed(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           b"\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n")
     assert len(events(p)) == 2
     p.resume()  # the upstream said no: what followed is the next request
     nxt = events(p)[0]
