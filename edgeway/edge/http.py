@@ -22,6 +22,7 @@ import logging
 from dataclasses import dataclass, field
 
 from edgeway.edge import h1
+from edgeway.edge.client import Deadline, next_event
 from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, Response
 from edgeway.edge.modules import compression
 from edgeway.edge.modules.request_headers import header
@@ -65,62 +66,6 @@ def _closes(headers: Headers) -> bool:
     return b"close" in header(headers, b"connection").lower()
 
 
-class _Deadline:
-    """A time limit on waiting for the client, as one timer per connection that is moved
-    rather than a timer made and cancelled per request: when it passes while armed, the
-    connection is aborted (the read waiting on it ends)."""
-
-    __slots__ = ("_at", "_handle", "_loop", "_transport")
-
-    def __init__(self, transport: asyncio.WriteTransport) -> None:
-        self._loop, self._transport = asyncio.get_running_loop(), transport
-        self._at: float | None = None
-        self._handle: asyncio.TimerHandle | None = None
-
-    def arm(self, seconds: float) -> None:
-        self._at = self._loop.time() + seconds
-        if self._handle is None:
-            self._handle = self._loop.call_at(self._at, self._fire)
-
-    def disarm(self) -> None:
-        self._at = None
-
-    def cancel(self) -> None:
-        self._at = None
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    def _fire(self) -> None:
-        self._handle = None
-        if self._at is None:
-            return
-        if self._loop.time() < self._at:  # moved since: wait for the new time
-            self._handle = self._loop.call_at(self._at, self._fire)
-            return
-        self._transport.abort()
-
-
-async def _next(parser: RequestParser, reader: asyncio.StreamReader,
-                deadline: _Deadline | None = None, seconds: float = 0.0) -> h1.Event | None:
-    """The client's next event; None once it closed its side (or the deadline passed)."""
-    event = parser.next_event()
-    if event is not None:
-        return event
-    if deadline is not None:
-        deadline.arm(seconds)
-    try:
-        while (event := parser.next_event()) is None:
-            data = await reader.read(65536)
-            if not data:
-                return None
-            parser.feed(data)
-    finally:
-        if deadline is not None:
-            deadline.disarm()
-    return event
-
-
 class HttpEdge:
     def __init__(self, router: Router, scheme: str, https_port: int = 443) -> None:
         self.router, self.scheme, self.https_port = router, scheme, https_port
@@ -131,11 +76,11 @@ class HttpEdge:
                     peer: tuple[str, int]) -> None:
         parser = RequestParser()
         upstream: Upstream | None = None
-        deadline = _Deadline(writer.transport)
+        deadline = Deadline(writer.transport)
         try:
             while True:
                 try:
-                    event = await _next(parser, reader, deadline,
+                    event = await next_event(parser, reader, deadline,
                                         HEAD_TIMEOUT if parser.mid_message else IDLE_TIMEOUT)
                 except BadMessage as exc:
                     await self._fixed(writer, None, page(
@@ -159,7 +104,7 @@ class HttpEdge:
 
     async def _answer(self, parser: RequestParser, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, req: Request, peer: tuple[str, int],
-                      upstream: Upstream | None, deadline: _Deadline
+                      upstream: Upstream | None, deadline: Deadline
                       ) -> tuple[bool, Upstream | None]:
         """Answer one request: (keep the public connection, the upstream to reuse)."""
         decision = await self._decide(req, peer)
@@ -182,12 +127,12 @@ class HttpEdge:
         return False, upstream  # not reached: the last attempt does not retry
 
     async def _drain(self, parser: RequestParser, reader: asyncio.StreamReader,
-                     deadline: _Deadline) -> bool:
+                     deadline: Deadline) -> bool:
         """Read and drop the rest of a request answered locally; False: close instead."""
         seen = 0
         while True:
             try:
-                event = await _next(parser, reader, deadline, HEAD_TIMEOUT)
+                event = await next_event(parser, reader, deadline, HEAD_TIMEOUT)
             except BadMessage:
                 return False
             if isinstance(event, End):
@@ -293,7 +238,7 @@ class HttpEdge:
                          req: Request, upstream: Upstream) -> None:
         framer = Framer(h1.chunked(req.headers))
         while True:
-            event = await _next(parser, reader)
+            event = await next_event(parser, reader)
             if isinstance(event, bytes):
                 await upstream.pipe.write(framer.data(event))
             elif isinstance(event, End):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from edgeway.edge import http
+from edgeway.edge import client, http
 from edgeway.edge.http import HttpEdge
 
 
@@ -52,7 +52,7 @@ def test_a_deadline_moved_before_it_passed_waits_for_the_new_time() -> None:
             def abort(self) -> None:
                 aborted.set_result(loop.time())
 
-        deadline = http._Deadline(Transport())
+        deadline = client.Deadline(Transport())
         t0 = loop.time()
         deadline.arm(0.1)
         await asyncio.sleep(0.05)

@@ -1,0 +1,65 @@
+"""Reading a public HTTP client: its next event from the request parser, within a time limit
+kept by one timer per connection."""
+
+from __future__ import annotations
+
+import asyncio
+
+from edgeway.edge import h1
+from edgeway.edge.h1 import RequestParser
+
+
+class Deadline:
+    """A time limit on waiting for the client, as one timer per connection that is moved
+    rather than a timer made and cancelled per request: when it passes while armed, the
+    connection is aborted (the read waiting on it ends)."""
+
+    __slots__ = ("_at", "_handle", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.WriteTransport) -> None:
+        self._loop, self._transport = asyncio.get_running_loop(), transport
+        self._at: float | None = None
+        self._handle: asyncio.TimerHandle | None = None
+
+    def arm(self, seconds: float) -> None:
+        self._at = self._loop.time() + seconds
+        if self._handle is None:
+            self._handle = self._loop.call_at(self._at, self._fire)
+
+    def disarm(self) -> None:
+        self._at = None
+
+    def cancel(self) -> None:
+        self._at = None
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _fire(self) -> None:
+        self._handle = None
+        if self._at is None:
+            return
+        if self._loop.time() < self._at:  # moved since: wait for the new time
+            self._handle = self._loop.call_at(self._at, self._fire)
+            return
+        self._transport.abort()
+
+
+async def next_event(parser: RequestParser, reader: asyncio.StreamReader,
+                deadline: Deadline | None = None, seconds: float = 0.0) -> h1.Event | None:
+    """The client's next event; None once it closed its side (or the deadline passed)."""
+    event = parser.next_event()
+    if event is not None:
+        return event
+    if deadline is not None:
+        deadline.arm(seconds)
+    try:
+        while (event := parser.next_event()) is None:
+            data = await reader.read(65536)
+            if not data:
+                return None
+            parser.feed(data)
+    finally:
+        if deadline is not None:
+            deadline.disarm()
+    return event
