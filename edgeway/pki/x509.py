@@ -70,6 +70,8 @@ def _parse_pem(data: bytes) -> list[x509.Certificate]:
             return x509.load_pem_x509_certificates(data)
         except CryptographyDeprecationWarning as exc:
             raise CertificateError(f"is not acceptable: {exc}") from None
+        except x509.InvalidVersion as exc:  # not a ValueError: a damaged version field
+            raise CertificateError(f"is not a valid certificate: {exc}") from None
 
 
 def load_one(pem: str) -> x509.Certificate:

@@ -127,3 +127,16 @@ def test_damaged_certificates_and_keys_raise_only_their_own_error(at: int, junk:
         with contextlib.suppress(x509.CertificateError):
             x509.describe(x509.load_one(text))
         _both(text)
+
+
+def test_a_damaged_version_field_is_a_certificate_error() -> None:
+    """Found by the test above: cryptography raises InvalidVersion (not a ValueError) for a
+    version number other than v1/v3."""
+    der = bytearray(LEAF_DER)
+    at = der.find(bytes([0xA0, 0x03, 0x02, 0x01, 0x02]))  # [0] EXPLICIT INTEGER 2 (v3)
+    assert at > 0
+    der[at + 4] = 1  # v2
+    text = _armor("CERTIFICATE", bytes(der))
+    for load in (x509.load_chain, x509.load_one):
+        with pytest.raises(x509.CertificateError, match="not a valid X509 version"):
+            load(text)
