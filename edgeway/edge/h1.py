@@ -142,18 +142,50 @@ class RequestParser(_Parser):
         self.upgraded = b""  # after a request that asked to upgrade: the bytes that followed
         self._paused = False  # ... and more bytes go there, not to the parser
         self.mid_message = False  # between a request's first byte and its End
+        self._request: Request | None = None  # the latest head
+        self._body_left = 0  # of a body read here rather than by llhttp
 
     def feed(self, data: bytes) -> None:
+        if self._body_left:
+            data = self._take_body(data)
         if self._paused:
             self.upgraded += data
+            return
+        if not data:
             return
         try:
             self._p.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
-            self._paused = True
-            self.upgraded = data[exc.args[0]:]
+            rest = data[exc.args[0]:]
+            if self._request is not None and self._request.body:
+                self._upgrade_with_body(self._request, rest)
+            else:
+                self._paused = True
+                self.upgraded = rest
         except httptools.HttpParserError as exc:
             raise _failure(exc) from None
+
+    def _upgrade_with_body(self, req: Request, rest: bytes) -> None:
+        """llhttp takes what follows an upgrade request's head for the new protocol, its body
+        included. A request with a body (h2c's upgrade POST) is forwarded as plain HTTP
+        instead (a proxy need not pass an upgrade on): its body is read here."""
+        if chunked(req.headers):
+            raise BadMessage(400, "an Upgrade request with a chunked body is not supported")
+        self._events.pop()  # its End: llhttp saw no body
+        req.upgrade = False
+        self._body_left = _content_length(req.headers) or 0
+        self.mid_message = True
+        self.feed(rest)
+
+    def _take_body(self, data: bytes) -> bytes:
+        n = min(len(data), self._body_left)
+        if n:
+            self._events.append(data[:n])
+            self._body_left -= n
+        if not self._body_left:
+            self._events.append(End())
+            self.mid_message = False
+        return data[n:]
 
     def resume(self) -> None:
         """The upgrade was refused (no 101): what followed is HTTP again."""
@@ -180,10 +212,10 @@ class RequestParser(_Parser):
         if hosts > 1 or (hosts == 0 and not http10):
             raise BadMessage(400, "an HTTP/1.1 request carries exactly one Host header"
                              f" (this one has {hosts})")
-        self._events.append(Request(
-            p.get_method(), self._url, headers, http10,
-            p.should_keep_alive(), p.should_upgrade(),
-            chunked(headers) or bool(_content_length(headers))))
+        self._request = Request(p.get_method(), self._url, headers, http10,
+                                p.should_keep_alive(), p.should_upgrade(),
+                                chunked(headers) or bool(_content_length(headers)))
+        self._events.append(self._request)
 
     def on_message_complete(self) -> None:
         self.mid_message = False

@@ -111,6 +111,27 @@ def test_an_upgrade_pauses_parsing_and_resumes_when_refused() -> None:
     assert isinstance(nxt, Request) and nxt.target == b"/next" and not nxt.upgrade
 
 
+@pytest.mark.parametrize("split", [0, 60, 85, 95, 100])
+def test_an_upgrade_request_with_a_body_goes_as_plain_http(split: int) -> None:
+    data = (b"POST /x HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n"
+            b"Content-Length: 5\r\n\r\nhelloGET /n HTTP/1.1\r\nHost: x\r\n\r\n")
+    p = RequestParser()
+    p.feed(data[:split])
+    p.feed(data[split:])
+    got = summary(events(p))
+    assert got == [(b"POST", b"/x", True, True), b"hello", ("end", []),
+                   (b"GET", b"/n", False, True), ("end", [])]
+    assert p.upgraded == b"" and not p.mid_message
+    p = RequestParser()
+    p.feed(b"POST /x HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n"
+           b"Content-Length: 5\r\n\r\n")
+    req = p.next_event()
+    assert isinstance(req, Request) and not req.upgrade and p.mid_message
+    with pytest.raises(BadMessage, match="chunked body"):
+        RequestParser().feed(b"POST /x HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\n"
+                             b"Connection: Upgrade\r\nTransfer-Encoding: chunked\r\n\r\n")
+
+
 def test_responses_informational_then_final_with_trailers() -> None:
     p = ResponseParser()
     p.expect(head=False)
