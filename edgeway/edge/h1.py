@@ -144,8 +144,26 @@ class RequestParser(_Parser):
         self.mid_message = False  # between a request's first byte and its End
         self._request: Request | None = None  # the latest head
         self._body_left = 0  # of a body read here rather than by llhttp
+        self._error: BadMessage | None = None  # raised once the events before it are taken
 
     def feed(self, data: bytes) -> None:
+        """Parse ``data``. A malformed message raises ``BadMessage`` from ``next_event`` once
+        the events before it (complete requests pipelined ahead of it) have been taken."""
+        if self._error is not None:
+            return
+        try:
+            self._feed(data)
+        except BadMessage as exc:
+            self._error = exc
+
+    def next_event(self) -> Event | None:
+        if self._events:
+            return self._events.popleft()
+        if self._error is not None:
+            raise self._error
+        return NEED_DATA
+
+    def _feed(self, data: bytes) -> None:
         if self._body_left:
             data = self._take_body(data)
         if self._paused:
@@ -169,13 +187,14 @@ class RequestParser(_Parser):
         """llhttp takes what follows an upgrade request's head for the new protocol, its body
         included. A request with a body (h2c's upgrade POST) is forwarded as plain HTTP
         instead (a proxy need not pass an upgrade on): its body is read here."""
-        if chunked(req.headers):
-            raise BadMessage(400, "an Upgrade request with a chunked body is not supported")
         self._events.pop()  # its End: llhttp saw no body
+        if chunked(req.headers):
+            self._events.pop()  # and the head: refused before anything goes upstream
+            raise BadMessage(400, "an Upgrade request with a chunked body is not supported")
         req.upgrade = False
         self._body_left = _content_length(req.headers) or 0
         self.mid_message = True
-        self.feed(rest)
+        self._feed(rest)
 
     def _take_body(self, data: bytes) -> bytes:
         n = min(len(data), self._body_left)

@@ -149,7 +149,7 @@ class HttpEdge:
         """Write a local answer; True if the connection may carry another request."""
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
         keep = not close and req is not None and req.keep_alive and not req.http10 \
-            and not _closes(headers)
+            and req.method != b"CONNECT" and not _closes(headers)
         headers.append((b"Content-Length", b"%d" % len(answer.body)))
         if not keep and not _closes(headers):
             headers.append((b"Connection", b"close"))
@@ -306,12 +306,18 @@ class HttpEdge:
                 if event.status == 101 and req.upgrade:
                     await self._switch(parser, writer, reader, event, upstream, body)
                     return False, False
-                if event.status < 200:
-                    if event.status != 101 and not req.http10:  # 100 Continue, 103 hints
+                if event.status == 101:  # to a request that did not ask to upgrade
+                    if decision.breaker is not None:
+                        decision.breaker.record(True)
+                    writer.write(out)
+                    await self._bad_gateway(writer, req, "the upstream switched protocols "
+                                            "unasked")
+                    return False, False
+                if event.status < 200:  # 100 Continue, 103 Early Hints: not for HTTP/1.0
+                    if not req.http10:
                         out += h1.head(b"HTTP/1.1 %d %b\r\n" % (event.status, event.reason),
                                        h1.end_to_end(event.headers))
-                        continue
-                    raise BadMessage(502, "the upstream switched protocols unasked")
+                    continue
                 final = event
                 if decision.breaker is not None:
                     decision.breaker.record(event.status >= 500)

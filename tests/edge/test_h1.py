@@ -81,10 +81,21 @@ def test_any_split_of_the_bytes_gives_the_same_events(cuts: list[int]) -> None:
 ])
 def test_malformed_requests_name_the_problem(data: bytes, status: int, words: str) -> None:
     p = RequestParser()
+    p.feed(data)
     with pytest.raises(BadMessage) as caught:
-        p.feed(data)
+        p.next_event()
     assert caught.value.status == status
     assert words.lower() in str(caught.value).lower()
+
+
+def test_requests_pipelined_ahead_of_garbage_are_answered_first() -> None:
+    p = RequestParser()
+    p.feed(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nnot http\r\n\r\n")
+    p.feed(b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n")  # after the error: ignored
+    req, end = p.next_event(), p.next_event()
+    assert isinstance(req, Request) and req.target == b"/a" and isinstance(end, End)
+    with pytest.raises(BadMessage):
+        p.next_event()
 
 
 def test_http10_and_connection_close_are_not_kept_alive() -> None:
@@ -127,9 +138,11 @@ def test_an_upgrade_request_with_a_body_goes_as_plain_http(split: int) -> None:
            b"Content-Length: 5\r\n\r\n")
     req = p.next_event()
     assert isinstance(req, Request) and not req.upgrade and p.mid_message
-    with pytest.raises(BadMessage, match="chunked body"):
-        RequestParser().feed(b"POST /x HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\n"
-                             b"Connection: Upgrade\r\nTransfer-Encoding: chunked\r\n\r\n")
+    p = RequestParser()
+    p.feed(b"POST /x HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n"
+           b"Transfer-Encoding: chunked\r\n\r\n")
+    with pytest.raises(BadMessage, match="chunked body"):  # before its head is seen
+        p.next_event()
 
 
 def test_responses_informational_then_final_with_trailers() -> None:

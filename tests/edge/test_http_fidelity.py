@@ -29,8 +29,11 @@ ANSWERS = {
     "/eof": b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil-eof",
     "/truncated": b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort",
     "/refuse": b"HTTP/1.1 400 Bad Request\r\nContent-Length: 2\r\n\r\nno",
+    "/early": b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+              b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    "/switch": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n",
 }
-CLOSES = {"/close", "/eof", "/truncated"}
+CLOSES = {"/close", "/eof", "/truncated", "/switch"}
 
 
 class Scripted:
@@ -251,3 +254,31 @@ def test_malformed_requests_get_a_page_and_a_close(srv: Server, host: str, extra
     head = data.partition(b"\r\n\r\n")[0].lower()
     assert head.startswith(b"http/1.1 %d " % status)
     assert b"edgeway-error-code: err_edgeway_4000" in head and b"connection: close" in head
+
+
+def test_interim_responses_reach_http11_clients_only(srv: Server, host: str) -> None:
+    with socket.create_connection(("127.0.0.1", srv.http_port), timeout=20) as s:
+        s.sendall(f"GET /early HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+                  .encode())
+        data = read_all(s)
+    assert data.startswith(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+                           b"HTTP/1.1 200 OK\r\n") and data.endswith(b"\r\n\r\nok")
+    with socket.create_connection(("127.0.0.1", srv.http_port), timeout=20) as s:
+        s.sendall(f"GET /early HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+        data = read_all(s)
+    assert data.startswith(b"HTTP/1.1 200 OK\r\n") and data.endswith(b"\r\n\r\nok")
+
+
+@pytest.mark.parametrize(("request_line", "status", "code"), [
+    ("GET /switch", 502, "4502"),  # a 101 nobody asked for
+    ("CONNECT example.com:443", 405, "4005"),
+])
+def test_protocol_switches_nobody_may_use(srv: Server, host: str, request_line: str,
+                                          status: int, code: str) -> None:
+    with socket.create_connection(("127.0.0.1", srv.http_port), timeout=20) as s:
+        s.sendall(f"{request_line} HTTP/1.1\r\nHost: {host}\r\n\r\nnot http".encode())
+        data = read_all(s)  # answered, then closed
+    head = data.partition(b"\r\n\r\n")[0].lower()
+    assert head.startswith(b"http/1.1 %d " % status)
+    assert f"edgeway-error-code: err_edgeway_{code}".encode() in head
+    assert b"connection: close" in head
