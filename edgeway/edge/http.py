@@ -27,7 +27,7 @@ from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, Res
 from edgeway.edge.modules import compression
 from edgeway.edge.modules.request_headers import header
 from edgeway.edge.pages import Fixed, page
-from edgeway.edge.router import Decision, Router, Static
+from edgeway.edge.router import Decision, Edge, Router, Static
 from edgeway.tunnel.muxado.aio import StreamClosed
 from edgeway.tunnel.muxado.session import StreamError
 from edgeway.tunnel.pipes import Pipe, SocketPipe, StreamPipe, UpstreamGone, splice
@@ -73,7 +73,9 @@ class HttpEdge:
     # -- one public connection -------------------------------------------------------------
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    peer: tuple[str, int]) -> None:
+                    peer: tuple[str, int], tls_edge: Edge | None = None) -> None:
+        """One public connection; ``tls_edge``: the HTTPS edge its TLS server name chose
+        (whose client certificate check, if any, the handshake passed)."""
         parser = RequestParser()
         upstream: Upstream | None = None
         deadline = Deadline(writer.transport)
@@ -89,7 +91,7 @@ class HttpEdge:
                 if not isinstance(event, Request):
                     return  # the client closed, or was too slow
                 keep, upstream = await self._answer(parser, reader, writer, event, peer,
-                                                    upstream, deadline)
+                                                    upstream, deadline, tls_edge)
                 if not keep:
                     return
                 parser.resume()
@@ -104,10 +106,10 @@ class HttpEdge:
 
     async def _answer(self, parser: RequestParser, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, req: Request, peer: tuple[str, int],
-                      upstream: Upstream | None, deadline: Deadline
+                      upstream: Upstream | None, deadline: Deadline, tls_edge: Edge | None
                       ) -> tuple[bool, Upstream | None]:
         """Answer one request: (keep the public connection, the upstream to reuse)."""
-        decision = await self._decide(req, peer)
+        decision = await self._decide(req, peer, tls_edge)
         for attempt in range(RETRIES + 1):
             if isinstance(decision.target, Fixed):
                 if decision.breaker is not None:  # an http_response backend
@@ -120,7 +122,7 @@ class HttpEdge:
                                          retry)
             except _Retry:  # that tunnel's agent is gone: ask the router again
                 upstream = None
-                decision = await self._decide(req, peer)
+                decision = await self._decide(req, peer, tls_edge)
                 if not isinstance(decision.target, Tunnel):
                     await self._bad_gateway(writer, req, "no other tunnel")
                     return False, None
@@ -160,8 +162,9 @@ class HttpEdge:
         await writer.drain()
         return keep
 
-    async def _decide(self, req: Request, peer: tuple[str, int]) -> Decision:
-        return await self.router.http(req, peer[0], self.scheme, self.https_port)
+    async def _decide(self, req: Request, peer: tuple[str, int], tls_edge: Edge | None
+                      ) -> Decision:
+        return await self.router.http(req, peer[0], self.scheme, self.https_port, tls_edge)
 
     # -- proxying --------------------------------------------------------------------------
 

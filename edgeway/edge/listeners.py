@@ -20,6 +20,7 @@ from typing import Any
 
 from edgeway.config import listen_socket
 from edgeway.edge.http import HttpEdge
+from edgeway.edge.modules.mutual_tls import TlsOptions
 from edgeway.edge.pages import Fixed
 from edgeway.edge.router import Edge, Router, Static, Target
 from edgeway.edge.sni import ClientHello, NotTLS, parse_client_hello
@@ -189,10 +190,18 @@ class PublicListeners:
                 await self._forward(reader, writer, peer, self.router.registry.pick(bound),
                                     "tls", "", True)
             else:
+                https_edge = snap.https.get(name)
+                options = self.router.tls_options(snap, https_edge) if https_edge \
+                    else TlsOptions()
+                if options is None:  # a certificate authority it names is gone
+                    sock.close()
+                    return
                 cert_name = self.router.certificate_name(name, self.base_domain)
-                context = self.certs.context(cert_name) if cert_name else self.certs.default
+                context = self.certs.context(cert_name, True, options.client_cas,
+                                             options.min_version) if cert_name \
+                    else self.certs.default
                 reader, writer = await _streams(sock, context)
-                await self.https.serve(reader, writer, peer)
+                await self.https.serve(reader, writer, peer, https_edge)
         except (ConnectionError, OSError, ssl.SSLError, TimeoutError):
             with contextlib.suppress(OSError):
                 sock.close()
@@ -205,8 +214,13 @@ class PublicListeners:
             return
         target = self.router.target(snap, edge.plan)
         terminate = (edge.doc.get("tls_termination") or {}).get("terminate_at") == "edge"
+        options = self.router.tls_options(snap, edge)
+        if options is None or (options.client_cas and not terminate):
+            sock.close()  # a client certificate cannot be checked on a stream passed through
+            return
         cert_name = self.router.certificate_name(name, self.base_domain) or name
-        context = self.certs.context(cert_name) if terminate else None
+        context = self.certs.context(cert_name, False, options.client_cas,
+                                     options.min_version) if terminate else None
         reader, writer = await _streams(sock, context)
         await self._forward(reader, writer, peer, target, "tls", "tls", not terminate)
 

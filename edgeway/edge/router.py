@@ -20,7 +20,7 @@ from weakref import WeakKeyDictionary
 from edgeway import catalog
 from edgeway.edge import modules
 from edgeway.edge.h1 import Request
-from edgeway.edge.modules import Plan, circuit_breaker
+from edgeway.edge.modules import Plan, circuit_breaker, mutual_tls
 from edgeway.edge.modules.circuit_breaker import Breaker
 from edgeway.edge.modules.request_headers import header
 from edgeway.edge.pages import Fixed, page
@@ -72,6 +72,7 @@ class Snapshot:
     backends: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
     domains: set[str] = field(default_factory=set)  # reserved domain names
+    cas: dict[str, str] = field(default_factory=dict)  # certificate authority id -> PEM
     loaded: float = 0.0
 
 
@@ -91,6 +92,8 @@ async def load(db: Database) -> Snapshot:
             (doc.get("action", "deny"), ipaddress.ip_network(doc["cidr"], strict=False)))
     snap.domains = {doc.get("domain", "") for _id, doc in
                     await repo.all_docs(catalog.BY_COLLECTION["reserved_domains"])}
+    snap.cas = {id_: str(doc.get("ca_pem", "")) for id_, doc in
+                await repo.all_docs(catalog.BY_COLLECTION["certificate_authorities"])}
     by_id: dict[str, Edge] = {}
     for collection, kind in (("edges/https", "https"), ("edges/tls", "tls"),
                              ("edges/tcp", "tcp")):
@@ -221,8 +224,10 @@ class Router:
     def target(self, snap: Snapshot, plan: Plan) -> Target | None:
         return self.backend(snap, plan.backend_id) if plan.backend_id else None
 
-    async def http(self, req: Request, ip: str, scheme: str, https_port: int) -> Decision:
-        """Who answers an HTTP request arriving on the ``scheme`` listener."""
+    async def http(self, req: Request, ip: str, scheme: str, https_port: int,
+                   tls_edge: Edge | None = None) -> Decision:
+        """Who answers an HTTP request arriving on the ``scheme`` listener (over TLS whose
+        server name chose ``tls_edge``, if it named an HTTPS edge)."""
         headers = req.headers
 
         def text(name: bytes) -> str:
@@ -235,6 +240,12 @@ class Router:
             return Decision(page(405, "Method not allowed", "CONNECT is not proxied.", 4005))
         snap = await self.current()
         edge = snap.https.get(host) if scheme == "https" else None
+        if edge is not None and edge.plan.client_cas and not (
+                tls_edge is not None and tls_edge.id == edge.id
+                and tls_edge.plan.client_cas == edge.plan.client_cas):
+            return Decision(page(421, "Misdirected request", f"{host} requires a client "
+                                 "certificate, checked in the TLS handshake: connect with "
+                                 f"{host} as the TLS server name.", 4012))
         if edge is not None:
             route = self.route(edge, host, path)
             if route is None:
@@ -281,6 +292,11 @@ class Router:
         if kept is None or kept.config != config:
             kept = self._breakers[route_id] = Breaker(config)
         return kept
+
+    @staticmethod
+    def tls_options(snap: Snapshot, edge: Edge) -> mutual_tls.TlsOptions | None:
+        """The TLS server options of ``edge``'s names (None: refuse its connections)."""
+        return mutual_tls.options(edge.plan.client_cas, edge.plan.min_tls_version, snap.cas)
 
     def agent_tunnel(self, host: str) -> Tunnel | None:
         return self.registry.pick(self.registry.by_host.get(host, []))

@@ -20,6 +20,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from edgeway.pki.seal import Sealer
 
+TLS_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+
 
 @dataclass(frozen=True)
 class TunnelTLS:
@@ -129,21 +131,29 @@ class EdgeCerts:
     def __init__(self, data_dir: Path, sealer: Sealer, default: TunnelTLS) -> None:
         self.dir = data_dir / "edge-certs"
         self._ca = _ca(data_dir, sealer)
-        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._contexts: dict[tuple[str, bool, str, str], ssl.SSLContext] = {}
         self.default = self._context(default.cert, default.key)
 
     @staticmethod
-    def _context(cert: Path, key: Path, http: bool = True) -> ssl.SSLContext:
+    def _context(cert: Path, key: Path, http: bool = True, client_cas: str = "",
+                 min_version: str = "1.2") -> ssl.SSLContext:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.minimum_version = TLS_VERSIONS.get(min_version, ssl.TLSVersion.TLSv1_2)
         if http:
             ctx.set_alpn_protocols(["http/1.1"])
         ctx.load_cert_chain(cert, key)
+        if client_cas:  # mutual TLS: a client certificate chaining to one of these, or no
+            ctx.load_verify_locations(cadata=client_cas)
+            ctx.verify_mode = ssl.CERT_REQUIRED
         return ctx
 
-    def context(self, name: str, http: bool = True) -> ssl.SSLContext:
-        """The context for ``name``: ALPN http/1.1 for the HTTPS edge, none for agents."""
-        ctx = self._contexts.get(f"{name}/{http}")
+    def context(self, name: str, http: bool = True, client_cas: str = "",
+                min_version: str = "1.2") -> ssl.SSLContext:
+        """The context for ``name``: ALPN http/1.1 for the HTTPS edge, none for agents;
+        ``client_cas`` (PEM) requires client certificates issued by them (mutual TLS);
+        ``min_version`` "1.3" refuses TLS 1.2 (lower ones are never offered)."""
+        slot = (name, http, min_version, client_cas)
+        ctx = self._contexts.get(slot)
         if ctx is not None:
             return ctx
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -155,5 +165,5 @@ class EdgeCerts:
             cert.write_bytes(chain)
         if len(self._contexts) > 10_000:
             self._contexts.clear()
-        ctx = self._contexts[f"{name}/{http}"] = self._context(cert, key, http)
+        ctx = self._contexts[slot] = self._context(cert, key, http, client_cas, min_version)
         return ctx

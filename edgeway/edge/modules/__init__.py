@@ -16,6 +16,7 @@ from typing import Any
 from edgeway.edge.modules import (
     circuit_breaker,
     ip_restriction,
+    mutual_tls,
     request_headers,
     response_headers,
     user_agent_filter,
@@ -31,7 +32,7 @@ from edgeway.tunnel.restrict import Network
 
 # Modules whose protection the edge does not provide yet: traffic that would need them is
 # answered with a 503 naming the module instead of being passed through unprotected.
-UNENFORCED = ("oauth", "oidc", "saml", "webhook_verification", "mutual_tls", "traffic_policy")
+UNENFORCED = ("oauth", "oidc", "saml", "webhook_verification", "traffic_policy")
 
 
 NO_CHANGE = HeaderChange()
@@ -53,6 +54,8 @@ class Plan:
     response_headers: HeaderChange = NO_CHANGE
     compression: bool = False
     backend_id: str = ""
+    client_cas: tuple[str, ...] = ()  # mutual_tls: certificate authority ids
+    min_tls_version: str | None = None  # tls_termination
 
     def refuse(self, ip: str, user_agent: str, authorization: str,
                breaker: Breaker | None) -> Fixed | None:
@@ -91,7 +94,9 @@ def compile_doc(doc: dict[str, Any], rules: dict[str, list[tuple[str, Network]]]
         request_headers=request_headers.compile(req) if req else NO_CHANGE,
         response_headers=response_headers.compile(res) if res else NO_CHANGE,
         compression=module("compression") is not None,
-        backend_id=str(backend.get("backend_id", "")) if backend else "")
+        backend_id=str(backend.get("backend_id", "")) if backend else "",
+        client_cas=mutual_tls.ca_ids(mtls) if (mtls := module("mutual_tls")) else (),
+        min_tls_version=(module("tls_termination") or {}).get("min_version"))
 
 
 def for_bind(req: BindRequest) -> Plan:

@@ -1,0 +1,154 @@
+"""mutual_tls and tls_termination's min_version on an HTTPS edge, over real TLS: a client
+certificate from the configured authority gets through; none, or one from another authority,
+fails the handshake; a TLS server name that skips the check is refused (421); removing the
+module takes effect on the next connection; TLS 1.2 is refused when 1.3 is the minimum."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tests.edge.agents import ca_context, read_all
+from tests.edge.test_edges import made, route
+from tests.server import Server
+
+HOST = "mtls.example.com"
+
+
+def authority(tmp: Path, name: str) -> tuple[str, ssl.SSLContext]:
+    """A client CA (its PEM) and a client context holding a certificate it issued."""
+    now = datetime.now(UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - timedelta(days=1)).not_valid_after(now + timedelta(days=30))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    leaf = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} client")]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(days=1)).not_valid_after(now + timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    cert_file, key_file = tmp / f"{name}.pem", tmp / f"{name}.key"
+    cert_file.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return ca.public_bytes(serialization.Encoding.PEM).decode(), client(cert_file, key_file)
+
+
+def client(cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    if cert is not None:
+        ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def get(srv: Server, ctx: ssl.SSLContext, sni: str = HOST) -> bytes:
+    """GET / with Host mtls.example.com over TLS with server name ``sni``: the raw answer."""
+    ctx.load_verify_locations(srv.data_dir / "ca.pem")
+    ctx.check_hostname = False  # the server name may be one the certificate is not for
+    with socket.create_connection(("127.0.0.1", srv.https_port), timeout=20) as raw, \
+            ctx.wrap_socket(raw, server_hostname=sni) as s:
+        s.sendall(f"GET / HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n".encode())
+        return read_all(s)
+
+
+def refused(srv: Server, ctx: ssl.SSLContext) -> bool:
+    """The handshake (or, in TLS 1.3, the first read after it) failed: no HTTP came back."""
+    try:
+        return not get(srv, ctx)
+    except (ssl.SSLError, ConnectionError):
+        return True
+
+
+def test_client_certificates_are_required_and_checked(srv: Server, tmp_path: Path) -> None:
+    trusted_pem, trusted = authority(tmp_path, "trusted")
+    _, stranger = authority(tmp_path, "stranger")
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": HOST})
+        edge = made(api, "/edges/https", {"hostports": [f"{HOST}:443"]})
+        answer = made(api, "/backends/http_response", {"body": "behind mtls"})
+        route(api, edge["id"], "path_prefix", "/", answer["id"])
+        assert get(srv, client()).endswith(b"behind mtls")  # no module yet: open
+        ca = made(api, "/certificate_authorities", {"ca_pem": trusted_pem})
+        r = api.put(f"/edges/https/{edge['id']}/mutual_tls",
+                    json={"certificate_authority_ids": [ca["id"]]})
+        assert r.status_code == 200, r.text
+    assert get(srv, trusted).startswith(b"HTTP/1.1 200 ")
+    assert refused(srv, client())  # no certificate
+    assert refused(srv, stranger)  # another authority's
+    # a server name without the check, then the edge's Host: refused, not served
+    out = get(srv, client(), sni="elsewhere.example.org")
+    assert out.startswith(b"HTTP/1.1 421 ") and b"ERR_EDGEWAY_4012" in out
+    assert b"behind mtls" not in out
+    with srv.client() as api:
+        assert api.delete(f"/certificate_authorities/{ca['id']}").status_code == 400  # in use
+        assert api.delete(f"/edges/https/{edge['id']}/mutual_tls").status_code == 204
+    assert get(srv, client()).endswith(b"behind mtls")
+
+
+@pytest.mark.parametrize("version", ["1.2", "1.3"])
+def test_min_version_is_the_handshake_floor(srv: Server, version: str) -> None:
+    host = f"tls{version.replace('.', '')}.example.com"
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": host})
+        edge = made(api, "/edges/https", {"hostports": [f"{host}:443"]})
+        answer = made(api, "/backends/http_response", {"body": "ok"})
+        route(api, edge["id"], "path_prefix", "/", answer["id"])
+        r = api.put(f"/edges/https/{edge['id']}/tls_termination", json={"min_version": version})
+        assert r.status_code == 200, r.text
+    old = client()
+    old.maximum_version = ssl.TLSVersion.TLSv1_2
+    old.load_verify_locations(srv.data_dir / "ca.pem")
+    with socket.create_connection(("127.0.0.1", srv.https_port), timeout=20) as raw:
+        if version == "1.3":
+            with pytest.raises(ssl.SSLError):
+                old.wrap_socket(raw, server_hostname=host)
+        else:
+            with old.wrap_socket(raw, server_hostname=host) as s:
+                assert s.version() == "TLSv1.2"
+    with socket.create_connection(("127.0.0.1", srv.https_port), timeout=20) as raw, \
+            ca_context(srv).wrap_socket(raw, server_hostname=host) as s:
+        assert s.version() == "TLSv1.3"
+
+
+def echo_over_tls(srv: Server, ctx: ssl.SSLContext, host: str) -> bytes:
+    ctx.load_verify_locations(srv.data_dir / "ca.pem")
+    with socket.create_connection(("127.0.0.1", srv.https_port), timeout=20) as raw, \
+            ctx.wrap_socket(raw, server_hostname=host) as s:
+        s.sendall(b"ping")
+        return s.recv(64)
+
+
+def test_tls_edges_check_client_certificates_only_when_terminating(
+        srv: Server, tmp_path: Path, echo_port: int) -> None:
+    trusted_pem, trusted = authority(tmp_path, "tls-trusted")
+    with srv.client() as api:
+        ca = made(api, "/certificate_authorities", {"ca_pem": trusted_pem})
+        echo = made(api, "/backends/static", {"address": f"127.0.0.1:{echo_port}"})
+        for host, termination in (("term.example.com", {"terminate_at": "edge"}),
+                                  ("pass.example.com", None)):
+            made(api, "/reserved_domains", {"domain": host})
+            made(api, "/edges/tls", {"hostports": [f"{host}:443"],
+                                     "backend": {"backend_id": echo["id"]},
+                                     "tls_termination": termination,
+                                     "mutual_tls": {"certificate_authority_ids": [ca["id"]]}})
+    assert echo_over_tls(srv, trusted, "term.example.com") == b"ping"
+    for ctx, host in ((client(), "term.example.com"), (trusted, "pass.example.com")):
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            if not echo_over_tls(srv, ctx, host):  # refused after the handshake (TLS 1.3)
+                raise ConnectionResetError("closed")
