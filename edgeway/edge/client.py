@@ -1,12 +1,12 @@
 """Reading a public HTTP client: its next event from the request parser, within a time limit
-kept by one timer per connection."""
+kept by one timer per connection; a whole body, for modules that must see it first."""
 
 from __future__ import annotations
 
 import asyncio
 
 from edgeway.edge import h1
-from edgeway.edge.h1 import RequestParser
+from edgeway.edge.h1 import End, RequestParser
 
 
 class Deadline:
@@ -63,3 +63,19 @@ async def next_event(parser: RequestParser, reader: asyncio.StreamReader,
         if deadline is not None:
             deadline.disarm()
     return event
+
+
+async def read_body(parser: RequestParser, reader: asyncio.StreamReader, limit: int
+                    ) -> bytes | None:
+    """The rest of the current request's body, whole (its End taken too); None if it is
+    longer than ``limit`` or the client left first."""
+    body = bytearray()
+    while True:
+        event = await next_event(parser, reader)
+        if isinstance(event, End):
+            return bytes(body)
+        if not isinstance(event, bytes):
+            return None
+        body += event
+        if len(body) > limit:
+            return None

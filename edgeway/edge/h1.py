@@ -13,7 +13,7 @@ itself and frames bodies with a ``Framer``, so the framing on each side is its o
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from typing import Final
 
@@ -76,6 +76,15 @@ def _content_length(headers: Headers) -> int | None:
 
 def chunked(headers: Headers) -> bool:
     return b"chunked" in _value(headers, b"transfer-encoding").lower()
+
+
+def with_length(req: Request, length: int) -> Request:
+    """``req`` with its body read whole: framed by ``Content-Length`` from here on (and no
+    ``Expect``: the body goes along)."""
+    drop = (b"content-length", b"transfer-encoding", b"expect")
+    headers = [(k, v) for k, v in req.headers if k.lower() not in drop]
+    return replace(req, headers=[*headers, (b"Content-Length", b"%d" % length)],
+                   body=length > 0)
 
 
 def end_to_end(headers: Headers, keep: frozenset[bytes] = frozenset()) -> Headers:

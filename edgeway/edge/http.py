@@ -19,13 +19,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 
 from edgeway.edge import h1
-from edgeway.edge.client import Deadline, next_event
+from edgeway.edge.client import Deadline, next_event, read_body
 from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, Response
 from edgeway.edge.modules import compression
 from edgeway.edge.modules.request_headers import header
+from edgeway.edge.modules.webhook_verification import MAX_BODY as MAX_WEBHOOK_BODY
+from edgeway.edge.modules.webhook_verification import Verifier
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.router import Decision, Edge, Router, Static
 from edgeway.tunnel.muxado.aio import StreamClosed
@@ -110,16 +113,23 @@ class HttpEdge:
                       ) -> tuple[bool, Upstream | None]:
         """Answer one request: (keep the public connection, the upstream to reuse)."""
         decision = await self._decide(req, peer, tls_edge)
+        body: bytes | None = None  # read whole already (webhook verification)
+        if decision.plan.webhook is not None:
+            checked = await self._verify(parser, reader, writer, req, decision.plan.webhook)
+            if isinstance(checked, bool):
+                return checked, upstream
+            req, body = checked
         for attempt in range(RETRIES + 1):
             if isinstance(decision.target, Fixed):
                 if decision.breaker is not None:  # an http_response backend
                     decision.breaker.record(decision.target.status >= 500)
                 keep = await self._fixed(writer, req, decision.target)
-                return keep and await self._drain(parser, reader, deadline), upstream
+                return keep and (body is not None
+                                 or await self._drain(parser, reader, deadline)), upstream
             retry = attempt < RETRIES and _replayable(req, decision)
             try:
                 return await self._proxy(parser, reader, writer, req, decision, peer, upstream,
-                                         retry)
+                                         retry, body)
             except _Retry:  # that tunnel's agent is gone: ask the router again
                 upstream = None
                 decision = await self._decide(req, peer, tls_edge)
@@ -127,6 +137,28 @@ class HttpEdge:
                     await self._bad_gateway(writer, req, "no other tunnel")
                     return False, None
         return False, upstream  # not reached: the last attempt does not retry
+
+    async def _verify(self, parser: RequestParser, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter, req: Request, webhook: Verifier
+                      ) -> tuple[Request, bytes] | bool:
+        """Read the body whole and check its webhook signature: the request to forward and its
+        body, or (answered here) whether the connection may carry another request."""
+        length = header(req.headers, b"content-length")
+        too_long = length.isdigit() and int(length) > MAX_WEBHOOK_BODY  # known before reading
+        if req.body and not too_long and not req.http10 \
+                and header(req.headers, b"expect").lower() == b"100-continue":
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        body = None if too_long else await read_body(parser, reader, MAX_WEBHOOK_BODY)
+        if body is None:
+            await self._fixed(writer, req, page(
+                413, "Payload too large", "Webhook bodies are verified whole, up to "
+                f"{MAX_WEBHOOK_BODY} bytes.", 4013), close=True)
+            return False
+        if not webhook.verify(req.headers, body, time.time()):
+            return await self._fixed(writer, req, page(
+                403, "Forbidden", f"The request does not carry a valid {webhook.provider} "
+                "webhook signature.", 3204))
+        return h1.with_length(req, len(body)), body
 
     async def _drain(self, parser: RequestParser, reader: asyncio.StreamReader,
                      deadline: Deadline) -> bool:
@@ -199,8 +231,10 @@ class HttpEdge:
 
     async def _proxy(self, parser: RequestParser, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter, req: Request, decision: Decision,
-                     peer: tuple[str, int], upstream: Upstream | None, retry: bool
-                     ) -> tuple[bool, Upstream | None]:
+                     peer: tuple[str, int], upstream: Upstream | None, retry: bool,
+                     whole: bytes | None = None) -> tuple[bool, Upstream | None]:
+        """Forward the request (its body from the client as it comes, or ``whole``, read
+        already) and relay the answer."""
         target = decision.target
         assert isinstance(target, Tunnel | Static)
         key = target.id if isinstance(target, Tunnel) else f"static:{target.host}:{target.port}"
@@ -210,7 +244,7 @@ class HttpEdge:
         try:
             if upstream is None:
                 upstream = await self._open(decision, peer)
-            await upstream.pipe.write(self._request_head(req, decision, peer))
+            await upstream.pipe.write(self._request_head(req, decision, peer) + (whole or b""))
         except UpstreamGone as exc:
             if upstream is not None:
                 upstream.pipe.close()
@@ -219,7 +253,9 @@ class HttpEdge:
             await self._bad_gateway(writer, req, str(exc))
             return False, None
         body: asyncio.Task[None] | None = None
-        if not req.body:  # the usual case: its End is already here, no task to pump a body
+        if whole is not None:
+            pass  # sent with the head
+        elif not req.body:  # the usual case: its End is already here, no task to pump a body
             if not isinstance(parser.next_event(), End):
                 raise BadMessage(400, "a request without a body had one")
         else:

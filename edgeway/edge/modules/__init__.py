@@ -3,9 +3,11 @@ are compiled once into a ``Plan`` when the routing snapshot is built (or the tun
 the request path only applies it. One file per module; this file puts them in order.
 
 Request phase, in order: ip_restriction, user_agent_filter, basic auth (agent binds),
-circuit_breaker, then the refusal of modules this edge does not enforce yet; then the request
-headers change, the backend is chosen and the request forwarded; on the response the
-response headers change and compression applies.
+circuit_breaker, then the refusal of modules this edge does not enforce yet; then
+webhook_verification (the body read whole and its signature checked, in ``edge/http.py``);
+then the request headers change, the backend is chosen and the request forwarded; on the
+response the response headers change and compression applies. mutual_tls and
+tls_termination act in the TLS handshake (``edge/listeners.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from edgeway.edge.modules import (
     request_headers,
     response_headers,
     user_agent_filter,
+    webhook_verification,
 )
 from edgeway.edge.modules.basic_auth import allows as basic_auth_allows
 from edgeway.edge.modules.circuit_breaker import Breaker
@@ -32,7 +35,7 @@ from edgeway.tunnel.restrict import Network
 
 # Modules whose protection the edge does not provide yet: traffic that would need them is
 # answered with a 503 naming the module instead of being passed through unprotected.
-UNENFORCED = ("oauth", "oidc", "saml", "webhook_verification", "traffic_policy")
+UNENFORCED = ("oauth", "oidc", "saml", "traffic_policy")
 
 
 NO_CHANGE = HeaderChange()
@@ -55,6 +58,7 @@ class Plan:
     compression: bool = False
     backend_id: str = ""
     client_cas: tuple[str, ...] = ()  # mutual_tls: certificate authority ids
+    webhook: webhook_verification.Verifier | None = None
     min_tls_version: str | None = None  # tls_termination
 
     def refuse(self, ip: str, user_agent: str, authorization: str,
@@ -86,11 +90,16 @@ def compile_doc(doc: dict[str, Any], rules: dict[str, list[tuple[str, Network]]]
 
     ip, ua, cb = module("ip_restriction"), module("user_agent_filter"), module("circuit_breaker")
     req, res, backend = module("request_headers"), module("response_headers"), module("backend")
+    wh = module("webhook_verification")
+    webhook = webhook_verification.compile(wh) if wh else None
     return Plan(
         ip=ip_restriction.compile(ip, rules) if ip else None,
         user_agents=user_agent_filter.compile(ua) if ua else None,
         breaker=circuit_breaker.compile(cb) if cb else None,
-        unenforced=next((m for m in UNENFORCED if module(m)), None),
+        unenforced=next((m for m in UNENFORCED if module(m)), None) or (
+            f"webhook_verification (provider '{wh.get('provider')}')"
+            if wh and webhook is None else None),
+        webhook=webhook,
         request_headers=request_headers.compile(req) if req else NO_CHANGE,
         response_headers=response_headers.compile(res) if res else NO_CHANGE,
         compression=module("compression") is not None,

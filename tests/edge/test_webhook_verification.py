@@ -1,0 +1,166 @@
+"""Webhook signatures as providers send them: each scheme accepts its own signature over the
+exact body, and refuses a wrong secret, a changed body, a missing header and a stale
+timestamp."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+import pytest
+
+from edgeway.edge.modules import webhook_verification as wv
+from tests.edge.agents import EdgeClient, raw_connection, read_all
+from tests.edge.test_edges import made, route
+from tests.server import Server
+
+SECRET = "s3cret"
+BODY = b'{"event":"push","n":1}'
+NOW = 1_800_000_000
+
+
+def signed(provider: str, body: bytes = BODY, now: int = NOW, secret: str = SECRET
+           ) -> list[tuple[bytes, bytes]]:
+    """The headers ``provider`` sends with ``body`` (written from its documentation)."""
+    key, t = secret.encode(), str(now).encode()
+    hexsig = hmac.new(key, body, "sha256").hexdigest().encode()
+    b64 = base64.b64encode(hmac.new(key, body, "sha256").digest())
+    stamped = hmac.new(key, t + b"." + body, "sha256").hexdigest().encode()
+    return {
+        "github": [(b"X-Hub-Signature-256", b"sha256=" + hexsig)],
+        "whatsapp": [(b"X-Hub-Signature-256", b"sha256=" + hexsig)],
+        "bitbucket": [(b"X-Hub-Signature", b"sha256=" + hexsig)],
+        "intercom": [(b"X-Hub-Signature",
+                      b"sha1=" + hmac.new(key, body, "sha1").hexdigest().encode())],
+        "shopify": [(b"X-Shopify-Hmac-Sha256", b64)],
+        "sentry": [(b"Sentry-Hook-Signature", hexsig)],
+        "typeform": [(b"Typeform-Signature", b"sha256=" + b64)],
+        "launch_darkly": [(b"X-LD-Signature", hexsig)],
+        "sonatype": [(b"X-Nexus-Webhook-Signature",
+                      hmac.new(key, body, "sha1").hexdigest().encode())],
+        "aftership": [(b"aftership-hmac-sha256", b64)],
+        "terraform": [(b"X-TFE-Notification-Signature",
+                       hmac.new(key, body, "sha512").hexdigest().encode())],
+        "pagerduty": [(b"X-PagerDuty-Signature", b"v1=deadbeef,v1=" + hexsig)],
+        "circleci": [(b"circleci-signature", b"v1=" + hexsig)],
+        "gitlab": [(b"X-Gitlab-Token", key)],
+        "stripe": [(b"Stripe-Signature", b"t=" + t + b",v1=" + stamped + b",v0=abc")],
+        "mux": [(b"Mux-Signature", b"t=" + t + b",v1=" + stamped)],
+        "calendly": [(b"Calendly-Webhook-Signature", b"t=" + t + b",v1=" + stamped)],
+        "buildkite": [(b"X-Buildkite-Signature", b"timestamp=" + t + b",signature=" + stamped)],
+        "slack": [(b"X-Slack-Request-Timestamp", t), (b"X-Slack-Signature", b"v0=" + hmac.new(
+            key, b"v0:" + t + b":" + body, "sha256").hexdigest().encode())],
+        "zendesk": [(b"X-Zendesk-Webhook-Signature-Timestamp", b"2027-01-15T08:00:00Z"),
+                    (b"X-Zendesk-Webhook-Signature", base64.b64encode(hmac.new(
+                        key, b"2027-01-15T08:00:00Z" + body, "sha256").digest()))],
+    }[provider]
+
+
+def svix_headers(secret: bytes, body: bytes, now: int) -> list[tuple[bytes, bytes]]:
+    t = str(now).encode()
+    sig = base64.b64encode(hmac.new(secret, b"msg_1." + t + b"." + body, "sha256").digest())
+    return [(b"svix-id", b"msg_1"), (b"svix-timestamp", t),
+            (b"svix-signature", b"v1,bm90IGl0 v1," + sig)]
+
+
+PROVIDERS = ["github", "whatsapp", "bitbucket", "intercom", "shopify", "sentry", "typeform",
+             "launch_darkly", "sonatype", "aftership", "terraform", "pagerduty", "circleci",
+             "gitlab", "stripe", "mux", "calendly", "buildkite", "slack", "zendesk"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_each_provider_accepts_its_signature_and_nothing_else(provider: str) -> None:
+    verifier = wv.compile({"provider": provider.upper(), "secret": SECRET})
+    assert verifier is not None and verifier.provider == provider
+    assert verifier.verify(signed(provider), BODY, NOW)
+    if provider != "gitlab":  # a shared token, not a signature of the body
+        assert not verifier.verify(signed(provider), BODY + b" ", NOW)
+    assert not verifier.verify(signed(provider, secret="other"), BODY, NOW)
+    assert not verifier.verify([], BODY, NOW)
+
+
+@pytest.mark.parametrize("provider", ["stripe", "mux", "calendly", "buildkite", "slack"])
+def test_timestamps_must_be_recent(provider: str) -> None:
+    verifier = wv.compile({"provider": provider, "secret": SECRET})
+    assert verifier is not None
+    assert verifier.verify(signed(provider, now=NOW - 170), BODY, NOW)
+    assert not verifier.verify(signed(provider, now=NOW - 200), BODY, NOW)
+    assert not verifier.verify(signed(provider, now=NOW + 200), BODY, NOW)
+
+
+def test_svix_signatures_with_a_whsec_secret() -> None:
+    raw = b"0123456789abcdef0123456789abcdef"
+    secret = "whsec_" + base64.b64encode(raw).decode()
+    for provider in ("svix", "clerk"):
+        verifier = wv.compile({"provider": provider, "secret": secret})
+        assert verifier is not None
+        assert verifier.verify(svix_headers(raw, BODY, NOW), BODY, NOW)
+        assert not verifier.verify(svix_headers(raw, BODY, NOW - 600), BODY, NOW)
+        assert not verifier.verify(svix_headers(b"x" * 32, BODY, NOW), BODY, NOW)
+    broken = wv.compile({"provider": "svix", "secret": "whsec_not base64!"})
+    assert broken is not None and not broken.verify(svix_headers(raw, BODY, NOW), BODY, NOW)
+
+
+def test_providers_without_a_scheme_here_compile_to_none() -> None:
+    assert wv.compile({"provider": "twilio", "secret": SECRET}) is None
+    assert wv.compile({"provider": "sns"}) is None
+
+
+# -- end to end: an HTTPS edge route with the module, in front of the upstream service --------
+
+HOOKS = "hooks.example.com"
+
+
+@pytest.fixture(scope="module")
+def hooks(srv: Server, service: int) -> str:
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": HOOKS})
+        edge = made(api, "/edges/https", {"hostports": [f"{HOOKS}:443"]})
+        svc = made(api, "/backends/static", {"address": f"127.0.0.1:{service}"})
+        route(api, edge["id"], "path_prefix", "/", svc["id"],
+              webhook_verification={"provider": "GitHub", "secret": SECRET})
+        route(api, edge["id"], "path_prefix", "/sms", svc["id"],
+              webhook_verification={"provider": "twilio", "secret": SECRET})
+    return f"https://{HOOKS}"
+
+
+def as_dict(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in headers}
+
+
+def test_signed_webhooks_reach_the_upstream_whole(srv: Server, hooks: str) -> None:
+    body = bytes(range(256)) * 400
+    with EdgeClient(srv) as web:
+        r = web.request("POST", f"{hooks}/headers", headers=as_dict(signed("github", body)),
+                        content=iter([body[:60000], body[60000:]]))  # sent chunked
+        assert r.status_code == 200, r.text
+        seen = r.json()
+        assert seen["body"] == len(body)
+        assert seen["sha256"] == hashlib.sha256(body).hexdigest()
+        names = dict(seen["headers"])
+        assert names["content-length"] == str(len(body)) and "transfer-encoding" not in names
+        for headers in (signed("github", body, secret="wrong"), []):
+            r = web.request("POST", f"{hooks}/headers", headers=as_dict(headers), content=body)
+            assert r.status_code == 403
+            assert r.headers["edgeway-error-code"] == "ERR_EDGEWAY_3204"
+            assert "github webhook signature" in r.text
+        r = web.request("POST", f"{hooks}/sms", content=b"x")  # no scheme for this provider
+        assert r.status_code == 503 and "provider &#x27;twilio&#x27;" in r.text
+
+
+def test_expect_continue_and_the_size_limit(srv: Server, hooks: str) -> None:
+    head = (f"POST /headers HTTP/1.1\r\nHost: {HOOKS}\r\nContent-Length: {len(BODY)}\r\n"
+            "Expect: 100-continue\r\n")
+    with raw_connection(srv, hooks) as s:
+        sig = signed("github")[0]
+        s.sendall(head.encode() + sig[0] + b": " + sig[1] + b"\r\nConnection: close\r\n\r\n")
+        assert s.recv(65536).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        s.sendall(BODY)
+        answer = read_all(s)
+    assert answer.startswith(b"HTTP/1.1 200 ") and b'"body": 22' in answer
+    with raw_connection(srv, hooks) as s:
+        s.sendall(f"POST /headers HTTP/1.1\r\nHost: {HOOKS}\r\n"
+                  f"Content-Length: {wv.MAX_BODY + 1}\r\n\r\n".encode())
+        answer = read_all(s)  # at once, without the body being read
+    assert answer.startswith(b"HTTP/1.1 413 ") and b"ERR_EDGEWAY_4013" in answer
