@@ -22,7 +22,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from edgeway.edge import h1
+from edgeway.edge import h1, wstcp
 from edgeway.edge.client import Deadline, next_event, read_body
 from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, Response
 from edgeway.edge.modules import compression
@@ -113,6 +113,15 @@ class HttpEdge:
                       ) -> tuple[bool, Upstream | None]:
         """Answer one request: (keep the public connection, the upstream to reuse)."""
         decision = await self._decide(req, peer, tls_edge)
+        if decision.plan.websocket_tcp and wstcp.wants(req) \
+                and isinstance(decision.target, Tunnel | Static):
+            try:
+                pipe = (await self._open(decision, peer)).pipe
+            except UpstreamGone as exc:
+                await self._bad_gateway(writer, req, str(exc))
+                return False, upstream
+            await wstcp.convert(reader, writer, req, parser.upgraded, pipe)
+            return False, upstream
         body: bytes | None = None  # read whole already (webhook verification)
         if decision.plan.webhook is not None:
             checked = await self._verify(parser, reader, writer, req, decision.plan.webhook)

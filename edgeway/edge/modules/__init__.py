@@ -59,6 +59,7 @@ class Plan:
     backend_id: str = ""
     client_cas: tuple[str, ...] = ()  # mutual_tls: certificate authority ids
     webhook: webhook_verification.Verifier | None = None
+    websocket_tcp: bool = False  # websocket_tcp_converter
     min_tls_version: str | None = None  # tls_termination
 
     def refuse(self, ip: str, user_agent: str, authorization: str,
@@ -100,6 +101,7 @@ def compile_doc(doc: dict[str, Any], rules: dict[str, list[tuple[str, Network]]]
             f"webhook_verification (provider '{wh.get('provider')}')"
             if wh and webhook is None else None),
         webhook=webhook,
+        websocket_tcp=module("websocket_tcp_converter") is not None,
         request_headers=request_headers.compile(req) if req else NO_CHANGE,
         response_headers=response_headers.compile(res) if res else NO_CHANGE,
         compression=module("compression") is not None,
