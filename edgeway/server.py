@@ -79,7 +79,7 @@ async def serve(cfg: ServerConfig) -> None:
         router = Router(db, tunnels.registry)
         tunnels.edge_host = router.edge_host
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,
-                               http_port, https_port)
+                               http_port, https_port, sealer.mac(b"edgeway edge logins"))
         platform.watchers += [router.changed, edge.changed, tunnels.changed]
         await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
         await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)

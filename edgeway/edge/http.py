@@ -20,9 +20,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from edgeway.edge import h1, wstcp
+from edgeway.edge.auth import OidcGate
 from edgeway.edge.client import Deadline, next_event, read_body
 from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, Response
 from edgeway.edge.modules import compression
@@ -70,8 +71,10 @@ def _closes(headers: Headers) -> bool:
 
 
 class HttpEdge:
-    def __init__(self, router: Router, scheme: str, https_port: int = 443) -> None:
+    def __init__(self, router: Router, scheme: str, https_port: int = 443,
+                 login: OidcGate | None = None) -> None:
         self.router, self.scheme, self.https_port = router, scheme, https_port
+        self.login = login
 
     # -- one public connection -------------------------------------------------------------
 
@@ -122,6 +125,14 @@ class HttpEdge:
                 return False, upstream
             await wstcp.convert(reader, writer, req, parser.upgraded, pipe)
             return False, upstream
+        if decision.plan.oidc is not None:  # (only HTTPS edges have routes, and a login)
+            outcome = await self.login.check(decision.plan.oidc, req) if self.login else \
+                page(503, "Not available", "Logins need HTTPS.", 4008)
+            if isinstance(outcome, Fixed):
+                keep = await self._fixed(writer, req, outcome)
+                return keep and await self._drain(parser, reader, deadline), upstream
+            req, renew = outcome
+            decision = replace(decision, set_headers=renew)
         body: bytes | None = None  # read whole already (webhook verification)
         if decision.plan.webhook is not None:
             checked = await self._verify(parser, reader, writer, req, decision.plan.webhook)
@@ -132,7 +143,10 @@ class HttpEdge:
             if isinstance(decision.target, Fixed):
                 if decision.breaker is not None:  # an http_response backend
                     decision.breaker.record(decision.target.status >= 500)
-                keep = await self._fixed(writer, req, decision.target)
+                answer = decision.target
+                if decision.set_headers:
+                    answer = replace(answer, headers=answer.headers + decision.set_headers)
+                keep = await self._fixed(writer, req, answer)
                 return keep and (body is not None
                                  or await self._drain(parser, reader, deadline)), upstream
             retry = attempt < RETRIES and _replayable(req, decision)
@@ -398,6 +412,7 @@ class HttpEdge:
         the gzip stream if compressing, the head)."""
         plan = decision.plan
         headers = plan.response_headers.apply(h1.end_to_end(resp.headers))
+        headers += [(k.encode(), v.encode()) for k, v in decision.set_headers]
         keep = req.keep_alive and not req.http10
         gzip: compression.Gzip | None = None
         chunked = False

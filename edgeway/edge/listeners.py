@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any
 
 from edgeway.config import listen_socket
+from edgeway.edge.auth import OidcGate
 from edgeway.edge.http import HttpEdge
 from edgeway.edge.modules.mutual_tls import TlsOptions
 from edgeway.edge.pages import Fixed
@@ -90,11 +91,11 @@ def _admits(edge: Edge, ip: str) -> bool:
 
 class PublicListeners:
     def __init__(self, router: Router, certs: EdgeCerts, base_domain: str, tcp_host: str,
-                 http_port: int, https_port: int) -> None:
+                 http_port: int, https_port: int, login_key: bytes) -> None:
         self.router, self.certs, self.tcp_host = router, certs, tcp_host
         self.base_domain = base_domain
-        self.http = HttpEdge(router, "http", https_port)
-        self.https = HttpEdge(router, "https", https_port)
+        self.http = HttpEdge(router, "http", https_port)  # HTTPS edges (and logins) need TLS
+        self.https = HttpEdge(router, "https", https_port, OidcGate(login_key))
         self._servers: list[asyncio.Server] = []
         self._tls_socket: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()

@@ -20,7 +20,7 @@ from weakref import WeakKeyDictionary
 from edgeway import catalog
 from edgeway.edge import modules
 from edgeway.edge.h1 import Request
-from edgeway.edge.modules import Plan, circuit_breaker, mutual_tls
+from edgeway.edge.modules import Plan, circuit_breaker, mutual_tls, oidc
 from edgeway.edge.modules.circuit_breaker import Breaker
 from edgeway.edge.modules.request_headers import header
 from edgeway.edge.pages import Fixed, page
@@ -126,6 +126,7 @@ class Decision:
     edge: str = ""  # "https" when an HTTPS edge routed it
     plan: modules.Plan = field(default_factory=modules.Plan)
     breaker: Breaker | None = None
+    set_headers: tuple[tuple[str, str], ...] = ()  # added to the response (a renewed login)
 
 
 class Router:
@@ -248,6 +249,8 @@ class Router:
                                  f"{host} as the TLS server name.", 4012))
         if edge is not None:
             route = self.route(edge, host, path)
+            if path in (oidc.CALLBACK, oidc.LOGOUT):  # the login route's, wherever it matches
+                route = next((r for r in edge.routes if r.plan.oidc is not None), route)
             if route is None:
                 return Decision(page(404, "No route", f"The edge for {host} has no route "
                                      f"matching {path}.", 4004))

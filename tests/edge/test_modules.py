@@ -74,10 +74,20 @@ def test_ip_and_user_agent_rules() -> None:
 
 
 def test_unenforced_modules_refuse_and_headers_change() -> None:
-    plan = modules.compile_doc({"oidc": {"issuer": "x"}, "request_headers": {
+    plan = modules.compile_doc({"saml": {"idp_metadata": "x"}, "request_headers": {
         "add": {"X-A": "1"}, "remove": ["X-Secret"]}}, {})
     refusal = plan.refuse("127.0.0.1", "", "", None)
-    assert refusal is not None and refusal.status == 503 and b"oidc" in refusal.body
+    assert refusal is not None and refusal.status == 503 and b"saml" in refusal.body
+    twilio = modules.compile_doc({"webhook_verification": {"provider": "twilio",
+                                                           "secret": "s"}}, {})
+    refusal = twilio.refuse("127.0.0.1", "", "", None)
+    assert refusal is not None and b"provider &#x27;twilio&#x27;" in refusal.body
+    enforced = modules.compile_doc({"oidc": {"issuer": "https://idp.example.com",
+                                             "client_id": "c", "client_secret": "s"},
+                                    "webhook_verification": {"provider": "github",
+                                                             "secret": "s"}}, {})
+    assert enforced.refuse("127.0.0.1", "", "", None) is None
+    assert enforced.oidc is not None and enforced.webhook is not None
     assert plan.request_headers.apply([(b"x-secret", b"s"), (b"Host", b"h")]) == [
         (b"Host", b"h"), (b"X-A", b"1")]
 

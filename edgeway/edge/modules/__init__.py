@@ -27,6 +27,8 @@ from edgeway.edge.modules import (
 from edgeway.edge.modules.basic_auth import allows as basic_auth_allows
 from edgeway.edge.modules.circuit_breaker import Breaker
 from edgeway.edge.modules.ip_restriction import IPRule
+from edgeway.edge.modules.oidc import Config as Login
+from edgeway.edge.modules.oidc import compile as compile_login
 from edgeway.edge.modules.request_headers import HeaderChange
 from edgeway.edge.modules.user_agent_filter import UserAgents
 from edgeway.edge.pages import Fixed, page
@@ -35,7 +37,7 @@ from edgeway.tunnel.restrict import Network
 
 # Modules whose protection the edge does not provide yet: traffic that would need them is
 # answered with a 503 naming the module instead of being passed through unprotected.
-UNENFORCED = ("oauth", "oidc", "saml", "traffic_policy")
+UNENFORCED = ("oauth", "saml", "traffic_policy")
 
 
 NO_CHANGE = HeaderChange()
@@ -60,6 +62,7 @@ class Plan:
     client_cas: tuple[str, ...] = ()  # mutual_tls: certificate authority ids
     webhook: webhook_verification.Verifier | None = None
     websocket_tcp: bool = False  # websocket_tcp_converter
+    oidc: Login | None = None
     min_tls_version: str | None = None  # tls_termination
 
     def refuse(self, ip: str, user_agent: str, authorization: str,
@@ -102,6 +105,7 @@ def compile_doc(doc: dict[str, Any], rules: dict[str, list[tuple[str, Network]]]
             if wh and webhook is None else None),
         webhook=webhook,
         websocket_tcp=module("websocket_tcp_converter") is not None,
+        oidc=compile_login(login) if (login := module("oidc")) else None,
         request_headers=request_headers.compile(req) if req else NO_CHANGE,
         response_headers=response_headers.compile(res) if res else NO_CHANGE,
         compression=module("compression") is not None,

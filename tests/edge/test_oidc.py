@@ -1,0 +1,137 @@
+"""The oidc module against a real OpenID provider (oidc-provider-mock, Flask + authlib, on
+loopback): redirect to log in, the provider's consent form, the callback's code exchange and ID
+token check, the session cookie, identity headers upstream (never the client's own), a
+tampered cookie, a callback from another browser, logout, and a session's maximum duration."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+
+from tests.edge.agents import EdgeClient
+from tests.edge.test_edges import made, route
+from tests.server import Server, free_port
+
+HOST = "login.example.com"
+
+
+@pytest.fixture(scope="module")
+def issuer() -> Iterator[str]:
+    exe = shutil.which("oidc-provider-mock")
+    if exe is None:
+        pytest.fail("oidc-provider-mock is missing (scripts/test installs it)")
+    port = free_port()
+    proc = subprocess.Popen([exe, "-p", str(port), "--require-nonce", "true"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/.well-known/openid-configuration").status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail("oidc-provider-mock did not start")
+        time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def login_edge(srv: Server, service: int, issuer: str) -> dict[str, str]:
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": HOST})
+        edge = made(api, "/edges/https", {"hostports": [f"{HOST}:443"]})
+        svc = made(api, "/backends/static", {"address": f"127.0.0.1:{service}"})
+        r = route(api, edge["id"], "path_prefix", "/", svc["id"], oidc={
+            "issuer": issuer, "client_id": "edge-client", "client_secret": "edge-secret",
+            "maximum_duration": 4})
+    return {"edge": edge["id"], "route": r["id"]}
+
+
+def cookies(r: httpx.Response) -> dict[str, str]:
+    out = {}
+    for line in r.headers.get_list("set-cookie"):
+        name, _, rest = line.partition("=")
+        out[name] = rest.split(";", 1)[0]
+    return out
+
+
+def log_in(web: EdgeClient, user: str, target: str = "/headers?x=1"
+           ) -> tuple[httpx.Response, dict[str, str]]:
+    """Through the whole flow as a browser would: the answer to the callback and the
+    cookies it set."""
+    web.http.cookies.clear()
+    r = web.get(f"https://{HOST}{target}")
+    assert r.status_code == 302, r.text
+    state_cookie = cookies(r)["edgeway.oidc_state"]
+    authorize = r.headers["location"]
+    query = parse_qs(urlsplit(authorize).query)
+    assert query["redirect_uri"] == [f"https://{HOST}/.edgeway/oidc/callback"]
+    assert query["client_id"] == ["edge-client"] and "openid" in query["scope"][0].split()
+    consent = httpx.post(authorize, data={"sub": user}, follow_redirects=False)
+    assert consent.status_code == 302, consent.text
+    callback = urlsplit(consent.headers["location"])
+    assert callback.hostname == HOST
+    web.http.cookies.clear()
+    r = web.get(f"https://{HOST}{callback.path}?{callback.query}",
+                headers={"Cookie": f"edgeway.oidc_state={state_cookie}"})
+    return r, {**cookies(r), "_callback": f"{callback.path}?{callback.query}"}
+
+
+@pytest.mark.usefixtures("login_edge")
+def test_log_in_then_requests_carry_the_identity(srv: Server) -> None:
+    with EdgeClient(srv) as web:
+        done, set_ = log_in(web, "alice@example.com")
+        assert done.status_code == 302 and done.headers["location"] == "/headers?x=1"
+        session = set_["edgeway.session"]
+        web.http.cookies.clear()
+        r = web.get(f"https://{HOST}/headers?x=1", headers={
+            "Cookie": f"edgeway.session={session}", "Edgeway-Auth-User-Id": "mallory"})
+        assert r.status_code == 200, r.text
+        seen = r.json()["headers"]
+        ids = [v for k, v in seen if k == "edgeway-auth-user-id"]
+        assert ids == ["alice@example.com"]  # the client's own header was dropped
+        assert ["edgeway-auth-user-email", "alice@example.com"] in seen
+        web.http.cookies.clear()
+        tampered = session[:-2] + ("AA" if not session.endswith("AA") else "BB")
+        r = web.get(f"https://{HOST}/headers", headers={"Cookie": f"edgeway.session={tampered}"})
+        assert r.status_code == 302  # back to the provider
+        web.http.cookies.clear()
+        r = web.get(f"https://{HOST}/.edgeway/oidc/logout",
+                    headers={"Cookie": f"edgeway.session={session}"})
+        assert r.status_code == 200 and "edgeway.session=;" in r.headers["set-cookie"]
+        assert "Max-Age=0" in r.headers["set-cookie"]
+
+
+@pytest.mark.usefixtures("login_edge")
+def test_a_callback_from_another_browser_or_replayed_is_refused(srv: Server) -> None:
+    with EdgeClient(srv) as web:
+        done, set_ = log_in(web, "bob@example.com")
+        assert done.status_code == 302
+        web.http.cookies.clear()
+        r = web.get(f"https://{HOST}{set_['_callback']}")  # no state cookie: not this browser
+        assert r.status_code == 400 and r.headers["edgeway-error-code"] == "ERR_EDGEWAY_4015"
+
+
+@pytest.mark.usefixtures("login_edge")
+def test_sessions_end_after_the_maximum_duration(srv: Server) -> None:
+    with EdgeClient(srv) as web:
+        _, set_ = log_in(web, "carol@example.com")
+        session = {"Cookie": f"edgeway.session={set_['edgeway.session']}"}
+        web.http.cookies.clear()
+        assert web.get(f"https://{HOST}/headers", headers=session).status_code == 200
+        time.sleep(5)  # maximum_duration is 4 s
+        web.http.cookies.clear()
+        assert web.get(f"https://{HOST}/headers", headers=session).status_code == 302
