@@ -1,0 +1,197 @@
+"""The answers of the HTTP edge: its own (fixed pages, 502s) and the upstream's relayed to
+the client (the response head with the route's changes, its body re-framed for this hop and
+optionally gzipped, and the switch to a raw splice after a 101)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from edgeway.edge import h1
+from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, Response
+from edgeway.edge.modules import compression
+from edgeway.edge.modules.request_headers import header
+from edgeway.edge.pages import Fixed, page
+from edgeway.edge.router import Decision
+from edgeway.tunnel.pipes import Pipe, UpstreamGone, splice
+
+log = logging.getLogger("edgeway.edge")
+FLUSH_AT = 256 * 1024  # response bytes gathered before a write, when more are already here
+Headers = h1.Headers
+
+
+class Retry(Exception):
+    """The tunnel's agent vanished before anything reached the client: ask the router
+    again (safe requests only)."""
+
+
+@dataclass
+class Upstream:
+    key: str
+    pipe: Pipe
+    parser: h1.ResponseParser = field(default_factory=h1.ResponseParser)
+    ended: bool = False  # the upstream closed its side
+
+
+def _closes(headers: Headers) -> bool:
+    return b"close" in header(headers, b"connection").lower()
+
+
+async def fixed(writer: asyncio.StreamWriter, req: Request | None, answer: Fixed,
+                close: bool = False) -> bool:
+    """Write a local answer; True if the connection may carry another request."""
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
+    keep = not close and req is not None and req.keep_alive and not req.http10 \
+        and req.method != b"CONNECT" and not _closes(headers)
+    headers.append((b"Content-Length", b"%d" % len(answer.body)))
+    if not keep and not _closes(headers):
+        headers.append((b"Connection", b"close"))
+    out = h1.head(b"HTTP/1.1 %d %b\r\n" % (answer.status, h1.reason(answer.status)), headers)
+    if req is None or req.method != b"HEAD":
+        out += answer.body
+    writer.write(out)
+    await writer.drain()
+    return keep
+
+
+async def bad_gateway(writer: asyncio.StreamWriter, req: Request, why: str) -> None:
+    log.info('{"event": "bad_gateway", "error": "%s"}', why.replace('"', "'"))
+    await fixed(writer, req, page(
+        502, "Bad gateway", "The tunnel's agent or upstream went away before "
+        "answering this request.", 4502, (("Connection", "close"),)))
+
+
+async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
+                         reader: asyncio.StreamReader, req: Request, decision: Decision,
+                         upstream: Upstream, body: asyncio.Task[None] | None, retry: bool
+                         ) -> tuple[bool, bool]:
+    """Relay the upstream's answer: (keep the public connection, reuse the upstream).
+    What the upstream sent is written out whenever it has nothing more for now (one write
+    per turn, not one per event), so streamed responses still arrive as they are written."""
+    up = upstream.parser
+    up.expect(req.method == b"HEAD")
+    out = bytearray()
+    started = False  # bytes of the answer went to the client
+    gzip: compression.Gzip | None = None
+    framer = Framer(False)
+    final: Response | None = None
+    keep = False
+    while True:
+        try:
+            event = up.next_event()
+            if event is None:
+                if gzip is not None and (pending := gzip.flush()):
+                    out += framer.data(pending)
+                if out:
+                    writer.write(out)
+                    out.clear()
+                    started = True
+                    await writer.drain()
+                if body is not None and body.done() and body.exception() is not None:
+                    raise UpstreamGone(str(body.exception()))
+                if upstream.ended:
+                    raise UpstreamGone("the upstream closed")
+                data = await upstream.pipe.read()
+                if data:
+                    up.feed(data)
+                else:
+                    upstream.ended = True
+                    up.eof()
+                continue
+        except (UpstreamGone, BadMessage) as exc:
+            if started or out:
+                writer.write(out)
+                raise ConnectionResetError("the upstream failed mid-response") from None
+            if retry:
+                upstream.pipe.close()
+                raise Retry from None
+            if decision.breaker is not None:
+                decision.breaker.record(True)
+            await bad_gateway(writer, req, str(exc))
+            return False, False
+        if isinstance(event, Response):
+            if event.status == 101 and req.upgrade:
+                await switch(parser, writer, reader, event, upstream, body)
+                return False, False
+            if event.status == 101:  # to a request that did not ask to upgrade
+                if decision.breaker is not None:
+                    decision.breaker.record(True)
+                writer.write(out)
+                await bad_gateway(writer, req, "the upstream switched protocols "
+                                        "unasked")
+                return False, False
+            if event.status < 200:  # 100 Continue, 103 Early Hints: not for HTTP/1.0
+                if not req.http10:
+                    out += h1.head(b"HTTP/1.1 %d %b\r\n" % (event.status, event.reason),
+                                   h1.end_to_end(event.headers))
+                continue
+            final = event
+            if decision.breaker is not None:
+                decision.breaker.record(event.status >= 500)
+            keep, framer, gzip, head = response_head(req, decision, event)
+            out += head
+        elif isinstance(event, bytes):
+            out += framer.data(gzip.data(event) if gzip else event)
+            if len(out) >= FLUSH_AT:
+                writer.write(out)
+                out.clear()
+                started = True
+                await writer.drain()
+        elif isinstance(event, End):
+            if gzip is not None:
+                out += framer.data(gzip.end())
+            out += framer.end(event.trailers)
+            writer.write(out)
+            await writer.drain()
+            reuse = final is not None and final.keep_alive and not upstream.ended
+            if body is not None:
+                try:  # the upload may still be finishing; an early answer ends it
+                    await asyncio.wait_for(asyncio.shield(body), 5)
+                except (UpstreamGone, TimeoutError, BadMessage):
+                    return False, False
+            return keep, reuse and up.idle
+
+
+def response_head(req: Request, decision: Decision, resp: Response
+                   ) -> tuple[bool, Framer, compression.Gzip | None, bytes]:
+    """The client's response head for ``resp``: (keep the connection, the body's framer,
+    the gzip stream if compressing, the head)."""
+    plan = decision.plan
+    headers = plan.response_headers.apply(h1.end_to_end(resp.headers))
+    headers += [(k.encode(), v.encode()) for k, v in decision.set_headers]
+    keep = req.keep_alive and not req.http10
+    gzip: compression.Gzip | None = None
+    chunked = False
+    if not h1.bodiless(resp.status, req.method):
+        if plan.compression and compression.wanted(req.headers, resp.status, headers,
+                                                   False):
+            headers, gzip = compression.rewrite(headers), compression.Gzip()
+        if gzip is not None or resp.length is None:
+            if req.http10:
+                keep = False  # the end of the body is the end of the connection
+            else:
+                chunked = True
+                headers.append((b"Transfer-Encoding", b"chunked"))
+    if not keep:
+        headers.append((b"Connection", b"close"))
+    start = b"HTTP/1.1 %d %b\r\n" % (resp.status, resp.reason or h1.reason(resp.status))
+    return keep, Framer(chunked), gzip, h1.head(start, headers)
+
+
+async def switch(parser: RequestParser, writer: asyncio.StreamWriter,
+                 reader: asyncio.StreamReader, resp: Response, upstream: Upstream,
+                 body: asyncio.Task[None] | None) -> None:
+    """101 Switching Protocols: from here on, bytes both ways as they come."""
+    if body is not None:
+        await body
+    headers = [*h1.end_to_end(resp.headers), (b"Connection", b"Upgrade"),
+               (b"Upgrade", header(resp.headers, b"upgrade"))]
+    writer.write(h1.head(b"HTTP/1.1 101 %b\r\n" % (resp.reason or b"Switching Protocols"),
+                         headers))
+    if upstream.parser.upgraded:
+        writer.write(upstream.parser.upgraded)
+    await writer.drain()
+    if parser.upgraded:
+        await upstream.pipe.write(parser.upgraded)
+    await splice(reader, writer, upstream.pipe)
