@@ -160,6 +160,8 @@ def response_head(req: Request, decision: Decision, resp: Response
     plan = decision.plan
     headers = plan.response_headers.apply(h1.end_to_end(resp.headers))
     headers += [(k.encode(), v.encode()) for k, v in decision.set_headers]
+    if decision.respond is not None:
+        headers = decision.respond(resp.status, headers)
     keep = req.keep_alive and not req.http10
     gzip: compression.Gzip | None = None
     chunked = False

@@ -21,12 +21,16 @@ import contextlib
 import logging
 import time
 from dataclasses import replace
+from functools import partial
+from typing import Any
 
+from edgeway.catalog.modules.policy import REQ, RES
 from edgeway.edge import h1, wstcp
 from edgeway.edge.answers import Retry, Upstream, bad_gateway, fixed, relay_response
 from edgeway.edge.auth import OidcGate
 from edgeway.edge.client import Deadline, next_event, read_body
 from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser
+from edgeway.edge.modules import traffic_policy
 from edgeway.edge.modules.request_headers import header
 from edgeway.edge.modules.webhook_verification import MAX_BODY as MAX_WEBHOOK_BODY
 from edgeway.edge.modules.webhook_verification import Verifier
@@ -46,6 +50,11 @@ FORWARDED = frozenset((b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-h
 Headers = h1.Headers
 
 
+def _respond(policy: traffic_policy.Policy, env: dict[str, Any], status: int,
+             headers: Headers) -> Headers:
+    return policy.on_response(traffic_policy.response_env(env, status, headers), headers)
+
+
 def _replayable(req: Request, decision: Decision) -> bool:
     """A safe, bodiless request routed to a tunnel may be sent again if its agent vanished
     before answering (nothing reached the client yet)."""
@@ -58,6 +67,7 @@ class HttpEdge:
                  login: OidcGate | None = None) -> None:
         self.router, self.scheme, self.https_port = router, scheme, https_port
         self.login = login
+        self.limits = traffic_policy.RateLimits()
 
     # -- one public connection -------------------------------------------------------------
 
@@ -108,6 +118,23 @@ class HttpEdge:
                 return False, upstream
             await wstcp.convert(reader, writer, req, parser.upgraded, pipe)
             return False, upstream
+        policy = decision.plan.policy
+        if policy is not None:
+            env = traffic_policy.request_env(
+                req.method, req.target, req.headers, header(req.headers, b"host").decode(
+                    "latin-1"), self.scheme, peer[0], peer[1], req.http10)
+            if policy.has(REQ):
+                out = policy.on_request(env, req.headers, req.target, self.limits,
+                                        time.monotonic())
+                if out.close:
+                    return False, upstream
+                if out.status:
+                    keep = await fixed(writer, req, Fixed(out.status, tuple(
+                        out.answer_headers), out.body))
+                    return keep and await self._drain(parser, reader, deadline), upstream
+                req = replace(req, headers=out.headers, target=out.target)
+            if policy.has(RES):
+                decision = replace(decision, respond=partial(_respond, policy, env))
         if decision.plan.oidc is not None:  # (only HTTPS edges have routes, and a login)
             outcome = await self.login.check(decision.plan.oidc, req) if self.login else \
                 page(503, "Not available", "Logins need HTTPS.", 4008)

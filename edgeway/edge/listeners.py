@@ -83,10 +83,12 @@ async def peek_hello(sock: socket.socket) -> ClientHello | None:
     return None
 
 
-def _admits(edge: Edge, ip: str) -> bool:
-    """TCP and TLS edges: the IP restriction, and no module this edge cannot enforce."""
+def _admits(edge: Edge, peer: tuple[str, int]) -> bool:
+    """TCP and TLS edges: the IP restriction, the traffic policy's on_tcp_connect, and no
+    module this edge cannot enforce."""
     plan = edge.plan
-    return (plan.ip is None or plan.ip.allows(ip)) and plan.unenforced is None
+    return (plan.ip is None or plan.ip.allows(peer[0])) and plan.unenforced is None \
+        and (plan.policy is None or plan.policy.on_tcp_connect(*peer))
 
 
 class PublicListeners:
@@ -210,7 +212,7 @@ class PublicListeners:
     async def _tls_edge(self, sock: socket.socket, peer: tuple[str, int], edge: Edge,
                         name: str) -> None:
         snap = self.router.snapshot
-        if not _admits(edge, peer[0]):
+        if not _admits(edge, peer):
             sock.close()
             return
         target = self.router.target(snap, edge.plan)
@@ -266,7 +268,7 @@ class PublicListeners:
         peer = writer.get_extra_info("peername") or ("0.0.0.0", 0)
         snap = self.router.snapshot
         edge = snap.tcp.get(port)
-        if edge is None or not _admits(edge, peer[0]):
+        if edge is None or not _admits(edge, (peer[0], peer[1])):
             return
         target = self.router.target(snap, edge.plan)
         if isinstance(target, Fixed):

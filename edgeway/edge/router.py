@@ -13,6 +13,7 @@ import asyncio
 import ipaddress
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -98,7 +99,7 @@ async def load(db: Database) -> Snapshot:
     for collection, kind in (("edges/https", "https"), ("edges/tls", "tls"),
                              ("edges/tcp", "tcp")):
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
-            edge = by_id[id_] = Edge(id_, kind, doc, modules.compile_doc(doc, snap.rules))
+            edge = by_id[id_] = Edge(id_, kind, doc, modules.compile_doc(doc, snap.rules, id_))
             for host, port in _hosts(doc):
                 if kind == "tcp":
                     snap.tcp[port] = edge
@@ -112,7 +113,7 @@ async def load(db: Database) -> Snapshot:
         host, path = ("", match) if match.startswith("/") else \
             (match.split("/", 1)[0], "/" + match.split("/", 1)[1] if "/" in match else "/")
         parent.routes.append(Route(id_, doc.get("match_type") == "exact_path", host, path,
-                                   modules.compile_doc(doc, snap.rules)))
+                                   modules.compile_doc(doc, snap.rules, id_)))
     for collection in BACKEND_COLLECTIONS:
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
             snap.backends[id_] = (collection, doc)
@@ -127,6 +128,8 @@ class Decision:
     plan: modules.Plan = field(default_factory=modules.Plan)
     breaker: Breaker | None = None
     set_headers: tuple[tuple[str, str], ...] = ()  # added to the response (a renewed login)
+    # the traffic policy's on_http_response, bound to this request: (status, headers) -> headers
+    respond: Callable[[int, list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]] | None = None
 
 
 class Router:

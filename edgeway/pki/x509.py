@@ -116,8 +116,11 @@ def _is_ca(cert: x509.Certificate) -> bool:
         return False
 
 
-# What lazily parsed names and extensions raise when malformed (KeyError: unknown string tags)
-_LAZY_ERRORS = (ValueError, KeyError, TypeError, UnsupportedAlgorithm)
+# What lazily parsed names and extensions raise when malformed (KeyError: unknown string
+# tags; the x509 ones are not ValueErrors: an x400Address/EDIPartyName in a SAN, an extension
+# twice, a bad version)
+_LAZY_ERRORS = (ValueError, KeyError, TypeError, UnsupportedAlgorithm,
+                x509.UnsupportedGeneralNameType, x509.DuplicateExtension, x509.InvalidVersion)
 T = TypeVar("T")
 
 

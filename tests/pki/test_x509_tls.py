@@ -140,3 +140,16 @@ def test_a_damaged_version_field_is_a_certificate_error() -> None:
     for load in (x509.load_chain, x509.load_one):
         with pytest.raises(x509.CertificateError, match="not a valid X509 version"):
             load(text)
+
+
+@pytest.mark.parametrize("tag", [0xA3, 0xA5])  # [3] x400Address, [5] EDIPartyName
+def test_san_name_types_the_library_cannot_read_are_certificate_errors(tag: int) -> None:
+    """Found by the damaged-certificate test: cryptography raises UnsupportedGeneralNameType
+    (not a ValueError) when such a name is read."""
+    der = bytearray(LEAF_DER)
+    at = der.find(b"\x82\x0fapp.example.com")  # the first SAN: dNSName app.example.com
+    assert at > 0
+    der[at] = tag
+    certs = x509.load_chain(_armor("CERTIFICATE", bytes(der)))
+    with pytest.raises(x509.CertificateError, match="malformed name or extension"):
+        x509.describe_tls(certs[0])

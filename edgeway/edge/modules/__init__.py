@@ -3,9 +3,10 @@ are compiled once into a ``Plan`` when the routing snapshot is built (or the tun
 the request path only applies it. One file per module; this file puts them in order.
 
 Request phase, in order: ip_restriction, user_agent_filter, basic auth (agent binds),
-circuit_breaker, then the refusal of modules this edge does not enforce yet; then
-webhook_verification (the body read whole and its signature checked, in ``edge/http.py``);
-then the request headers change, the backend is chosen and the request forwarded; on the
+circuit_breaker, then the refusal of modules this edge does not enforce yet; then, in
+``edge/http.py``, the traffic policy's on_http_request, the oidc login and
+webhook_verification (the body read whole and its signature checked); then the request
+headers change, the backend is chosen and the request forwarded; on the
 response the response headers change and compression applies. mutual_tls and
 tls_termination act in the TLS handshake (``edge/listeners.py``).
 """
@@ -21,6 +22,7 @@ from edgeway.edge.modules import (
     mutual_tls,
     request_headers,
     response_headers,
+    traffic_policy,
     user_agent_filter,
     webhook_verification,
 )
@@ -37,7 +39,7 @@ from edgeway.tunnel.restrict import Network
 
 # Modules whose protection the edge does not provide yet: traffic that would need them is
 # answered with a 503 naming the module instead of being passed through unprotected.
-UNENFORCED = ("oauth", "saml", "traffic_policy")
+UNENFORCED = ("oauth", "saml")
 
 
 NO_CHANGE = HeaderChange()
@@ -63,6 +65,7 @@ class Plan:
     webhook: webhook_verification.Verifier | None = None
     websocket_tcp: bool = False  # websocket_tcp_converter
     oidc: Login | None = None
+    policy: traffic_policy.Policy | None = None
     min_tls_version: str | None = None  # tls_termination
 
     def refuse(self, ip: str, user_agent: str, authorization: str,
@@ -86,8 +89,10 @@ class Plan:
         return None
 
 
-def compile_doc(doc: dict[str, Any], rules: dict[str, list[tuple[str, Network]]]) -> Plan:
-    """The plan of a route or an edge document (modules stored in request form)."""
+def compile_doc(doc: dict[str, Any], rules: dict[str, list[tuple[str, Network]]],
+                key: str = "") -> Plan:
+    """The plan of a route or an edge document (modules stored in request form); ``key``
+    names it (the traffic policy's rate-limit windows are its own)."""
     def module(name: str) -> dict[str, Any] | None:
         value = doc.get(name)
         return value if on(value) else None
@@ -96,13 +101,16 @@ def compile_doc(doc: dict[str, Any], rules: dict[str, list[tuple[str, Network]]]
     req, res, backend = module("request_headers"), module("response_headers"), module("backend")
     wh = module("webhook_verification")
     webhook = webhook_verification.compile(wh) if wh else None
+    tp = module("traffic_policy")
+    policy = traffic_policy.compile(tp, key) if tp else None
     return Plan(
         ip=ip_restriction.compile(ip, rules) if ip else None,
         user_agents=user_agent_filter.compile(ua) if ua else None,
         breaker=circuit_breaker.compile(cb) if cb else None,
         unenforced=next((m for m in UNENFORCED if module(m)), None) or (
             f"webhook_verification (provider '{wh.get('provider')}')"
-            if wh and webhook is None else None),
+            if wh and webhook is None else None) or (policy.unsupported if policy else None),
+        policy=policy,
         webhook=webhook,
         websocket_tcp=module("websocket_tcp_converter") is not None,
         oidc=compile_login(login) if (login := module("oidc")) else None,
