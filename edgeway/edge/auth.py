@@ -13,6 +13,7 @@ Provider metadata (discovery and JWKS) is fetched once an hour per issuer.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
@@ -33,6 +34,7 @@ Headers = h1.Headers
 METADATA_TTL = 3600.0
 LOGIN_TTL = 600  # seconds from the redirect to the provider to the callback
 RENEW_AFTER = 60  # seconds: a session older than this is renewed (inactivity timeout)
+RETRY_AFTER = 5.0  # seconds before a provider that failed is asked again
 
 
 class ProviderError(Exception):
@@ -62,7 +64,14 @@ class OidcGate:
     def __init__(self, key: bytes) -> None:
         self.key = key
         self._metadata: dict[str, tuple[float, dict[str, Any], dict[str, Any]]] = {}
+        self._failed: dict[str, tuple[float, str]] = {}  # issuer -> (when, why): retried later
+        self._locks: dict[str, asyncio.Lock] = {}  # one fetch per issuer at a time
         self._http: httpx.AsyncClient | None = None
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
@@ -72,9 +81,23 @@ class OidcGate:
     async def _provider(self, issuer: str, fresh: bool = False
                         ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The provider's discovery document and JWKS (cached for an hour)."""
-        cached = self._metadata.get(issuer)
-        if cached is not None and not fresh and time.monotonic() - cached[0] < METADATA_TTL:
-            return cached[1], cached[2]
+        async with self._locks.setdefault(issuer, asyncio.Lock()):
+            cached = self._metadata.get(issuer)
+            if cached is not None and not fresh and time.monotonic() - cached[0] < METADATA_TTL:
+                return cached[1], cached[2]
+            failed = self._failed.get(issuer)
+            if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER:
+                raise ProviderError(failed[1])  # not every request waits on a dead provider
+            try:
+                meta, jwks = await self._fetch(issuer)
+            except ProviderError as exc:
+                self._failed[issuer] = (time.monotonic(), str(exc))
+                raise
+            self._failed.pop(issuer, None)
+            self._metadata[issuer] = (time.monotonic(), meta, jwks)
+            return meta, jwks
+
+    async def _fetch(self, issuer: str) -> tuple[dict[str, Any], dict[str, Any]]:
         try:
             r = await self._client().get(f"{issuer}/.well-known/openid-configuration")
             r.raise_for_status()
@@ -87,7 +110,8 @@ class OidcGate:
             jwks = r.json()
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             raise ProviderError(f"{type(exc).__name__}: {exc}") from None
-        self._metadata[issuer] = (time.monotonic(), meta, jwks)
+        if not isinstance(jwks, dict):
+            raise ProviderError("its JWKS is not a JSON object")
         return meta, jwks
 
     async def check(self, cfg: Config, req: Request

@@ -133,6 +133,8 @@ class PublicListeners:
             task.cancel()
         for listener in self._tcp_edges.values():
             await listener.close()
+        if self.https.login is not None:
+            await self.https.login.close()
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)

@@ -135,3 +135,17 @@ def test_sessions_end_after_the_maximum_duration(srv: Server) -> None:
         time.sleep(5)  # maximum_duration is 4 s
         web.http.cookies.clear()
         assert web.get(f"https://{HOST}/headers", headers=session).status_code == 302
+
+
+def test_an_unreachable_provider_is_a_502_not_a_pass(srv: Server, service: int) -> None:
+    host, dead = "nologin.example.com", free_port()  # nothing listens there
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": host})
+        edge = made(api, "/edges/https", {"hostports": [f"{host}:443"]})
+        svc = made(api, "/backends/static", {"address": f"127.0.0.1:{service}"})
+        route(api, edge["id"], "path_prefix", "/", svc["id"], oidc={
+            "issuer": f"http://127.0.0.1:{dead}", "client_id": "c", "client_secret": "s"})
+    with EdgeClient(srv) as web:
+        for _ in range(2):  # the second answer comes from the remembered failure
+            r = web.get(f"https://{host}/headers")
+            assert r.status_code == 502 and r.headers["edgeway-error-code"] == "ERR_EDGEWAY_4014"
