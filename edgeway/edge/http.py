@@ -156,6 +156,11 @@ class HttpEdge:
                 answer = decision.target
                 if decision.set_headers:
                     answer = replace(answer, headers=answer.headers + decision.set_headers)
+                if decision.respond is not None:  # the policy's on_http_response
+                    changed = decision.respond(answer.status, [
+                        (k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers])
+                    answer = replace(answer, headers=tuple(
+                        (k.decode("latin-1"), v.decode("latin-1")) for k, v in changed))
                 keep = await fixed(writer, req, answer)
                 return keep and (body is not None
                                  or await self._drain(parser, reader, deadline)), upstream
@@ -163,9 +168,10 @@ class HttpEdge:
             try:
                 return await self._proxy(parser, reader, writer, req, decision, peer, upstream,
                                          retry, body)
-            except Retry:  # that tunnel's agent is gone: ask the router again
-                upstream = None
-                decision = await self._decide(req, peer, tls_edge)
+            except Retry:  # that tunnel's agent is gone: ask the router again (what the
+                upstream = None  # policy and the login add to the response stays)
+                decision = replace(await self._decide(req, peer, tls_edge),
+                                   set_headers=decision.set_headers, respond=decision.respond)
                 if not isinstance(decision.target, Tunnel):
                     await bad_gateway(writer, req, "no other tunnel")
                     return False, None

@@ -160,6 +160,9 @@ def test_policies_on_real_traffic(srv: Server, service: int, echo_port: int) -> 
         echo = made(api, "/backends/static", {"address": f"127.0.0.1:{echo_port}"})
         route(api, edge["id"], "path_prefix", "/", svc["id"],
               traffic_policy={"value": json.dumps(POLICY)})
+        answer = made(api, "/backends/http_response", {"body": "fixed", "status_code": 202})
+        route(api, edge["id"], "path_prefix", "/fixed", answer["id"],
+              traffic_policy={"value": json.dumps(POLICY)})
         route(api, edge["id"], "path_prefix", "/jwt", svc["id"], traffic_policy={
             "value": json.dumps({"on_http_request": [
                 {"actions": [{"type": "jwt-validation", "config": {}}]}]})})
@@ -178,6 +181,8 @@ def test_policies_on_real_traffic(srv: Server, service: int, echo_port: int) -> 
         seen = dict(web.get(f"{base}/headers", headers={"X-Trace": "t-1"}).json()["headers"])
         assert seen["x-seen-trace"] == "t-1" and "x-trace" not in seen
         assert [web.get(f"{base}/limited").status_code for _ in range(3)] == [200, 200, 429]
+        r = web.get(f"{base}/fixed")  # the edge's own answer goes through the policy too
+        assert (r.status_code, r.text, r.headers["x-status"]) == (202, "fixed", "202")
         r = web.get(f"{base}/jwt/x")
         assert r.status_code == 503 and "jwt-validation" in r.text
     deadline = time.monotonic() + 10
