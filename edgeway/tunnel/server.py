@@ -475,10 +475,21 @@ class TunnelServer:
             await stream.write(struct.pack(">I", kind) + json.dumps(body).encode())
             answer = rpc.folded(await asyncio.wait_for(rpc.read_message(stream), timeout))
         except (StreamClosed, rpc.RPCError, asyncio.IncompleteReadError):
+            if kind == StreamType.STOP and await self._ends(session):
+                return ""  # it stopped before its answer went out: what was asked happened
             return "the agent closed the command stream without answering"
         except TimeoutError:
             return f"the agent did not answer within {timeout:g} s"
         return str(answer.get("error") or "")
+
+    @staticmethod
+    async def _ends(session: AgentSession, within: float = 2.0) -> bool:
+        """Whether the session's connection is gone, or goes within ``within`` seconds."""
+        try:
+            await asyncio.wait_for(session.conn.closed.wait(), within)
+        except TimeoutError:
+            return False
+        return True
 
     async def _heartbeat(self, session: AgentSession, stream: MuxStream) -> None:
         loop = asyncio.get_running_loop()

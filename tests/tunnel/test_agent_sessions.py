@@ -192,3 +192,42 @@ def test_a_restarted_node_forgets_its_sessions_but_not_other_nodes(tmp_path: Pat
             procs[1].wait()
         finally:
             assert node_b.stop() == 0
+
+
+@pytest.mark.parametrize("leaves", [True, False])
+def test_an_agent_that_stops_before_answering_stop_has_stopped(own_server: Server,
+                                                               leaves: bool) -> None:
+    """Stop, then the agent ends its session before its answer went out (the SDK can, when
+    its handler closes the session at once): that is a stop done, 204. A command stream
+    closed by an agent that stays connected is not an answer: 400."""
+    from edgeway.tunnel.muxado.aio import MuxConnection
+
+    with own_server.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+
+        async def raw_agent() -> httpx.Response:
+            ctx = ssl.create_default_context(cafile=str(own_server.data_dir / "ca.pem"))
+            r, w = await asyncio.open_connection("localhost", own_server.tunnel_port, ssl=ctx)
+            conn = MuxConnection(r, w, client=True)
+            auth = await conn.open_stream()
+            msg = {"Version": ["3", "2"], "ClientId": "", "Extra": {"Authtoken": token}}
+            await auth.write(b"\0\0\0\0" + json.dumps(msg).encode() + b"\n")
+            client_id = json.loads(await auth.read())["ClientId"]
+            asked = asyncio.create_task(asyncio.to_thread(
+                api.post, f"/tunnel_sessions/{client_id}/stop", json={}))
+            command = await asyncio.wait_for(conn.accept(), 10)
+            assert command is not None and (await command.read())[:4] == b"\0\0\0\5"
+            if leaves:
+                await conn.close()
+            else:
+                command.reset()
+            answer = await asyncio.wait_for(asked, 15)
+            if not leaves:
+                await conn.close()
+            return answer
+
+        r = asyncio.run(raw_agent())
+        if leaves:
+            assert r.status_code == 204, r.text
+        else:
+            assert r.status_code == 400 and "without answering" in r.json()["msg"]
