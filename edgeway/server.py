@@ -15,6 +15,7 @@ from edgeway import bootstrap, ids
 from edgeway.api.app import build
 from edgeway.api.platform import Platform
 from edgeway.config import ServerConfig, listen_socket
+from edgeway.edge import modules
 from edgeway.edge.listeners import PublicListeners
 from edgeway.edge.router import Router
 from edgeway.pki import platform_ca, seal
@@ -78,6 +79,7 @@ async def serve(cfg: ServerConfig) -> None:
         tunnels.certs = certs = platform_ca.EdgeCerts(cfg.data_dir, sealer, tls)
         router = Router(db, tunnels.registry)
         tunnels.edge_host = router.edge_host
+        tunnels.check_bind, tunnels.tcp_admits = modules.bind_refusal, router.tcp_admits
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,
                                http_port, https_port, sealer.mac(b"edgeway edge logins"))
         platform.watchers += [router.changed, edge.changed, tunnels.changed]

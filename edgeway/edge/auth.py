@@ -208,6 +208,9 @@ class OidcGate:
                 claims = oidc.verify_id_token(id_token, jwks, cfg, state["n"], time.time())
         except BadToken as exc:
             return page(403, "Login failed", str(exc), 4015)
+        if not cfg.admits(str(claims.get("email", ""))):
+            return page(403, "Not allowed", f"{claims.get('email') or claims['sub']} may not "
+                        "use this site.", 4015)
         now = int(time.time())
         session = {"sub": claims["sub"], "email": claims.get("email", ""),
                    "name": claims.get("name", ""), "iss": cfg.issuer, "aud": cfg.client_id,

@@ -279,10 +279,8 @@ class Router:
                                      (("Location", location),)))
             return Decision(page(404, "Tunnel not found", f"{host} is served over plain HTTP "
                                  "only.", 4004))
-        plan = self._bind_plans.get(tunnel)
-        if plan is None:
-            plan = self._bind_plans[tunnel] = modules.for_bind(tunnel.req)
-        refusal = plan.refuse(ip, "", text(b"authorization"), None)
+        plan = self.bind_plan(tunnel)
+        refusal = plan.refuse(ip, text(b"user-agent"), text(b"authorization"), None)
         if refusal is not None:
             return Decision(refusal)
         return Decision(tunnel, tunnel.proto, "", plan)
@@ -303,6 +301,18 @@ class Router:
     def tls_options(snap: Snapshot, edge: Edge) -> mutual_tls.TlsOptions | None:
         """The TLS server options of ``edge``'s names (None: refuse its connections)."""
         return mutual_tls.options(edge.plan.client_cas, edge.plan.min_tls_version, snap.cas)
+
+    def bind_plan(self, tunnel: Tunnel) -> Plan:
+        """The plan of a tunnel's bind options (compiled once per tunnel)."""
+        plan = self._bind_plans.get(tunnel)
+        if plan is None:
+            plan = self._bind_plans[tunnel] = modules.for_bind(tunnel.req, tunnel.id)
+        return plan
+
+    def tcp_admits(self, tunnel: Tunnel, ip: str, port: int) -> bool:
+        """A TCP tunnel's traffic policy (on_tcp_connect) on a new connection."""
+        policy = self.bind_plan(tunnel).policy
+        return policy is None or policy.on_tcp_connect(ip, port)
 
     def agent_tunnel(self, host: str) -> Tunnel | None:
         return self.registry.pick(self.registry.by_host.get(host, []))

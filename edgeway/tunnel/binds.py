@@ -19,10 +19,8 @@ from edgeway.errors import Invalid
 PROTOS = ("http", "https", "tcp", "tls")
 # Bind options (folded keys) the edge does not enforce: refused when set
 UNSUPPORTED = {
-    "http": ("circuitbreaker", "oauth", "oidc", "webhookverification",
-             "mutualtlsca", "websockettcpconverter", "useragentfilter", "trafficpolicy",
-             "policy"),
-    "tcp": ("trafficpolicy", "policy"),
+    "http": ("circuitbreaker", "oauth", "mutualtlsca", "policy"),
+    "tcp": ("policy",),
     "tls": ("mutualtlsatagent", "mutualtlsatedge", "tlstermination", "trafficpolicy", "policy"),
 }
 NAMES = {"circuitbreaker": "circuit breaker", "oauth": "OAuth", "oidc": "OIDC",
@@ -61,6 +59,9 @@ class BindRequest:
     response_headers: HeaderChanges = HeaderChanges()
     basic_auth: tuple[tuple[str, str], ...] = ()  # (user, password) pairs
     compression: bool = False
+    # oidc, webhook_verification, traffic_policy, user_agent_filter, websocket_tcp_converter:
+    # as an edge route's module documents (checked and compiled by the edge)
+    modules: dict[str, Any] = field(default_factory=dict)
 
 
 def _raw_opts(message: dict[str, Any]) -> dict[str, Any]:
@@ -156,7 +157,33 @@ def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> 
         request_headers=_headers(opts.get("requestheaders")),
         response_headers=_headers(opts.get("responseheaders")),
         basic_auth=_basic_auth(opts) if family == "http" else (),
-        compression=family == "http" and opts.get("compression") is not None)
+        compression=family == "http" and opts.get("compression") is not None,
+        modules=_modules(opts, family))
+
+
+def _modules(opts: dict[str, Any], family: str) -> dict[str, Any]:
+    """The bind options the edge enforces as modules, in the modules' document form."""
+    out: dict[str, Any] = {}
+    if isinstance(policy := opts.get("trafficpolicy"), str) and policy.strip():
+        out["traffic_policy"] = {"value": policy}
+    if family != "http":
+        return out
+    if isinstance(oidc := opts.get("oidc"), dict):
+        out["oidc"] = {"issuer": str(oidc.get("issuerurl") or ""),
+                       "client_id": str(oidc.get("clientid") or ""),
+                       "client_secret": str(oidc.get("clientsecret") or ""),
+                       "scopes": list(oidc.get("scopes") or []),
+                       "allow_emails": list(oidc.get("allowemails") or []),
+                       "allow_domains": list(oidc.get("allowdomains") or [])}
+    if isinstance(hook := opts.get("webhookverification"), dict):
+        out["webhook_verification"] = {"provider": str(hook.get("provider") or ""),
+                                       "secret": str(hook.get("secret") or "")}
+    if isinstance(agents := opts.get("useragentfilter"), dict):
+        out["user_agent_filter"] = {"allow": list(agents.get("allow") or []),
+                                    "deny": list(agents.get("deny") or [])}
+    if opts.get("websockettcpconverter") is not None:
+        out["websocket_tcp_converter"] = {}
+    return out
 
 
 def parse_labeled(folded: dict[str, Any]) -> BindRequest:

@@ -81,6 +81,10 @@ class TunnelServer:
         self.reserved: dict[str, int] = {}  # tunnel id -> port, kept for re-binds
         # host name -> the edge serving it (set by the edge, to refuse agent binds of them)
         self.edge_host: Callable[[str], str | None] = lambda _host: None
+        # Set by the edge: why a bind asks for what it cannot enforce (None: it can), and
+        # whether a TCP tunnel's traffic policy admits a connection from (ip, port).
+        self.check_bind: Callable[[binds.BindRequest], str | None] = lambda _req: None
+        self.tcp_admits: Callable[[Tunnel, str, int], bool] = lambda _t, _ip, _port: True
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self.context.load_cert_chain(tls.cert, tls.key)
@@ -287,8 +291,9 @@ class TunnelServer:
 
     async def _tcp_client(self, tunnel: Tunnel, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        if not restrict.allowed(tunnel.req, peer[0] if peer else ""):
+        peer = writer.get_extra_info("peername") or ("", 0)
+        if not restrict.allowed(tunnel.req, peer[0]) \
+                or not self.tcp_admits(tunnel, peer[0], peer[1]):
             return  # closed: a TCP client gets no page
         try:
             stream = await tunnel.open(client_addr(peer), "tcp")
@@ -343,6 +348,8 @@ class TunnelServer:
         try:
             req = binds.parse_labeled(folded) if labeled else \
                 binds.parse(message, folded, self.platform.settings.base_domain)
+            if (why := self.check_bind(req)) is not None:
+                raise BindRefused(why)
             tunnel_id = req.id if req.id.startswith("tn_") else ids.new_id(TUNNELS.prefix)
             await self._take_over(session, tunnel_id)
             tunnel = Tunnel(tunnel_id, session.conn, req, credential=session.credential,

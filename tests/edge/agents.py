@@ -40,10 +40,20 @@ SCRIPT = textwrap.dedent("""
                     b = b.basic_auth(*ln["basic_auth"])
                 if ln.get("compression"):
                     b = b.compression()
+                if ln.get("oidc"):
+                    b = b.oidc(*ln["oidc"])
+                if ln.get("webhook"):
+                    b = b.webhook_verification(*ln["webhook"])
+                for pattern in ln.get("deny_ua", []):
+                    b = b.deny_user_agent(pattern)
+                if ln.get("wstcp"):
+                    b = b.websocket_tcp_conversion()
             elif kind == "tls":
                 b = s.tls_endpoint()
             else:
                 b = s.tcp_endpoint()
+            if ln.get("policy"):
+                b = b.traffic_policy(ln["policy"])
             if ln.get("domain"):
                 b = b.domain(ln["domain"])
             if ln.get("pool"):

@@ -4,14 +4,18 @@ own names)."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import BACKENDS, backend_server
 from tests.edge import upstream
-from tests.server import Server
+from tests.server import Server, free_port
 
 if not os.environ.get("CI"):
     pytest.importorskip("ngrok", reason="pip install --ignore-requires-python ngrok==1.7.0")
@@ -38,3 +42,31 @@ def token(srv: Server) -> str:
     with srv.client() as api:
         value: str = api.post("/credentials", json={}).json()["token"]
     return value
+
+
+@pytest.fixture(scope="module")
+def issuer() -> Iterator[str]:
+    """A real OpenID provider (oidc-provider-mock) on a free loopback port: its issuer URL."""
+    exe = shutil.which("oidc-provider-mock")
+    if exe is None:
+        pytest.fail("oidc-provider-mock is missing (scripts/test installs it)")
+    port = free_port()
+    proc = subprocess.Popen([exe, "-p", str(port), "--require-nonce", "true"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/.well-known/openid-configuration").status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail("oidc-provider-mock did not start")
+        time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -5,10 +5,7 @@ tampered cookie, a callback from another browser, logout, and a session's maximu
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
-from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -19,33 +16,6 @@ from tests.edge.test_edges import made, route
 from tests.server import Server, free_port
 
 HOST = "login.example.com"
-
-
-@pytest.fixture(scope="module")
-def issuer() -> Iterator[str]:
-    exe = shutil.which("oidc-provider-mock")
-    if exe is None:
-        pytest.fail("oidc-provider-mock is missing (scripts/test installs it)")
-    port = free_port()
-    proc = subprocess.Popen([exe, "-p", str(port), "--require-nonce", "true"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/.well-known/openid-configuration").status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            pytest.fail("oidc-provider-mock did not start")
-        time.sleep(0.1)
-    try:
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture(scope="module")

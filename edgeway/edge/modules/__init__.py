@@ -13,9 +13,11 @@ tls_termination act in the TLS handshake (``edge/listeners.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
+from edgeway.catalog.modules.policy import check_policy
 from edgeway.edge.modules import (
     circuit_breaker,
     ip_restriction,
@@ -34,6 +36,7 @@ from edgeway.edge.modules.oidc import compile as compile_login
 from edgeway.edge.modules.request_headers import HeaderChange
 from edgeway.edge.modules.user_agent_filter import UserAgents
 from edgeway.edge.pages import Fixed, page
+from edgeway.errors import Invalid
 from edgeway.tunnel.binds import BindRequest
 from edgeway.tunnel.restrict import Network
 
@@ -122,11 +125,40 @@ def compile_doc(doc: dict[str, Any], rules: dict[str, list[tuple[str, Network]]]
         min_tls_version=(module("tls_termination") or {}).get("min_version"))
 
 
-def for_bind(req: BindRequest) -> Plan:
-    """The plan of an agent's HTTP(S) bind, from the options it sent."""
+def for_bind(req: BindRequest, key: str = "") -> Plan:
+    """The plan of an agent's bind, from the options it sent (``key``: its tunnel id)."""
     def change(h: Any) -> HeaderChange:
         return HeaderChange(tuple((k.encode(), v.encode()) for k, v in h.add),
                             frozenset(n.encode() for n in h.remove))
-    return Plan(ip=IPRule(req.allow, req.deny) if req.allow or req.deny else None,
-                basic_auth=req.basic_auth, request_headers=change(req.request_headers),
-                response_headers=change(req.response_headers), compression=req.compression)
+    return replace(compile_doc(req.modules, {}, key),
+                   ip=IPRule(req.allow, req.deny) if req.allow or req.deny else None,
+                   basic_auth=req.basic_auth, request_headers=change(req.request_headers),
+                   response_headers=change(req.response_headers), compression=req.compression)
+
+
+def bind_refusal(req: BindRequest) -> str | None:
+    """Why the edge cannot enforce what a bind asks for (it is then refused), or None."""
+    mods = req.modules
+    if "traffic_policy" in mods:
+        text = mods["traffic_policy"]["value"]
+        try:
+            check_policy("traffic_policy", text, "tcp_edge" if req.proto == "tcp" else "route")
+        except Invalid as exc:
+            return f"the traffic policy is not valid: {exc}"
+    if "user_agent_filter" in mods:
+        try:
+            user_agent_filter.compile(mods["user_agent_filter"])
+        except re.error as exc:
+            return f"a user agent filter is not a valid regular expression: {exc}"
+    if "oidc" in mods:
+        login = mods["oidc"]
+        if not login["issuer"].startswith(("https://", "http://")) or not login["client_id"] \
+                or not login["client_secret"]:
+            return "OIDC needs an issuer URL, a client id and a client secret"
+        if req.proto != "https":
+            return "OIDC logins need an https tunnel (the provider returns to an https URL)"
+    plan = compile_doc(mods, {}, req.id)
+    if plan.unenforced:
+        return f"{plan.unenforced} is not enforced by this edge yet; refusing rather than " \
+               "ignoring it"
+    return None

@@ -38,6 +38,14 @@ class Config:
     inactivity: int  # seconds without a request that end a session (0: no limit)
     maximum: int  # seconds a session lasts at most
     options_passthrough: bool
+    allow_emails: tuple[str, ...] = ()  # agent binds: only these users (lower case) ...
+    allow_domains: tuple[str, ...] = ()  # ... or users of these email domains
+
+    def admits(self, email: str) -> bool:
+        if not self.allow_emails and not self.allow_domains:
+            return True
+        email = email.lower()
+        return email in self.allow_emails or email.rpartition("@")[2] in self.allow_domains
 
     @property
     def cookie(self) -> str:
@@ -57,7 +65,9 @@ def compile(module: dict[str, Any]) -> Config:
                                                          "edgeway."),
         int(module.get("inactivity_timeout") or 0),
         int(module.get("maximum_duration") or DEFAULT_MAXIMUM),
-        bool(module.get("options_passthrough")))
+        bool(module.get("options_passthrough")),
+        tuple(str(e).lower() for e in module.get("allow_emails") or []),
+        tuple(str(d).lower().lstrip("@") for d in module.get("allow_domains") or []))
 
 
 def _b64(data: bytes) -> str:

@@ -1,0 +1,120 @@
+"""What the official SDK can ask of the edge for its own tunnels: a traffic policy, webhook
+verification, user agent filters and an OIDC login (with allowed emails) on an HTTPS
+endpoint, a traffic policy on a TCP endpoint; and clear refusals for what cannot be
+enforced."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import socket
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+
+from tests.edge.agents import EdgeClient, agent
+from tests.server import Server
+
+POLICY = json.dumps({
+    "on_http_request": [
+        {"expressions": ["req.url.path == '/admin'"],
+         "actions": [{"type": "deny", "config": {"status_code": 404}}]}],
+    "on_http_response": [
+        {"actions": [{"type": "add-headers", "config": {"headers": {"X-Policy": "bind"}}}]}],
+})
+
+
+def test_policy_webhook_and_user_agents_on_an_sdk_endpoint(srv: Server, token: str,
+                                                           service: int) -> None:
+    a = agent(srv, token, {"kind": "https", "forward": f"http://127.0.0.1:{service}",
+                           "policy": POLICY, "webhook": ["github", "s3cret"],
+                           "deny_ua": ["(?i)badbot"]})
+    try:
+        (url,) = a.urls
+        body = b'{"zen": "keep it logically awesome"}'
+        sig = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+        with EdgeClient(srv) as web:
+            r = web.request("POST", f"{url}/headers", content=body,
+                            headers={"X-Hub-Signature-256": sig})
+            assert r.status_code == 200 and r.json()["body"] == len(body)
+            assert r.headers["x-policy"] == "bind"
+            r = web.request("POST", f"{url}/headers", content=body)
+            assert r.status_code == 403 and r.headers["edgeway-error-code"] == "ERR_EDGEWAY_3204"
+            r = web.request("POST", f"{url}/admin", content=body,
+                            headers={"X-Hub-Signature-256": sig})
+            assert r.status_code == 404  # the policy ran first
+            r = web.request("POST", f"{url}/headers", content=body,
+                            headers={"X-Hub-Signature-256": sig, "User-Agent": "BadBot/1"})
+            assert r.status_code == 403 and r.headers["edgeway-error-code"] == "ERR_EDGEWAY_4007"
+    finally:
+        a.stop()
+
+
+def test_oidc_login_with_allowed_emails_on_an_sdk_endpoint(srv: Server, token: str,
+                                                           service: int, issuer: str) -> None:
+    a = agent(srv, token, {"kind": "https", "forward": f"http://127.0.0.1:{service}",
+                           "oidc": [issuer, "sdk-client", "sdk-secret", ["alice@example.com"]]})
+    try:
+        (url,) = a.urls
+        with EdgeClient(srv) as web:
+            outcomes = {}
+            for user in ("alice@example.com", "mallory@example.com"):
+                web.http.cookies.clear()
+                r = web.get(f"{url}/headers")
+                assert r.status_code == 302, r.text
+                state = r.headers["set-cookie"].split(";", 1)[0]
+                authorize = r.headers["location"]
+                assert parse_qs(urlsplit(authorize).query)["client_id"] == ["sdk-client"]
+                back = httpx.post(authorize, data={"sub": user}, follow_redirects=False)
+                callback = urlsplit(back.headers["location"])
+                web.http.cookies.clear()
+                r = web.get(f"{url}{callback.path}?{callback.query}", headers={"Cookie": state})
+                outcomes[user] = r.status_code
+                if r.status_code == 302:
+                    session = r.headers["set-cookie"].split(";", 1)[0]
+                    web.http.cookies.clear()
+                    seen = dict(web.get(f"{url}/headers",
+                                        headers={"Cookie": session}).json()["headers"])
+                    assert seen["edgeway-auth-user-email"] == user
+            assert outcomes == {"alice@example.com": 302, "mallory@example.com": 403}
+    finally:
+        a.stop()
+
+
+def test_a_tcp_endpoint_policy_closes_connections(srv: Server, token: str,
+                                                  echo_port: int) -> None:
+    policy = json.dumps({"on_tcp_connect": [
+        {"expressions": ["conn.client_ip == '127.0.0.1'"], "actions": [{"type": "deny"}]}]})
+    a = agent(srv, token, {"kind": "tcp", "forward": f"tcp://127.0.0.1:{echo_port}",
+                           "policy": policy})
+    try:
+        port = int(a.urls[0].rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"ping")
+            assert s.recv(10) == b""
+    finally:
+        a.stop()
+
+
+def test_what_cannot_be_enforced_is_refused_at_bind(srv: Server, token: str,
+                                                    service: int, issuer: str) -> None:
+    forward = f"http://127.0.0.1:{service}"
+    jwt = json.dumps({"on_http_request": [{"actions": [{"type": "jwt-validation",
+                                                        "config": {}}]}]})
+    a = agent(srv, token,
+              {"kind": "https", "forward": forward, "policy": jwt},
+              {"kind": "https", "forward": forward, "webhook": ["twilio", "x"]},
+              {"kind": "https", "forward": forward, "deny_ua": ["(unclosed"]},
+              {"kind": "http", "forward": forward, "oidc": [issuer, "c", "s"]},
+              {"kind": "https", "forward": forward, "policy": "{not: [valid"})
+    try:
+        errors = [ln.get("error", "") for ln in a.listeners]
+        assert "'jwt-validation' in on_http_request" in errors[0]
+        assert "provider 'twilio'" in errors[1]
+        assert "not a valid regular expression" in errors[2]
+        assert "need an https tunnel" in errors[3]
+        assert "traffic policy is not valid" in errors[4]
+        assert all("ERR_NGROK_8000" in e for e in errors)
+    finally:
+        a.stop()
