@@ -40,15 +40,15 @@ TOP_UNSUPPORTED = frozenset({"proxy_url", "api_key", "remote_management", "dns_r
 _COMMON = frozenset({"proto", "addr", "metadata"})
 TUNNEL_KEYS = {  # by proto; "" is a labeled tunnel
     "http": _COMMON | {"domain", "hostname", "subdomain", "inspect", "basic_auth", "host_header",
-                       "schemes"},
-    "tcp": _COMMON | {"remote_addr"},
+                       "schemes", "traffic_policy"},
+    "tcp": _COMMON | {"remote_addr", "traffic_policy"},
     "tls": _COMMON | {"domain", "hostname", "subdomain"},
     "": frozenset({"addr", "labels", "metadata"}),
 }
 TUNNEL_UNSUPPORTED = frozenset({
     "compression", "circuit_breaker", "ip_restriction", "request_header", "response_header",
     "oauth", "oidc", "verify_webhook", "mutual_tls_cas", "user_agent_filter",
-    "websocket_tcp_converter", "traffic_policy", "policy", "crt", "key", "terminate_at",
+    "websocket_tcp_converter", "policy", "crt", "key", "terminate_at",
     "proxy_proto"})
 TUNNEL_RENAMED = {
     "bind_tls": "no longer supported: use schemes ([https] for true, [http] for false, "
@@ -89,6 +89,7 @@ class TunnelConfig:
     basic_auth: tuple[tuple[str, str], ...] = ()
     host_header: str = ""  # "rewrite", "preserve" or a literal host
     schemes: tuple[str, ...] = ("https",)  # http only: () for the others
+    traffic_policy: str = ""  # http and tcp: the policy document as JSON (the edge runs it)
 
 
 @dataclass(frozen=True)
@@ -320,6 +321,8 @@ def _tunnel(ctx: _Context, name: str, doc: object, base: tuple[str, ...]) -> Tun
         host_header=ctx.get(doc, (*base, "host_header"), check.host_header, ""),
         schemes=ctx.get(doc, (*base, "schemes"), check.schemes,
                         ("https",) if kind == "http" else ()),
+        traffic_policy=ctx.get(doc, (*base, "traffic_policy"),
+                               lambda v: check.traffic_policy(v, kind), ""),
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import json
 import math
 import os
 import re
@@ -292,3 +293,24 @@ def schemes(value: object) -> tuple[str, ...]:
     if not items or not set(items) <= {"http", "https"} or len(set(items)) < len(items):
         raise Invalid(f"must list http and/or https, each once (got {items!r})")
     return tuple(items)
+
+
+def traffic_policy(value: object, kind: str) -> str:
+    """A traffic policy: a mapping of phases (or its JSON/YAML text), checked as the API
+    checks one (phases of this kind of tunnel, rules, CEL, actions); sent as JSON."""
+    from edgeway.catalog.modules.policy import check_policy, parse
+    from edgeway.errors import Invalid as Refused
+
+    doc = value
+    try:
+        if isinstance(value, str):
+            doc = parse("traffic_policy", value)
+        text = json.dumps(doc)
+        check_policy("traffic_policy", text, "tcp_edge" if kind == "tcp" else "route")
+    except Refused as exc:
+        where = exc.member.removeprefix("traffic_policy").lstrip(".")
+        rule = str(exc).split("': ", 1)[-1]
+        raise Invalid(f"{where}: {rule}" if where else rule) from None
+    except (TypeError, ValueError) as exc:
+        raise Invalid(f"must be a mapping of phases to rules ({exc})") from None
+    return text

@@ -70,6 +70,8 @@ def _bind_message(t: Tunnel) -> tuple[int, dict[str, Any]]:
     opts: dict[str, Any]
     if c.proto == "tcp":
         proto, opts = "tcp", {"Addr": c.remote_addr}
+        if c.traffic_policy:
+            opts["TrafficPolicy"] = c.traffic_policy
     else:
         opts = {"Domain": c.domain, "Subdomain": c.subdomain, "Hostname": ""}
         proto = "tls" if c.proto == "tls" else (
@@ -77,6 +79,8 @@ def _bind_message(t: Tunnel) -> tuple[int, dict[str, Any]]:
         if c.basic_auth:
             opts["BasicAuth"] = {"Credentials": [
                 {"Username": u, "CleartextPassword": p} for u, p in c.basic_auth]}
+        if c.traffic_policy and c.proto == "http":
+            opts["TrafficPolicy"] = c.traffic_policy
     return StreamType.BIND, {"Id": t.id, "Proto": proto, "ForwardsTo": c.addr.url(),
                              "ForwardsProto": "", "Opts": opts,
                              "Extra": {"Token": "", "Metadata": c.metadata}}

@@ -282,3 +282,21 @@ def test_the_console_shows_the_session_and_tunnels(srv: Server, token: str,
         assert online, screen
         assert f"-> http://127.0.0.1:{svc}" in online[0]
         assert any("1 conns" in s for s in screen)  # the count moved with the request
+
+
+def test_a_config_traffic_policy_runs_at_the_edge(srv: Server, token: str,
+                                                  tmp_path: Path) -> None:
+    web = free_port()
+    with upstream.running("svc") as svc:
+        cfg = write_config(tmp_path / "p.yml", srv, token, web, (
+            f"tunnels:\n  web:\n    proto: http\n    addr: {svc}\n    traffic_policy:\n"
+            "      on_http_request:\n        - expressions: [\"req.url.path == '/admin'\"]\n"
+            "          actions: [{type: deny, config: {status_code: 404}}]\n"))
+        a = run_agent("web", "--config", str(cfg), web_port=web)
+        try:
+            url = a.api("GET", "/api/tunnels/web").json()["public_url"]
+            with EdgeClient(srv) as client:
+                assert client.get(url + "/admin").status_code == 404
+                assert client.get(url + "/open").text == "svc /open"
+        finally:
+            a.stop()

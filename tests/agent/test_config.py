@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 from pathlib import Path
@@ -636,3 +637,21 @@ def test_to_yaml_masks_secrets(tmp_path: Path) -> None:
     assert text.index("version") < text.index("authtoken") < text.index("tunnels")
     assert doc["authtoken"] == "2abcdefghijklmnop"  # the document itself is left alone
     assert "authtoken" not in to_yaml({"version": 2})
+
+
+def test_traffic_policies_are_checked_and_sent_as_json(tmp_path: Path) -> None:
+    policy = ("traffic_policy:\n  on_http_request:\n    - expressions: [\"req.method == 'GET'\"]\n"
+              "      actions: [{type: deny, config: {status_code: 404}}]\n")
+    cfg = one(tmp_path, "tunnels:\n  web:\n    proto: http\n    addr: 80\n    "
+              + policy.replace("\n", "\n    ").rstrip() + "\n")
+    assert json.loads(cfg.tunnels["web"].traffic_policy) == {"on_http_request": [
+        {"expressions": ["req.method == 'GET'"],
+         "actions": [{"type": "deny", "config": {"status_code": 404}}]}]}
+    assert tunnel_error(tmp_path, "proto: tcp\naddr: 22\ntraffic_policy:\n  on_http_request: []\n"
+                        ) == ("traffic_policy: on_http_request: is not a phase here; phases: "
+                              "on_tcp_connect")
+    message = tunnel_error(tmp_path, "proto: http\naddr: 80\ntraffic_policy: "
+                           "'{\"on_http_request\": [{\"expressions\": [\"1 +\"], "
+                           "\"actions\": [{\"type\": \"deny\"}]}]}'\n")
+    assert message.startswith("traffic_policy: on_http_request[0].expressions[0]: '1 +' is not "
+                              "a valid CEL expression")
