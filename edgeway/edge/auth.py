@@ -17,6 +17,7 @@ import asyncio
 import logging
 import secrets
 import time
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -129,7 +130,7 @@ class OidcGate:
                 return Fixed(200, (("Content-Type", "text/plain; charset=utf-8"),
                                    _set_cookie(cfg.cookie, "", 0)), b"Signed out.\n")
             if cfg.options_passthrough and req.method == b"OPTIONS":
-                return _replace(req, headers), ()
+                return replace(req, headers=headers), ()
             now = time.time()
             session = self._session(cfg, req.headers, now)
             if session is None:
@@ -145,7 +146,7 @@ class OidcGate:
         if cfg.inactivity and now - session["seen"] > RENEW_AFTER:
             session["seen"] = int(now)
             renew = (_set_cookie(cfg.cookie, oidc.sign(self.key, session)),)
-        return _replace(req, headers + identity), renew
+        return replace(req, headers=headers + identity), renew
 
     def _session(self, cfg: Config, headers: Headers, now: float) -> dict[str, Any] | None:
         value = _cookies(headers).get(cfg.cookie)
@@ -221,7 +222,3 @@ class OidcGate:
         return _redirect(target, _set_cookie(cfg.cookie, oidc.sign(self.key, session)),
                          _set_cookie(cfg.state_cookie, "", 0))
 
-
-def _replace(req: Request, headers: Headers) -> Request:
-    return Request(req.method, req.target, headers, req.http10, req.keep_alive, req.upgrade,
-                   req.body)

@@ -19,6 +19,8 @@ from typing import Final
 
 import httptools
 
+from edgeway.edge.modules.request_headers import header
+
 Headers = list[tuple[bytes, bytes]]
 MAX_HEAD = 64 * 1024
 NEED_DATA: Final = None  # next_event(): nothing complete yet
@@ -65,17 +67,13 @@ def reason(status: int) -> bytes:
     return _REASONS.get(status, b"")
 
 
-def _value(headers: Headers, name: bytes) -> bytes:
-    return next((v for k, v in headers if k.lower() == name), b"")
-
-
 def _content_length(headers: Headers) -> int | None:
-    raw = _value(headers, b"content-length")
+    raw = header(headers, b"content-length")
     return int(raw) if raw else None  # llhttp checked it: digits, at most one
 
 
 def chunked(headers: Headers) -> bool:
-    return b"chunked" in _value(headers, b"transfer-encoding").lower()
+    return b"chunked" in header(headers, b"transfer-encoding").lower()
 
 
 def with_length(req: Request, length: int) -> Request:
@@ -326,7 +324,7 @@ class ResponseParser(_Parser):
         status = p.get_status_code()
         informational = 100 <= status < 200 and status != 101
         if self._head:  # llhttp would wait for the body a HEAD response does not have
-            tokens = _value(headers, b"connection").lower()
+            tokens = header(headers, b"connection").lower()
             keep = p.get_http_version() == "1.1" and b"close" not in tokens
         else:
             keep = p.should_keep_alive()

@@ -196,8 +196,7 @@ class PublicListeners:
                                     "tls", "", True)
             else:
                 https_edge = snap.https.get(name)
-                options = self.router.tls_options(snap, https_edge) if https_edge \
-                    else TlsOptions()
+                options = https_edge.tls if https_edge else TlsOptions()
                 if options is None:  # a certificate authority it names is gone
                     sock.close()
                     return
@@ -219,7 +218,7 @@ class PublicListeners:
             return
         target = self.router.target(snap, edge.plan)
         terminate = (edge.doc.get("tls_termination") or {}).get("terminate_at") == "edge"
-        options = self.router.tls_options(snap, edge)
+        options = edge.tls
         if options is None or (options.client_cas and not terminate):
             sock.close()  # a client certificate cannot be checked on a stream passed through
             return

@@ -63,6 +63,9 @@ class Edge:
     doc: dict[str, Any]
     plan: Plan
     routes: list[Route] = field(default_factory=list)
+    # the TLS server options of its names (mutual_tls, min_version), made with the snapshot;
+    # None: a certificate authority it names is gone (its connections are refused)
+    tls: mutual_tls.TlsOptions | None = field(default_factory=mutual_tls.TlsOptions)
 
 
 @dataclass
@@ -99,7 +102,9 @@ async def load(db: Database) -> Snapshot:
     for collection, kind in (("edges/https", "https"), ("edges/tls", "tls"),
                              ("edges/tcp", "tcp")):
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
-            edge = by_id[id_] = Edge(id_, kind, doc, modules.compile_doc(doc, snap.rules, id_))
+            plan = modules.compile_doc(doc, snap.rules, id_)
+            edge = by_id[id_] = Edge(id_, kind, doc, plan, tls=mutual_tls.options(
+                plan.client_cas, plan.min_tls_version, snap.cas))
             for host, port in _hosts(doc):
                 if kind == "tcp":
                     snap.tcp[port] = edge
@@ -258,8 +263,7 @@ class Router:
                 return Decision(page(404, "No route", f"The edge for {host} has no route "
                                      f"matching {path}.", 4004))
             breaker = self._breaker(route.id, route.plan.breaker)
-            refusal = route.plan.refuse(ip, text(b"user-agent"), text(b"authorization"),
-                                        breaker)
+            refusal = self._refusal(route.plan, ip, text, breaker)
             if refusal is not None:
                 return Decision(refusal)
             target = self.target(snap, route.plan)
@@ -280,10 +284,18 @@ class Router:
             return Decision(page(404, "Tunnel not found", f"{host} is served over plain HTTP "
                                  "only.", 4004))
         plan = self.bind_plan(tunnel)
-        refusal = plan.refuse(ip, text(b"user-agent"), text(b"authorization"), None)
+        refusal = self._refusal(plan, ip, text, None)
         if refusal is not None:
             return Decision(refusal)
         return Decision(tunnel, tunnel.proto, "", plan)
+
+    @staticmethod
+    def _refusal(plan: Plan, ip: str, text: Callable[[bytes], str],
+                 breaker: Breaker | None) -> Fixed | None:
+        """The request-phase modules' answer; headers looked up only for modules that read
+        them."""
+        return plan.refuse(ip, text(b"user-agent") if plan.user_agents else "",
+                           text(b"authorization") if plan.basic_auth else "", breaker)
 
     def _breaker(self, route_id: str, config: circuit_breaker.Config | None
                  ) -> Breaker | None:
@@ -296,11 +308,6 @@ class Router:
         if kept is None or kept.config != config:
             kept = self._breakers[route_id] = Breaker(config)
         return kept
-
-    @staticmethod
-    def tls_options(snap: Snapshot, edge: Edge) -> mutual_tls.TlsOptions | None:
-        """The TLS server options of ``edge``'s names (None: refuse its connections)."""
-        return mutual_tls.options(edge.plan.client_cas, edge.plan.min_tls_version, snap.cas)
 
     def bind_plan(self, tunnel: Tunnel) -> Plan:
         """The plan of a tunnel's bind options (compiled once per tunnel)."""

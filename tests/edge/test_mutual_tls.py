@@ -18,6 +18,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.edge.agents import ca_context, read_all
 from tests.edge.test_edges import made, route
+from tests.edge.tls_upstream import write_pair
 from tests.server import Server
 
 HOST = "mtls.example.com"
@@ -42,12 +43,8 @@ def authority(tmp: Path, name: str) -> tuple[str, ssl.SSLContext]:
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]),
                            critical=False)
             .sign(ca_key, hashes.SHA256()))
-    cert_file, key_file = tmp / f"{name}.pem", tmp / f"{name}.key"
-    cert_file.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return ca.public_bytes(serialization.Encoding.PEM).decode(), client(cert_file, key_file)
+    return ca.public_bytes(serialization.Encoding.PEM).decode(), client(
+        *write_pair(tmp, name, leaf, key))
 
 
 def client(cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:

@@ -20,6 +20,17 @@ from cryptography.x509.oid import NameOID
 from tests.edge.upstream import accept_in_threads
 
 
+def write_pair(directory: Path, name: str, cert: x509.Certificate,
+               key: ec.EllipticCurvePrivateKey) -> tuple[Path, Path]:
+    """``<name>.pem`` and ``<name>.key`` (PKCS#8) in ``directory``: their paths."""
+    cert_path, key_path = directory / f"{name}.pem", directory / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
 def self_signed(name: str, directory: Path) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
@@ -30,12 +41,7 @@ def self_signed(name: str, directory: Path) -> tuple[Path, Path]:
             .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .sign(key, hashes.SHA256()))
-    cert_path, key_path = directory / f"{name}.pem", directory / f"{name}.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
+    return write_pair(directory, name, cert, key)
 
 
 def localhost_contexts(directory: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:

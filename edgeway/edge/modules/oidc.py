@@ -59,7 +59,7 @@ class Config:
 def compile(module: dict[str, Any]) -> Config:
     scopes = [str(s) for s in module.get("scopes") or ["profile", "email"]]
     return Config(
-        str(module.get("issuer", "")).rstrip("/") or "", str(module.get("client_id", "")),
+        str(module.get("issuer", "")).rstrip("/"), str(module.get("client_id", "")),
         str(module.get("client_secret", "")),
         tuple(dict.fromkeys(["openid", *scopes])), str(module.get("cookie_prefix") or
                                                          "edgeway."),

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -256,14 +255,20 @@ def interpolate(text: str, env: dict[str, Any]) -> str:
     return _INTERPOLATION.sub(lambda m: str(_eval(m[1], env)), text) if "${" in text else text
 
 
+def _header_map(headers: Headers) -> dict[str, list[str]]:
+    """``req.headers``/``res.headers``: lower-case names to their values."""
+    names: dict[str, list[str]] = {}
+    for k, v in headers:
+        names.setdefault(k.decode("latin-1").lower(), []).append(v.decode("latin-1"))
+    return names
+
+
 def request_env(method: bytes, target: bytes, headers: Headers, host: str, scheme: str,
                 ip: str, port: int, http10: bool) -> dict[str, Any]:
     """The CEL variables of a request."""
     raw = target.decode("latin-1")
     path, _, query = raw.partition("?")
-    names: dict[str, list[str]] = {}
-    for k, v in headers:
-        names.setdefault(k.decode("latin-1").lower(), []).append(v.decode("latin-1"))
+    names = _header_map(headers)
     length = names.get("content-length", ["-1"])[0]
     hostname = host.rsplit(":", 1)[0] if not host.endswith("]") else host
     return {
@@ -278,10 +283,7 @@ def request_env(method: bytes, target: bytes, headers: Headers, host: str, schem
 
 
 def response_env(env: dict[str, Any], status: int, headers: Headers) -> dict[str, Any]:
-    names: dict[str, list[str]] = {}
-    for k, v in headers:
-        names.setdefault(k.decode("latin-1").lower(), []).append(v.decode("latin-1"))
-    return {**env, "res": {"status_code": status, "headers": names}}
+    return {**env, "res": {"status_code": status, "headers": _header_map(headers)}}
 
 
 def compile(module: dict[str, Any], key: str) -> Policy:
@@ -302,6 +304,3 @@ def compile(module: dict[str, Any], key: str) -> Policy:
         phases[phase] = tuple(compiled)
     return Policy(key, phases, unsupported)
 
-
-def now() -> float:
-    return time.monotonic()
