@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from edgeway import bootstrap
+from edgeway import bootstrap, logs
 from edgeway.catalog.model import Settings
 from edgeway.config import ServerConfig, default_data_dir, parse_addr, public_url_for, split_list
 from edgeway.store.db import StoreUnavailable
@@ -208,7 +207,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    logs.configure()
     try:
         if args.command == "serve":
             from edgeway.server import serve

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 
+import structlog
 import uvicorn
 
-from edgeway import bootstrap, ids
+from edgeway import bootstrap, ids, logs
 from edgeway.api.app import build
 from edgeway.api.platform import Platform
 from edgeway.config import ServerConfig, listen_socket
@@ -22,7 +22,7 @@ from edgeway.pki import platform_ca, seal
 from edgeway.store.migrate import open_database
 from edgeway.tunnel.server import TunnelServer
 
-log = logging.getLogger("edgeway")
+log = structlog.get_logger()
 
 
 def node_id(data_dir: Path) -> str:
@@ -54,7 +54,7 @@ class _Server(uvicorn.Server):
                 loop.remove_signal_handler(sig)
 
     def _stop(self, sig: signal.Signals) -> None:
-        log.info('{"event": "signal", "signal": "%s"}', sig.name)
+        log.info("signal", signal=sig.name)
         if self.should_exit:
             self.force_exit = True
         self.should_exit = True
@@ -93,14 +93,24 @@ async def serve(cfg: ServerConfig) -> None:
         server = _Server(config)
         where = "SQLite " + str(cfg.data_dir / "edgeway.db") if not cfg.database_url \
             else "PostgreSQL"
-        log.info('{"event": "start", "api": "%s", "tunnel": "%s:%d", "http": "%s", '
-                 '"https": "%s", "store": "%s"}', cfg.settings.public_url, cfg.tunnel_host,
-                 cfg.tunnel_port, _addr(cfg.http_addr), _addr(cfg.https_addr), where)
+        log.info("start", api=cfg.settings.public_url,
+                 tunnel=f"{cfg.tunnel_host}:{cfg.tunnel_port}", http=_addr(cfg.http_addr),
+                 https=_addr(cfg.https_addr), store=where)
+        reporter = asyncio.create_task(_report_suppressed())
         try:
             await server.serve(sockets=[api_socket])
         finally:
+            reporter.cancel()
             await edge.stop()
             await tunnels.stop()
     finally:
         await db.close()
-        log.info('{"event": "stopped"}')
+        logs.report_suppressed()
+        log.info("stopped")
+
+
+async def _report_suppressed(every: float = 5.0) -> None:
+    """Counts of log lines a flood held back, every few seconds while there are any."""
+    while True:
+        await asyncio.sleep(every)
+        logs.report_suppressed()

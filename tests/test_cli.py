@@ -66,7 +66,7 @@ def test_sigint_is_a_clean_shutdown(tmp_path: Path) -> None:
     srv.proc.send_signal(signal.SIGINT)
     assert srv.proc.wait(15) == 0
     assert srv.stop() == 0
-    assert '"event": "stopped"' in srv.log()
+    assert '"event":"stopped"' in srv.log()
 
 
 @pytest.mark.parametrize(("args", "words"), [

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import logging
 import re
 import time
 from collections import deque
 from typing import TYPE_CHECKING
 
 import httptools
+import structlog
 
 from edgeway.agent.captures import BODY_CAP, Exchange, Message, Store, canonical
 from edgeway.tunnel.muxado.aio import MuxStream, StreamClosed
@@ -37,7 +36,7 @@ from edgeway.tunnel.muxado.session import StreamError
 if TYPE_CHECKING:
     from httptools.parser.parser import HttpParser  # the common base, not exported
 
-log = logging.getLogger("edgeway.agent")
+log = structlog.get_logger()
 HEAD_MAX = 64 * 1024  # a longer head (or more bytes held during an upgrade) stops the tap
 LINE_MAX = 4096  # chunk-size and trailer lines
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
@@ -229,8 +228,8 @@ class Tap:
             elif side.state == _CLOSE:
                 side._end()
         except Exception as exc:  # whatever the bytes, never let inspection break traffic
-            log.debug('{"event": "inspect_stopped", "tunnel": "%s", "error": %s}',
-                      self.tunnel_name, json.dumps(f"{type(exc).__name__}: {exc}"))
+            log.debug("inspect_stopped", tunnel=self.tunnel_name,
+                      error=f"{type(exc).__name__}: {exc}")
             self.stopped = True
 
     def request_head(self, msg: Message, began: tuple[float, int]) -> Exchange:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
 import socket
 import sys
 from collections.abc import Iterator
 
+import structlog
 import uvicorn
 
 from edgeway import __version__
@@ -100,5 +100,5 @@ async def run(config: AgentConfig, names: list[str], resolve: dict[str, str],
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(task, 5)
-    logging.getLogger("edgeway.agent").info('{"event": "agent_stopped"}')
+    structlog.get_logger().info("agent_stopped")
     return agent.error if agent.status == "refused" else ""

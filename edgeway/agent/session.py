@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import platform
 import secrets
 import ssl
@@ -20,6 +19,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import structlog
 
 from edgeway import __version__
 from edgeway.agent.captures import Store
@@ -31,7 +32,7 @@ from edgeway.tunnel.muxado.session import StreamError
 from edgeway.tunnel.pipes import StreamPipe, splice
 from edgeway.tunnel.rpc import StreamType
 
-log = logging.getLogger("edgeway.agent")
+log = structlog.get_logger()
 MAX_BACKOFF = 30.0
 
 
@@ -136,7 +137,7 @@ class AgentSession:
             except (OSError, ssl.SSLError, TimeoutError, rpc.RPCError, StreamClosed,
                     StreamError, asyncio.IncompleteReadError, NotConnected) as exc:
                 self.error = str(exc) or type(exc).__name__
-                log.warning('{"event": "session_lost", "error": %s}', json.dumps(self.error))
+                log.warning("session_lost", error=self.error)
             self._set_offline()
             if self._stop.is_set():
                 break
@@ -206,8 +207,7 @@ class AgentSession:
                     await self._bind(conn, tunnel)
                 except BindFailed as exc:
                     tunnel.url, tunnel.proto = "", ""
-                    log.warning('{"event": "bind_refused", "tunnel": "%s", "error": %s}',
-                                tunnel.config.name, json.dumps(str(exc)))
+                    log.warning("bind_refused", tunnel=tunnel.config.name, error=str(exc))
             self.status = "online"
             self._online.set()
             self._on_change()
@@ -254,8 +254,8 @@ class AgentSession:
         tunnel.id = str(answer.get("id") or "")
         tunnel.url = str(answer.get("url") or "")
         tunnel.proto = str(answer.get("proto") or "")
-        log.info('{"event": "tunnel_bound", "tunnel": "%s", "url": "%s", "addr": "%s"}',
-                 tunnel.config.name, tunnel.url, tunnel.config.addr.url())
+        log.info("tunnel_bound", tunnel=tunnel.config.name, url=tunnel.url,
+                 addr=tunnel.config.addr.url())
 
     async def _heartbeat(self, conn: MuxConnection) -> None:
         """Beat every interval; no echo within the tolerance ends the session."""
@@ -271,7 +271,7 @@ class AgentSession:
                 echo = await asyncio.wait_for(stream.readexactly(4),
                                               self.config.heartbeat_tolerance)
             except (TimeoutError, asyncio.IncompleteReadError, StreamClosed):
-                log.warning('{"event": "heartbeat_missed"}')
+                log.warning("heartbeat_missed")
                 await conn.close()
                 return
             if echo == beat:
@@ -307,8 +307,8 @@ class AgentSession:
                 for name, t in list(self.tunnels.items()):
                     if t.id == msg.get("id"):
                         del self.tunnels[name]
-                        log.warning('{"event": "tunnel_stopped_by_server", "tunnel": "%s", '
-                                    '"message": %s}', name, json.dumps(msg.get("message")))
+                        log.warning("tunnel_stopped_by_server", tunnel=name,
+                                    message=msg.get("message"))
                         self._on_change()
             else:
                 stream.reset()
@@ -321,10 +321,10 @@ class AgentSession:
             return
         await rpc.reply(stream, {})
         if kind == StreamType.STOP:
-            log.info('{"event": "stopped_by_server"}')
+            log.info("stopped_by_server")
             self._stop.set()
         else:
-            log.info('{"event": "restart_requested_by_server"}')
+            log.info("restart_requested_by_server")
         await asyncio.sleep(0.1)  # let the reply leave before the session goes
         await conn.close()
 

@@ -9,14 +9,12 @@ middleware stack; handlers still take and return Starlette requests and response
 from __future__ import annotations
 
 import functools
-import logging
 import secrets
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgspec
+import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
@@ -30,7 +28,7 @@ from edgeway.api.platform import Caller, Platform
 from edgeway.api.router import Router
 from edgeway.errors import ApiError, NotFound
 
-log = logging.getLogger("edgeway.api")
+log = structlog.get_logger()
 Handler = Callable[[Request, Platform, Caller], Awaitable[Response]]
 Endpoint = Callable[[Request], Awaitable[Response]]
 _CRUD: tuple[tuple[str, str, str, Any], ...] = (
@@ -109,8 +107,6 @@ class Api:
         for path, method, fn in routes():
             self.router.add(path, [method], fn)
         self._op = OperationIds()
-        self._enc = msgspec.json.Encoder()
-        self._out = sys.stderr
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -120,25 +116,33 @@ class Api:
         scope["state"] = {"operation_id": op}
         start = time.perf_counter()
         status = 0
+        logged = False
 
         async def send_op(message: Message) -> None:
-            nonlocal status
+            nonlocal status, logged
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message["headers"] = [*message.get("headers", ()),
                                       (b"edgeway-operation-id", op.encode())]
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                # Logged before the last of the answer goes out: a client holding the answer
+                # finds its line in the log.
+                logged = True
+                self._log(scope, op, status, start)
             await send(message)
 
         try:
             await self._dispatch(scope, receive, send_op)
         except Exception:
-            log.exception("unhandled error in %s %s", scope["method"], scope["path"])
+            log.exception("unhandled_error", method=scope["method"], path=scope["path"],
+                          operation_id=op)
             if status == 0:
                 err = ApiError("Internal server error; the operation id identifies it in the "
                                "server log.", None, status=500)
                 await error_response(err, op)(scope, receive, send_op)
         finally:
-            self._log(scope, op, status, start)
+            if not logged:
+                self._log(scope, op, status, start)
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -159,16 +163,12 @@ class Api:
             response = await fn(request)
         await response(scope, receive, send)
 
-    def _log(self, scope: Scope, op: str, status: int, start: float) -> None:
+    @staticmethod
+    def _log(scope: Scope, op: str, status: int, start: float) -> None:
         client = scope.get("client") or ("", 0)
-        line = {"event": "request", "method": scope["method"], "path": scope["path"],
-                "status": status, "ms": round((time.perf_counter() - start) * 1000, 2),
-                "client": client[0], "operation_id": op}
-        try:
-            self._out.write(self._enc.encode(line).decode() + "\n")
-            self._out.flush()
-        except (OSError, ValueError):
-            pass  # a closed or full log stream must not fail requests
+        log.info("request", method=scope["method"], path=scope["path"], status=status,
+                 ms=round((time.perf_counter() - start) * 1000, 2), client=client[0],
+                 operation_id=op)
 
 
 def build(platform: Platform) -> Api:

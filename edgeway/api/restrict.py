@@ -10,10 +10,11 @@ and dropped at once by any write to IP policies, rules or restrictions in this p
 from __future__ import annotations
 
 import ipaddress
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+import structlog
 
 from edgeway import catalog
 from edgeway.errors import Forbidden
@@ -22,7 +23,7 @@ from edgeway.store.repo import Repo
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-log = logging.getLogger("edgeway.api")
+log = structlog.get_logger()
 KINDS = frozenset({"ip_restrictions", "ip_policies", "ip_policy_rules"})
 
 
@@ -81,8 +82,7 @@ class ApiRestrictions:
         key = f"{rid}/{client}"
         if self._log_times.get(key, 0) < time.monotonic():
             self._log_times[key] = time.monotonic() + 60
-            log.warning('{"event": "ip_restriction_would_refuse", "restriction": "%s", '
-                        '"client": "%s"}', rid, client)
+            log.warning("ip_restriction_would_refuse", restriction=rid, client=client)
 
 
 def _compile(id_: str, doc: dict[str, Any],

@@ -5,8 +5,9 @@ optionally gzipped, and the switch to a raw splice after a 101)."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass, field
+
+import structlog
 
 from edgeway.edge import h1
 from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, Response
@@ -16,7 +17,7 @@ from edgeway.edge.pages import Fixed, page
 from edgeway.edge.router import Decision
 from edgeway.tunnel.pipes import Pipe, UpstreamGone, splice
 
-log = logging.getLogger("edgeway.edge")
+log = structlog.get_logger()
 FLUSH_AT = 256 * 1024  # response bytes gathered before a write, when more are already here
 Headers = h1.Headers
 
@@ -56,7 +57,7 @@ async def fixed(writer: asyncio.StreamWriter, req: Request | None, answer: Fixed
 
 
 async def bad_gateway(writer: asyncio.StreamWriter, req: Request, why: str) -> None:
-    log.info('{"event": "bad_gateway", "error": "%s"}', why.replace('"', "'"))
+    log.info("bad_gateway", error=why)
     await fixed(writer, req, page(
         502, "Bad gateway", "The tunnel's agent or upstream went away before "
         "answering this request.", 4502, (("Connection", "close"),)))

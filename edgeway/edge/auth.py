@@ -14,7 +14,6 @@ Provider metadata (discovery and JWKS) is fetched once an hour per issuer.
 from __future__ import annotations
 
 import asyncio
-import logging
 import secrets
 import time
 from dataclasses import replace
@@ -22,6 +21,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
+import structlog
 
 from edgeway.edge import h1
 from edgeway.edge.h1 import Request
@@ -30,7 +30,7 @@ from edgeway.edge.modules.oidc import BadToken, Config
 from edgeway.edge.modules.request_headers import header
 from edgeway.edge.pages import Fixed, page
 
-log = logging.getLogger("edgeway.edge")
+log = structlog.get_logger()
 Headers = h1.Headers
 METADATA_TTL = 3600.0
 LOGIN_TTL = 600  # seconds from the redirect to the provider to the callback
@@ -136,8 +136,7 @@ class OidcGate:
             if session is None:
                 return await self._begin(cfg, req, host)
         except ProviderError as exc:
-            log.warning('{"event": "oidc_provider_error", "issuer": "%s", "error": "%s"}',
-                        cfg.issuer, str(exc).replace('"', "'"))
+            log.warning("oidc_provider_error", issuer=cfg.issuer, error=str(exc))
             return page(502, "Login unavailable", f"The identity provider {cfg.issuer} could "
                         "not be reached or answered wrongly.", 4014)
         identity = [(name, str(session.get(key, "")).encode("utf-8", "replace"))

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
 import ssl
 from collections.abc import Coroutine
 from functools import partial
 from typing import Any
+
+import structlog
 
 from edgeway.config import listen_socket
 from edgeway.edge.auth import OidcGate
@@ -32,7 +33,7 @@ from edgeway.tunnel.pipes import Pipe, SocketPipe, StreamPipe, UpstreamGone, spl
 from edgeway.tunnel.registry import Tunnel
 from edgeway.tunnel.tcp import TcpListener, client_addr
 
-log = logging.getLogger("edgeway.edge")
+log = structlog.get_logger()
 PEEK_TIMEOUT = 10.0
 MAX_HELLO = 65536 + 4096
 
@@ -154,7 +155,7 @@ class PublicListeners:
                 await (self.router.current() if changed else self.router.refresh())
                 await self._sync_tcp_edges()
             except Exception:  # a failed reload must not end the follower
-                log.exception('{"event": "edge_reload_failed"}')
+                log.exception("edge_reload_failed")
 
     # -- plain HTTP ------------------------------------------------------------------------
 
@@ -259,8 +260,7 @@ class PublicListeners:
             try:
                 await listener.start()
             except OSError as exc:
-                log.warning('{"event": "tcp_edge_listen_failed", "port": %d, "error": "%s"}',
-                            port, exc.strerror)
+                log.warning("tcp_edge_listen_failed", port=port, error=exc.strerror)
                 continue
             self._tcp_edges[port] = listener
 

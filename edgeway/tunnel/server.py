@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import secrets
 import ssl
 import struct
@@ -17,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
+
+import structlog
 
 from edgeway import __version__, catalog, ids
 from edgeway.api import hostports
@@ -33,7 +34,7 @@ from edgeway.tunnel.registry import Registry, Tunnel
 from edgeway.tunnel.rpc import StreamType
 from edgeway.tunnel.tcp import TcpListener, client_addr
 
-log = logging.getLogger("edgeway.tunnel")
+log = structlog.get_logger()
 SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
 TUNNELS = catalog.BY_COLLECTION["tunnels"]
 ENDPOINTS = catalog.BY_COLLECTION["endpoints"]
@@ -185,7 +186,7 @@ class TunnelServer:
                 await rpc.reply(stream, {"Error": rpc.error_text(
                     f"stream type {kind} is not supported by this server", 9999)})
         except (StreamClosed, asyncio.IncompleteReadError, rpc.RPCError) as exc:
-            log.info('{"event": "agent_stream_error", "error": "%s"}', exc)
+            log.info("agent_stream_error", session=session.id, error=str(exc))
             stream.reset()
 
     async def _auth(self, session: AgentSession, stream: MuxStream) -> None:
@@ -240,8 +241,7 @@ class TunnelServer:
             "node": self.node}
         async with self.platform.db.write() as tx:
             await Repo(tx).insert(SESSIONS, sid, doc)
-        log.info('{"event": "agent_session_start", "session": "%s", "credential": "%s"}',
-                 sid, credential)
+        log.info("agent_session_start", session=sid, credential=credential)
         return sid
 
     def _stable(self, session: AgentSession, tunnel_id: str) -> int:
@@ -466,8 +466,7 @@ class TunnelServer:
                  "ErrorCode": f"ERR_NGROK_{code}"}).encode(), eof=True)
         await self._drop_tunnel(session, tunnel_id)
         self.reserved.pop(tunnel_id, None)
-        log.info('{"event": "tunnel_stopped", "tunnel": "%s", "reason": %s}', tunnel_id,
-                 json.dumps(message))
+        log.info("tunnel_stopped", tunnel=tunnel_id, reason=message)
         return True
 
     async def command(self, session_id: str, kind: int,
@@ -512,7 +511,7 @@ class TunnelServer:
         while True:
             await asyncio.sleep(min(1.0, session.deadline / 4))
             if loop.time() - session.last_beat > session.deadline:
-                log.info('{"event": "agent_session_timeout", "session": "%s"}', session.id)
+                log.info("agent_session_timeout", session=session.id)
                 await session.conn.close()
                 return
 
@@ -525,5 +524,5 @@ class TunnelServer:
             with contextlib.suppress(Exception):
                 async with self.platform.db.write() as tx:
                     await Repo(tx).delete(SESSIONS, session.id)
-            log.info('{"event": "agent_session_stop", "session": "%s"}', session.id)
+            log.info("agent_session_stop", session=session.id)
 

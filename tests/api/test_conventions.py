@@ -144,9 +144,10 @@ def test_one_structured_log_line_per_request(api: httpx.Client, server: Server) 
     op = r.headers["edgeway-operation-id"]
     lines = [json.loads(x) for x in server.log().splitlines() if op in x]
     assert len(lines) == 1
-    assert lines[0] | {"ms": 0} == {"event": "request", "method": "GET", "path": "/ip_policies",
-                                    "status": 200, "ms": 0, "client": "127.0.0.1",
-                                    "operation_id": op}
+    assert lines[0] | {"ms": 0, "ts": ""} == {
+        "event": "request", "level": "info", "ts": "", "method": "GET", "path": "/ip_policies",
+        "status": 200, "ms": 0, "client": "127.0.0.1", "operation_id": op}
+    assert lines[0]["ts"].endswith("Z")
 
 
 def test_openapi_lists_exactly_the_served_operations(api: httpx.Client) -> None:

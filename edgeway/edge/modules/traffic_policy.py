@@ -13,7 +13,6 @@ the action (``Policy.unsupported``). String options take ``${expr}`` interpolati
 from __future__ import annotations
 
 import ipaddress
-import logging
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -21,10 +20,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import cel
+import structlog
 
 from edgeway.catalog.modules.policy import REQ, RES, TCP, parse
 
-log = logging.getLogger("edgeway.edge")
+log = structlog.get_logger()
 Headers = list[tuple[bytes, bytes]]
 ENFORCED = {
     REQ: frozenset({"deny", "custom-response", "redirect", "url-rewrite", "add-headers",
@@ -125,8 +125,8 @@ class Policy:
                 if all(expr.execute(env) is True for expr in rule.expressions):
                     out.append(rule)
             except Exception as exc:  # an expression that cannot be evaluated: no match
-                log.info('{"event": "policy_expression_failed", "rule": "%s", "error": "%s"}',
-                         rule.name, str(exc).splitlines()[0].replace('"', "'"))
+                log.info("policy_expression_failed", rule=rule.name,
+                         error=str(exc).splitlines()[0])
         return out
 
     def on_request(self, env: dict[str, Any], headers: Headers, target: bytes,
@@ -197,8 +197,7 @@ class Policy:
                 return True
             return False
         if kind == "log":
-            log.info('{"event": "policy_log", "metadata": "%s"}',
-                     str(cfg.get("metadata", "")).replace('"', "'"))
+            log.info("policy_log", metadata=cfg.get("metadata", ""))
         return False
 
     def on_response(self, env: dict[str, Any], headers: Headers) -> Headers:
