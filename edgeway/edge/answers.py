@@ -5,7 +5,7 @@ optionally gzipped, and the switch to a raw splice after a 101)."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from typing import Literal
 
 import structlog
 
@@ -14,8 +14,9 @@ from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, Res
 from edgeway.edge.modules import compression
 from edgeway.edge.modules.request_headers import header
 from edgeway.edge.pages import Fixed, page
+from edgeway.edge.pool import Upstream
 from edgeway.edge.router import Decision
-from edgeway.tunnel.pipes import Pipe, UpstreamGone, splice
+from edgeway.tunnel.pipes import UpstreamGone, splice
 
 log = structlog.get_logger()
 FLUSH_AT = 256 * 1024  # response bytes gathered before a write, when more are already here
@@ -23,16 +24,14 @@ Headers = h1.Headers
 
 
 class Retry(Exception):
-    """The tunnel's agent vanished before anything reached the client: ask the router
-    again (safe requests only)."""
+    """The upstream went away before anything reached the client, and the request may be
+    sent again (a safe request, or one not delivered at all)."""
 
 
-@dataclass
-class Upstream:
-    key: str
-    pipe: Pipe
-    parser: h1.ResponseParser = field(default_factory=h1.ResponseParser)
-    ended: bool = False  # the upstream closed its side
+Fate = Literal["reuse", "done", "failed"]
+REUSE: Fate = "reuse"  # what became of the upstream after a relay (see ``relay_response``)
+DONE: Fate = "done"
+FAILED: Fate = "failed"
 
 
 def _closes(headers: Headers) -> bool:
@@ -66,10 +65,13 @@ async def bad_gateway(writer: asyncio.StreamWriter, req: Request, why: str) -> N
 async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
                          reader: asyncio.StreamReader, req: Request, decision: Decision,
                          upstream: Upstream, body: asyncio.Task[None] | None, retry: bool
-                         ) -> tuple[bool, bool]:
-    """Relay the upstream's answer: (keep the public connection, reuse the upstream).
-    What the upstream sent is written out whenever it has nothing more for now (one write
-    per turn, not one per event), so streamed responses still arrive as they are written."""
+                         ) -> tuple[bool, Fate]:
+    """Relay the upstream's answer: (keep the public connection, what became of the upstream:
+    ``REUSE`` it for another request, ``DONE`` (it ends, end it gracefully) or ``FAILED``
+    (abort it)). What the upstream sent is written out whenever it has nothing more for now
+    (one write per turn, not one per event), so streamed responses still arrive as they are
+    written. A request body that fails (malformed, or the client left mid-upload) aborts the
+    upstream (``_pump_body``), which ends the wait for its answer here."""
     up = upstream.parser
     up.expect(req.method == b"HEAD")
     out = bytearray()
@@ -101,27 +103,35 @@ async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
                     up.eof()
                 continue
         except (UpstreamGone, BadMessage) as exc:
+            upstream.pipe.abort()
+            failed = body.exception() if body is not None and body.done() \
+                and not body.cancelled() else None
             if started or out:
                 writer.write(out)
                 raise ConnectionResetError("the upstream failed mid-response") from None
+            if isinstance(failed, BadMessage):  # the client's body, not the upstream
+                await fixed(writer, req, page(failed.status, "Bad request", str(failed), 4000),
+                            close=True)
+                return False, FAILED
+            if failed is not None:  # the client left mid-upload: nobody to answer
+                return False, FAILED
             if retry:
-                upstream.pipe.close()
                 raise Retry from None
             if decision.breaker is not None:
                 decision.breaker.record(True)
             await bad_gateway(writer, req, str(exc))
-            return False, False
+            return False, FAILED
         if isinstance(event, Response):
             if event.status == 101 and req.upgrade:
                 await switch(parser, writer, reader, event, upstream, body)
-                return False, False
+                return False, DONE
             if event.status == 101:  # to a request that did not ask to upgrade
                 if decision.breaker is not None:
                     decision.breaker.record(True)
                 writer.write(out)
                 await bad_gateway(writer, req, "the upstream switched protocols "
                                         "unasked")
-                return False, False
+                return False, FAILED
             if event.status < 200:  # 100 Continue, 103 Early Hints: not for HTTP/1.0
                 if not req.http10:
                     out += h1.head(b"HTTP/1.1 %d %b\r\n" % (event.status, event.reason),
@@ -150,8 +160,8 @@ async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
                 try:  # the upload may still be finishing; an early answer ends it
                     await asyncio.wait_for(asyncio.shield(body), 5)
                 except (UpstreamGone, TimeoutError, BadMessage):
-                    return False, False
-            return keep, reuse and up.idle
+                    return False, FAILED
+            return keep, REUSE if reuse and up.idle else DONE
 
 
 def response_head(req: Request, decision: Decision, resp: Response

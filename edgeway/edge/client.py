@@ -23,6 +23,9 @@ class Deadline:
 
     def arm(self, seconds: float) -> None:
         self._at = self._loop.time() + seconds
+        if self._handle is not None and self._handle.when() > self._at:
+            self._handle.cancel()  # sooner than the timer set: move it forward
+            self._handle = None
         if self._handle is None:
             self._handle = self._loop.call_at(self._at, self._fire)
 
@@ -46,19 +49,27 @@ class Deadline:
 
 
 async def next_event(parser: RequestParser, reader: asyncio.StreamReader,
-                deadline: Deadline | None = None, seconds: float = 0.0) -> h1.Event | None:
-    """The client's next event; None once it closed its side (or the deadline passed)."""
+                     deadline: Deadline | None = None, seconds: float = 0.0,
+                     head_seconds: float | None = None) -> h1.Event | None:
+    """The client's next event; None once it closed its side (or the deadline passed).
+    ``seconds``: how long to wait; ``head_seconds``: once a request begins to arrive, its head
+    must be whole within that many seconds of its first byte (a slow client is cut then)."""
     event = parser.next_event()
     if event is not None:
         return event
     if deadline is not None:
         deadline.arm(seconds)
+    started = parser.mid_message
     try:
         while (event := parser.next_event()) is None:
             data = await reader.read(65536)
             if not data:
                 return None
             parser.feed(data)
+            if not started and parser.mid_message:
+                started = True
+                if head_seconds is not None and deadline is not None:
+                    deadline.arm(head_seconds)
     finally:
         if deadline is not None:
             deadline.disarm()

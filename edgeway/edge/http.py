@@ -26,7 +26,16 @@ from typing import Any
 
 from edgeway.catalog.modules.policy import REQ, RES
 from edgeway.edge import h1, wstcp
-from edgeway.edge.answers import Retry, Upstream, bad_gateway, fixed, relay_response
+from edgeway.edge.answers import (
+    DONE,
+    FAILED,
+    REUSE,
+    Fate,
+    Retry,
+    bad_gateway,
+    fixed,
+    relay_response,
+)
 from edgeway.edge.auth import OidcGate
 from edgeway.edge.client import Deadline, next_event, read_body
 from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser
@@ -35,6 +44,7 @@ from edgeway.edge.modules.request_headers import header
 from edgeway.edge.modules.webhook_verification import MAX_BODY as MAX_WEBHOOK_BODY
 from edgeway.edge.modules.webhook_verification import Verifier
 from edgeway.edge.pages import Fixed, page
+from edgeway.edge.pool import Pool, Upstream
 from edgeway.edge.router import Decision, Edge, Router, Static
 from edgeway.tunnel.muxado.aio import StreamClosed
 from edgeway.tunnel.muxado.session import StreamError
@@ -42,8 +52,10 @@ from edgeway.tunnel.pipes import SocketPipe, StreamPipe, UpstreamGone
 from edgeway.tunnel.registry import Tunnel
 
 log = logging.getLogger("edgeway.edge")
-HEAD_TIMEOUT = 30.0  # to receive a whole request head
+HEAD_TIMEOUT = 30.0  # to receive a whole request head, from its first byte (or the connection)
 IDLE_TIMEOUT = 75.0  # between requests on a kept-alive connection
+BODY_TIMEOUT = 60.0  # between two reads of a request body
+STREAM_WAIT = 30.0  # for a stream of an agent session whose streams are all in use
 DRAIN_LIMIT = 1 << 20
 RETRIES = 2  # safe requests whose tunnel died before answering go to another live one
 FORWARDED = frozenset((b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"))
@@ -55,6 +67,10 @@ def _respond(policy: traffic_policy.Policy, env: dict[str, Any], status: int,
     return policy.on_response(traffic_policy.response_env(env, status, headers), headers)
 
 
+class AgentBusy(UpstreamGone):
+    """The agent session has no stream free (all in flight) and none became free in time."""
+
+
 def _replayable(req: Request, decision: Decision) -> bool:
     """A safe, bodiless request routed to a tunnel may be sent again if its agent vanished
     before answering (nothing reached the client yet)."""
@@ -64,10 +80,11 @@ def _replayable(req: Request, decision: Decision) -> bool:
 
 class HttpEdge:
     def __init__(self, router: Router, scheme: str, https_port: int = 443,
-                 login: OidcGate | None = None) -> None:
+                 login: OidcGate | None = None, pool: Pool | None = None) -> None:
         self.router, self.scheme, self.https_port = router, scheme, https_port
         self.login = login
         self.limits = traffic_policy.RateLimits()
+        self.pool = pool or Pool()
 
     # -- one public connection -------------------------------------------------------------
 
@@ -76,38 +93,34 @@ class HttpEdge:
         """One public connection; ``tls_edge``: the HTTPS edge its TLS server name chose
         (whose client certificate check, if any, the handshake passed)."""
         parser = RequestParser()
-        upstream: Upstream | None = None
         deadline = Deadline(writer.transport)
+        wait = HEAD_TIMEOUT  # a new connection is for a request: its head within 30 s
         try:
             while True:
                 try:
-                    event = await next_event(parser, reader, deadline,
-                                        HEAD_TIMEOUT if parser.mid_message else IDLE_TIMEOUT)
+                    event = await next_event(parser, reader, deadline, wait, HEAD_TIMEOUT)
                 except BadMessage as exc:
                     await fixed(writer, None, page(
                         exc.status, "Bad request", str(exc), 4000), close=True)
                     return
                 if not isinstance(event, Request):
                     return  # the client closed, or was too slow
-                keep, upstream = await self._answer(parser, reader, writer, event, peer,
-                                                    upstream, deadline, tls_edge)
-                if not keep:
+                if not await self._answer(parser, reader, writer, event, peer, deadline,
+                                          tls_edge):
                     return
                 parser.resume()
+                wait = HEAD_TIMEOUT if parser.mid_message else IDLE_TIMEOUT
         except (ConnectionError, OSError, BadMessage):
             pass
         finally:
             deadline.cancel()
-            if upstream is not None:
-                upstream.pipe.close()
             with contextlib.suppress(ConnectionError, OSError, RuntimeError):
                 writer.close()
 
     async def _answer(self, parser: RequestParser, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, req: Request, peer: tuple[str, int],
-                      upstream: Upstream | None, deadline: Deadline, tls_edge: Edge | None
-                      ) -> tuple[bool, Upstream | None]:
-        """Answer one request: (keep the public connection, the upstream to reuse)."""
+                      deadline: Deadline, tls_edge: Edge | None) -> bool:
+        """Answer one request; whether the public connection may carry another."""
         decision = await self._decide(req, peer, tls_edge)
         if decision.plan.websocket_tcp and wstcp.wants(req) \
                 and isinstance(decision.target, Tunnel | Static):
@@ -115,9 +128,9 @@ class HttpEdge:
                 pipe = (await self._open(decision, peer)).pipe
             except UpstreamGone as exc:
                 await bad_gateway(writer, req, str(exc))
-                return False, upstream
+                return False
             await wstcp.convert(reader, writer, req, parser.upgraded, pipe)
-            return False, upstream
+            return False
         policy = decision.plan.policy
         if policy is not None:
             env = traffic_policy.request_env(
@@ -127,11 +140,11 @@ class HttpEdge:
                 out = policy.on_request(env, req.headers, req.target, self.limits,
                                         time.monotonic())
                 if out.close:
-                    return False, upstream
+                    return False
                 if out.status:
                     keep = await fixed(writer, req, Fixed(out.status, tuple(
                         out.answer_headers), out.body))
-                    return keep and await self._drain(parser, reader, deadline), upstream
+                    return keep and await self._drain(parser, reader, deadline)
                 req = replace(req, headers=out.headers, target=out.target)
             if policy.has(RES):
                 decision = replace(decision, respond=partial(_respond, policy, env))
@@ -140,14 +153,14 @@ class HttpEdge:
                 page(503, "Not available", "Logins need HTTPS.", 4008)
             if isinstance(outcome, Fixed):
                 keep = await fixed(writer, req, outcome)
-                return keep and await self._drain(parser, reader, deadline), upstream
+                return keep and await self._drain(parser, reader, deadline)
             req, renew = outcome
             decision = replace(decision, set_headers=renew)
         body: bytes | None = None  # read whole already (webhook verification)
         if decision.plan.webhook is not None:
             checked = await self._verify(parser, reader, writer, req, decision.plan.webhook)
             if isinstance(checked, bool):
-                return checked, upstream
+                return checked
             req, body = checked
         for attempt in range(RETRIES + 1):
             if isinstance(decision.target, Fixed):
@@ -163,19 +176,19 @@ class HttpEdge:
                         (k.decode("latin-1"), v.decode("latin-1")) for k, v in changed))
                 keep = await fixed(writer, req, answer)
                 return keep and (body is not None
-                                 or await self._drain(parser, reader, deadline)), upstream
+                                 or await self._drain(parser, reader, deadline))
             retry = attempt < RETRIES and _replayable(req, decision)
             try:
-                return await self._proxy(parser, reader, writer, req, decision, peer, upstream,
-                                         retry, body)
+                return await self._proxy(parser, reader, writer, req, decision, peer,
+                                         deadline, retry, body)
             except Retry:  # that tunnel's agent is gone: ask the router again (what the
-                upstream = None  # policy and the login add to the response stays)
+                # policy and the login add to the response stays)
                 decision = replace(await self._decide(req, peer, tls_edge),
                                    set_headers=decision.set_headers, respond=decision.respond)
                 if not isinstance(decision.target, Tunnel):
                     await bad_gateway(writer, req, "no other tunnel")
-                    return False, None
-        return False, upstream  # not reached: the last attempt does not retry
+                    return False
+        return False  # not reached: the last attempt does not retry
 
     async def _verify(self, parser: RequestParser, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, req: Request, webhook: Verifier
@@ -226,10 +239,16 @@ class HttpEdge:
         target = decision.target
         client = f"[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"{peer[0]}:{peer[1]}"
         if isinstance(target, Tunnel):
+            if target.conn.crowded:  # idle streams of that session go first
+                self.pool.reclaim(target.conn)
             try:
-                stream = await target.open(client, decision.proto, decision.edge)
+                async with asyncio.timeout(STREAM_WAIT):
+                    stream = await target.open(client, decision.proto, decision.edge)
             except (StreamClosed, StreamError) as exc:
                 raise UpstreamGone(f"the agent is gone ({exc})") from None
+            except TimeoutError:
+                raise AgentBusy(f"none of the agent session's {target.conn.max_open} "
+                                f"streams became free within {STREAM_WAIT:g} s") from None
             return Upstream(target.id, StreamPipe(stream))
         assert isinstance(target, Static)
         pipe = await SocketPipe.dial(target.host, target.port, target.tls)
@@ -253,58 +272,96 @@ class HttpEdge:
 
     async def _proxy(self, parser: RequestParser, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter, req: Request, decision: Decision,
-                     peer: tuple[str, int], upstream: Upstream | None, retry: bool,
-                     whole: bytes | None = None) -> tuple[bool, Upstream | None]:
+                     peer: tuple[str, int], deadline: Deadline, retry: bool,
+                     whole: bytes | None = None) -> bool:
         """Forward the request (its body from the client as it comes, or ``whole``, read
-        already) and relay the answer."""
+        already) on an idle upstream of the target or a new one, and relay the answer. A
+        kept-alive upstream that closed meanwhile (its idle timeout) fails before answering:
+        the request goes again on a new one when it was not delivered or is safe to repeat.
+        """
         target = decision.target
         assert isinstance(target, Tunnel | Static)
         key = target.id if isinstance(target, Tunnel) else f"static:{target.host}:{target.port}"
-        if upstream is not None and (upstream.key != key or not upstream.parser.idle):
-            upstream.pipe.close()
-            upstream = None
+        head = self._request_head(req, decision, peer) + (whole or b"")
+        pump = req.body and whole is None
+        if not req.body and whole is None and not isinstance(parser.next_event(), End):
+            raise BadMessage(400, "a request without a body had one")  # (its End is here)
+        upstream = self.pool.take(key)
+        if upstream is not None:
+            try:
+                return await self._exchange(parser, reader, writer, req, decision, upstream,
+                                            head, pump, deadline, _replayable(req, decision),
+                                            True)
+            except Retry:
+                pass
         try:
-            if upstream is None:
-                upstream = await self._open(decision, peer)
-            await upstream.pipe.write(self._request_head(req, decision, peer) + (whole or b""))
+            upstream = await self._open(decision, peer)
+        except AgentBusy as exc:
+            await fixed(writer, req, page(503, "Agent busy", f"The tunnel's agent is busy: "
+                                          f"{exc}. Try again.", 4503, (("Retry-After", "1"),)),
+                        close=True)
+            return False
         except UpstreamGone as exc:
-            if upstream is not None:
-                upstream.pipe.close()
             if retry:
                 raise Retry from None
             await bad_gateway(writer, req, str(exc))
-            return False, None
+            return False
+        return await self._exchange(parser, reader, writer, req, decision, upstream, head,
+                                    pump, deadline, retry, False)
+
+    async def _exchange(self, parser: RequestParser, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter, req: Request, decision: Decision,
+                        upstream: Upstream, head: bytes, pump: bool, deadline: Deadline,
+                        retry: bool, reused: bool) -> bool:
+        """One request and its answer on ``upstream``, which is then pooled, ended or
+        aborted. ``Retry`` if it failed before anything was delivered to the client and the
+        request may go again (``retry``; a head not even written on a ``reused`` one)."""
+        fate: Fate = FAILED
         body: asyncio.Task[None] | None = None
-        if whole is not None:
-            pass  # sent with the head
-        elif not req.body:  # the usual case: its End is already here, no task to pump a body
-            if not isinstance(parser.next_event(), End):
-                raise BadMessage(400, "a request without a body had one")
-        else:
-            body = asyncio.create_task(self._pump_body(parser, reader, req, upstream))
         try:
-            keep, reuse = await relay_response(parser, writer, reader, req, decision,
-                                                     upstream, body, retry)
+            try:
+                await upstream.pipe.write(head)
+            except UpstreamGone as exc:
+                if retry or reused:
+                    raise Retry from None
+                await bad_gateway(writer, req, str(exc))
+                return False
+            if pump:
+                body = asyncio.create_task(self._pump_body(parser, reader, req, upstream,
+                                                           deadline))
+            keep, fate = await relay_response(parser, writer, reader, req, decision, upstream,
+                                              body, retry)
+            return keep
         finally:
             if body is not None and not body.done():
                 body.cancel()
                 with contextlib.suppress(BaseException):
                     await body
-        if reuse:
-            return keep, upstream
-        upstream.pipe.close()
-        return keep, None
-
-    async def _pump_body(self, parser: RequestParser, reader: asyncio.StreamReader,
-                         req: Request, upstream: Upstream) -> None:
-        framer = Framer(h1.chunked(req.headers))
-        while True:
-            event = await next_event(parser, reader)
-            if isinstance(event, bytes):
-                await upstream.pipe.write(framer.data(event))
-            elif isinstance(event, End):
-                if framer.chunked:
-                    await upstream.pipe.write(framer.end(event.trailers))
-                return
+            if fate == REUSE:
+                self.pool.put(upstream)
+            elif fate == DONE:
+                upstream.pipe.close()
             else:
-                raise UpstreamGone("the client closed the connection mid-request")
+                upstream.pipe.abort()
+
+    @staticmethod
+    async def _pump_body(parser: RequestParser, reader: asyncio.StreamReader, req: Request,
+                         upstream: Upstream, deadline: Deadline) -> None:
+        """The request body from the client to the upstream. If it fails (malformed, the
+        client left or stalled ``BODY_TIMEOUT`` seconds), the upstream is aborted: it will
+        not get a whole request, and the relay waiting for its answer learns at once."""
+        framer = Framer(h1.chunked(req.headers))
+        try:
+            while True:
+                event = await next_event(parser, reader, deadline, BODY_TIMEOUT)
+                if isinstance(event, bytes):
+                    await upstream.pipe.write(framer.data(event))
+                elif isinstance(event, End):
+                    if framer.chunked:
+                        await upstream.pipe.write(framer.end(event.trailers))
+                    return
+                else:
+                    raise UpstreamGone("the client closed the connection mid-request")
+        except BaseException:
+            upstream.pipe.abort()
+            raise

@@ -24,6 +24,7 @@ from edgeway.edge.auth import OidcGate
 from edgeway.edge.http import HttpEdge
 from edgeway.edge.modules.mutual_tls import TlsOptions
 from edgeway.edge.pages import Fixed
+from edgeway.edge.pool import Pool
 from edgeway.edge.router import Edge, Router, Static, Target
 from edgeway.edge.sni import ClientHello, NotTLS, parse_client_hello
 from edgeway.pki.platform_ca import EdgeCerts
@@ -97,8 +98,10 @@ class PublicListeners:
                  http_port: int, https_port: int, login_key: bytes) -> None:
         self.router, self.certs, self.tcp_host = router, certs, tcp_host
         self.base_domain = base_domain
-        self.http = HttpEdge(router, "http", https_port)  # HTTPS edges (and logins) need TLS
-        self.https = HttpEdge(router, "https", https_port, OidcGate(login_key))
+        self.pool = Pool()  # idle upstreams, for requests from either listener
+        self.http = HttpEdge(router, "http", https_port, pool=self.pool)  # HTTPS edges (and
+        self.https = HttpEdge(router, "https", https_port, OidcGate(login_key),  # logins)
+                              self.pool)                                         # need TLS
         self._servers: list[asyncio.Server] = []
         self._tls_socket: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -134,6 +137,7 @@ class PublicListeners:
             task.cancel()
         for listener in self._tcp_edges.values():
             await listener.close()
+        self.pool.close()
         if self.https.login is not None:
             await self.https.login.close()
 

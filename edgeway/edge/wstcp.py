@@ -101,7 +101,7 @@ async def convert(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, re
         await writer.drain()
         await asyncio.wait_for(pump, 5)
     except (UpstreamGone, ConnectionError, OSError, TimeoutError):
-        pipe.close()
+        pipe.abort()
     finally:
         pump.cancel()
         with contextlib.suppress(ConnectionError, OSError, RuntimeError):

@@ -38,7 +38,18 @@ class Pipe:
     async def write_eof(self) -> None:
         raise NotImplementedError
 
+    @property
+    def ended(self) -> bool:
+        """The other end closed or failed: the pipe cannot carry another exchange."""
+        raise NotImplementedError
+
     def close(self) -> None:
+        """End gracefully: what was written goes out, then the end (the other side finishes
+        on its own)."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """End at once, both ways (a reset)."""
         raise NotImplementedError
 
 
@@ -62,7 +73,14 @@ class StreamPipe(Pipe):
         with contextlib.suppress(StreamClosed, StreamError):
             await self.stream.write_eof()
 
+    @property
+    def ended(self) -> bool:
+        return self.stream.ended
+
     def close(self) -> None:
+        self.stream.close()
+
+    def abort(self) -> None:
         with contextlib.suppress(StreamClosed, StreamError):
             self.stream.reset()
 
@@ -100,9 +118,17 @@ class SocketPipe(Pipe):
             if self.writer.can_write_eof():
                 self.writer.write_eof()
 
+    @property
+    def ended(self) -> bool:
+        return self.reader.at_eof() or self.writer.is_closing()
+
     def close(self) -> None:
         with contextlib.suppress(ConnectionError, OSError, RuntimeError):
             self.writer.close()
+
+    def abort(self) -> None:
+        with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+            self.writer.transport.abort()
 
 
 async def splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pipe: Pipe) -> None:
@@ -125,7 +151,7 @@ async def splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pip
             writer.write_eof()
         await pump
     except (UpstreamGone, ConnectionError, OSError):
-        pipe.close()
+        pipe.abort()
     finally:
         pump.cancel()
         with contextlib.suppress(ConnectionError, OSError, RuntimeError):
@@ -239,7 +265,7 @@ async def _splice_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWri
         if public.error is not None:
             raise public.error
     except (UpstreamGone, ConnectionError, OSError):
-        pipe.close()
+        pipe.abort()
     finally:
         stream.on_window = None
         with contextlib.suppress(ConnectionError, OSError, RuntimeError):

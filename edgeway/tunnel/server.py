@@ -42,6 +42,10 @@ INGRESSES = catalog.BY_COLLECTION["agent_ingresses"]
 CREDENTIALS = catalog.BY_COLLECTION["credentials"]
 BOTS = catalog.BY_COLLECTION["bot_users"]
 PROTOCOL_VERSIONS = ("3", "2")
+# Streams the server keeps open towards one agent at most (more wait for one to end): the
+# Rust SDK ends its session beyond 512, counting its own streams and those it is still
+# finishing; the margin covers both.
+AGENT_STREAMS = 448
 
 
 class AuthFailed(Exception):
@@ -155,7 +159,8 @@ class TunnelServer:
     async def _connection(self, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("", 0)
-        session = AgentSession(MuxConnection(reader, writer, client=False), str(peer[0]))
+        session = AgentSession(MuxConnection(reader, writer, client=False,
+                                             max_open=AGENT_STREAMS), str(peer[0]))
         watchdog = asyncio.create_task(self._watch(session))
         try:
             while (stream := await session.conn.accept()) is not None:

@@ -109,10 +109,23 @@ def test_reset_reaches_the_peer_and_eof_ends_accept() -> None:
             peer = await server.accept()
             assert peer is not None and await peer.read() == b"abc"
             peer.reset(ErrorCode.STREAM_REFUSED)
+            # A server's reset is a FIN then the RST (the SDKs' readers only end on a FIN):
+            # the client reads the end, and then cannot write.
+            assert await asyncio.wait_for(stream.read(), 5) == b""
             with pytest.raises(StreamClosed) as err:
                 for _ in range(50):
-                    await stream.read()
+                    await stream.write(b"x")
+                    await asyncio.sleep(0.01)
             assert err.value.code == ErrorCode.STREAM_REFUSED
+            # A client's reset is a bare RST: the server's reader fails.
+            again = await client.open_stream()
+            await again.write(b"abc")
+            other = await server.accept()
+            assert other is not None and await other.read() == b"abc"
+            again.reset(ErrorCode.STREAM_CANCELLED)
+            with pytest.raises(StreamClosed) as err:
+                await asyncio.wait_for(other.read(), 5)
+            assert err.value.code == ErrorCode.STREAM_CANCELLED
             await client.close()
             assert await asyncio.wait_for(server.accept(), 5) is None
     run(main)
@@ -247,10 +260,13 @@ def test_a_public_connection_reset_resets_the_stream() -> None:
             sock = w.get_extra_info("socket")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             w.transport.abort()  # an RST, not a FIN
+            # The agent's stream is aborted: its reader sees the end (the SDKs' readers need
+            # the FIN), its writes fail.
+            assert await asyncio.wait_for(stream.read(), 5) == b""
             with pytest.raises(StreamClosed):
                 for _ in range(50):
-                    if not await asyncio.wait_for(stream.read(), 5):
-                        break
+                    await stream.write(b"late")
+                    await asyncio.sleep(0.01)
 
     run(main)
 

@@ -151,8 +151,36 @@ def test_overrunning_the_window_resets_the_stream() -> None:
     events = server.receive(wire)
     assert events[:2] == [StreamOpened(3), DataReceived(3, b"x" * 10)]
     assert events[2] == StreamReset(3, ErrorCode.FLOW_CONTROL, False)
-    (rst,) = frames.Decoder().feed(server.data_to_send())
+    fin, rst = frames.Decoder().feed(server.data_to_send())  # a server's reset: FIN, RST
+    assert fin.type == frames.FrameType.DATA and fin.flags == frames.FIN and not fin.body
     assert rst.type == frames.FrameType.RST and rst.code() == ErrorCode.FLOW_CONTROL
+
+
+def test_a_reset_ends_the_peers_reading_first_and_says_whether_the_peer_may_hold_it() -> None:
+    server = Session(client=False)
+    sid = server.open_stream()
+    assert server.reset(sid) is False  # never on the wire: nothing sent, nothing held
+    assert server.data_to_send() == b""
+    sid = server.open_stream()
+    server.send(sid, b"hello")
+    server.data_to_send()
+    assert server.stream_count == 1
+    assert server.reset(sid) is True  # the peer had not half-closed: it may hold it a while
+    assert server.stream_count == 0
+    kinds = [(f.type, f.flags) for f in frames.Decoder().feed(server.data_to_send())]
+    assert kinds == [(frames.FrameType.DATA, frames.FIN), (frames.FrameType.RST, 0)]
+    sid = server.open_stream()
+    server.send(sid, b"x")
+    server.receive(frames.encode(frames.data(sid, b"", fin=True)))  # the peer half-closed
+    server.data_to_send()
+    assert server.reset(sid) is False
+    client = Session(client=True)  # a client's reset is a bare RST
+    cid = client.open_stream()
+    client.send(cid, b"x")
+    client.data_to_send()
+    client.reset(cid)
+    assert [f.type for f in frames.Decoder().feed(client.data_to_send())] == [
+        frames.FrameType.RST]
 
 
 def test_stream_limit_refuses_extra_streams() -> None:

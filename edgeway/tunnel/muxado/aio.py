@@ -11,6 +11,15 @@ session's buffer and frames are handled in the read callback, with no reader tas
 through a ``StreamReader``. Output of the session goes out in one ``transport.write`` per
 event-loop pass (scheduled with ``call_soon`` by whatever produced it), so the frames that one
 pass produces share TLS records and a send.
+
+Stream budget. The ngrok SDKs end the whole session when the server opens a stream beyond
+their limit (512 in the Rust SDK, streams the SDK opened included), and they count a stream
+until *they* are done with it. So ``open_stream`` waits (first come, first served) while
+``max_open`` streams are open, counting streams this side reset while the peer may still
+hold them for ``LINGER`` seconds (see "Resets" in ``session``), rather than failing: a burst
+of public connections queues instead of ending the session. A stream is ended with ``close``
+(a FIN; what still arrives is dropped, its window returned, until the peer's FIN) or
+``reset`` (an abort).
 """
 
 from __future__ import annotations
@@ -32,12 +41,15 @@ from edgeway.tunnel.muxado.session import (
     GoAway,
     Session,
     StreamEnded,
+    StreamError,
     StreamOpened,
     StreamReset,
     WindowOpened,
 )
 
 HIGH_WATER = 64 * 1024
+LINGER = 5.0  # seconds a reset stream is counted as open (the peer may still hold it)
+CLOSE_TIMEOUT = 30.0  # a closed stream whose peer never half-closes is reset after this
 TLS_RECORD = 16384  # the most plaintext one TLS record carries
 QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
 _ONE = ctypes.c_int(1)
@@ -133,6 +145,16 @@ class MuxStream:
         self._readers: list[asyncio.Future[None]] | None = None
         self._writers: list[asyncio.Future[None]] | None = None
         self.on_window: Callable[[], None] | None = None
+        self._closing: asyncio.TimerHandle | None = None  # set by ``close``
+
+    @property
+    def conn(self) -> MuxConnection:
+        return self._conn
+
+    @property
+    def ended(self) -> bool:
+        """The peer half-closed or the stream failed: nothing more will be read."""
+        return self._eof or self._error is not None
 
     async def read(self, n: int = 65536) -> bytes:
         """Up to ``n`` bytes; ``b""`` once the peer half-closed and everything was read."""
@@ -203,9 +225,32 @@ class MuxStream:
         await self.write(b"", eof=True)
 
     def reset(self, code: ErrorCode = ErrorCode.STREAM_CANCELLED) -> None:
-        self._conn.session.reset(self.id, code)
-        self._conn.kick()
+        """Abort the stream (FIN and RST): pending data is dropped, both directions end."""
+        conn = self._conn
+        if conn.session.reset(self.id, code):
+            conn.linger()
+        conn.kick()
         self._fail(code)
+        conn.forget(self.id)
+
+    def close(self) -> None:
+        """End the stream gracefully: a FIN after what was written, and whatever the peer
+        still sends is dropped (its window returned) until its FIN, which ends the stream;
+        a peer that never sends one gets the stream reset after ``CLOSE_TIMEOUT``."""
+        conn = self._conn
+        session = conn.session
+        if not session.is_open(self.id) or self._closing is not None:
+            return
+        if self._chunks:
+            session.consumed(self.id, sum(len(c) for c in self._chunks))
+            self._chunks.clear()
+        with contextlib.suppress(StreamError):
+            session.send(self.id, b"", fin=True)  # unless a FIN went already
+        conn.kick()
+        if session.is_open(self.id):
+            self._closing = conn._loop.call_later(CLOSE_TIMEOUT, self.reset)
+        else:
+            conn.forget(self.id)
 
     async def _wait(self, reading: bool) -> None:
         fut = self._conn._loop.create_future()
@@ -225,6 +270,9 @@ class MuxStream:
                 waiters.remove(fut)
 
     def _data(self, data: bytes) -> None:
+        if self._closing is not None:  # closed: dropped, and the peer may send more
+            self._conn.session.consumed(self.id, len(data))
+            return
         self._chunks.append(data)
         if self._readers:
             _wake(self._readers)
@@ -240,6 +288,8 @@ class MuxStream:
             self.on_window()
 
     def _fail(self, code: ErrorCode) -> None:
+        if self._closing is not None:
+            self._closing.cancel()
         self._error = code
         _wake(self._readers)
         _wake(self._writers)
@@ -282,8 +332,11 @@ class MuxConnection:
     neither is used afterwards."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                 client: bool, max_streams: int = 512) -> None:
+                 client: bool, max_streams: int = 512, max_open: int | None = None) -> None:
         self.session = Session(client=client, max_streams=max_streams)
+        self.max_open = max_open or max_streams
+        self._lingering = 0
+        self._openers: deque[asyncio.Future[None]] = deque()
         self._loop = asyncio.get_running_loop()
         self._writer = writer  # kept: a collected StreamWriter closes its transport
         self._transport = cast(asyncio.Transport, writer.transport)
@@ -317,11 +370,73 @@ class MuxConnection:
         if not self.session.is_open(stream_id):
             stream = self._streams.pop(stream_id, None)
             if stream is not None:
+                if stream._closing is not None:
+                    stream._closing.cancel()
                 stream._window()
+            self._wake_openers()
+
+    def forget(self, stream_id: int) -> None:
+        """A stream this side reset: no longer ours to dispatch to."""
+        self._streams.pop(stream_id, None)
+        self._wake_openers()
+
+    @property
+    def open_count(self) -> int:
+        """Streams counted against ``max_open``."""
+        return self.session.stream_count + self._lingering
+
+    @property
+    def crowded(self) -> bool:
+        """No stream can be opened right now without waiting."""
+        return self.open_count >= self.max_open or bool(self._openers)
+
+    def linger(self) -> None:
+        """Count a stream the peer may still hold for ``LINGER`` seconds."""
+        self._lingering += 1
+        self._loop.call_later(LINGER, self._unlinger)
+
+    def _unlinger(self) -> None:
+        self._lingering -= 1
+        self._wake_openers()
+
+    def _wake_openers(self) -> None:
+        """Let the first waiting openers go, as many as the budget has room for."""
+        room = self.max_open - self.open_count
+        openers = self._openers
+        while openers and (room > 0 or self.closed.is_set()):
+            fut = openers.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                room -= 1
 
     async def open_stream(self) -> MuxStream:
-        stream = MuxStream(self, self.session.open_stream())
+        """A new stream, once the budget allows one (see the module docstring); a session
+        that is closing raises ``StreamError``."""
+        session = self.session
+        if self._openers or self.open_count >= self.max_open:
+            fut = self._loop.create_future()
+            self._openers.append(fut)
+            proceed = False
+            try:
+                while True:
+                    await fut
+                    if self.closed.is_set() or session.closed or session.peer_gone:
+                        raise StreamError("the session is closing")
+                    if self.open_count < self.max_open:
+                        proceed = True
+                        break
+                    fut = self._loop.create_future()  # raced: wait again, first in line
+                    self._openers.appendleft(fut)
+            finally:
+                if not proceed:
+                    if fut in self._openers:
+                        self._openers.remove(fut)
+                    elif fut.done():
+                        self._wake_openers()  # woken, then cancelled: pass the turn on
+        stream = MuxStream(self, session.open_stream())
         self._streams[stream.id] = stream
+        if self._openers:
+            self._wake_openers()
         return stream
 
     async def accept(self) -> MuxStream | None:
@@ -388,7 +503,8 @@ class MuxConnection:
 
     def _dispatch(self, events: list[Event]) -> None:
         streams = self._streams
-        for ev in events:
+        done: list[int] = []  # streams that may be over: forgotten after the batch, so that
+        for ev in events:     # a reset that came with a FIN still reaches its stream
             if type(ev) is DataReceived:
                 stream = streams.get(ev.stream_id)
                 if stream is not None:
@@ -400,18 +516,21 @@ class MuxConnection:
                 stream = streams.get(ev.stream_id)
                 if stream is not None:
                     stream._window()
-                    self.forget_if_done(ev.stream_id)  # its last bytes and FIN may be out
+                    done.append(ev.stream_id)  # its last bytes and FIN may be out
             elif isinstance(ev, StreamEnded):
                 stream = streams.get(ev.stream_id)
                 if stream is not None:
                     stream._ended()
-                    self.forget_if_done(ev.stream_id)
+                    done.append(ev.stream_id)
             elif isinstance(ev, StreamReset):
                 stream = streams.pop(ev.stream_id, None)
                 if stream is not None:
                     stream._fail(ev.code)
+                self._wake_openers()
             elif isinstance(ev, ConnectionLost | GoAway):
                 self._accepted.put_nowait(None)
+        for stream_id in done:
+            self.forget_if_done(stream_id)
 
     async def _shutdown(self, code: ErrorCode) -> None:
         if self.closed.is_set():
@@ -419,6 +538,7 @@ class MuxConnection:
         self.closed.set()
         for stream in self._streams.values():
             stream._fail(code)
+        self._wake_openers()  # they find the session closing
         self._accepted.put_nowait(None)
         # Flush and close before the first await: whoever waits on ``accept`` may cancel us.
         with contextlib.suppress(ConnectionError, OSError, RuntimeError):

@@ -22,6 +22,15 @@ most ``MAX_CHUNK`` bytes, and while data waits for window we do not send it in s
 before the window is ``MIN_SEND`` bytes (an eighth of the peer's window at most) or holds all
 that waits (the SDK returns window 8 KiB at a time).
 
+Resets. The ngrok SDKs' muxado (Rust) takes an RST as the end of the stream's *writing*
+side only: its reader waits on, so a stream reset while the SDK's upstream connection is idle
+stays open in the SDK until that upstream closes, and counts against the SDK's limit of 512
+streams, whose excess ends the whole session. ``reset`` therefore sends a FIN first (the
+SDK's reader sees the end, its copy to the upstream finishes; a server's sessions do this,
+their peers being the SDKs), and tells the caller whether
+the peer may hold the stream a little longer (it had not half-closed yet), so that the
+caller can count it until then. Ending a stream gracefully is a FIN each way.
+
 Limits. At most ``max_streams`` open streams: a peer opening more gets STREAM_REFUSED. A
 malformed frame ends the session: a GOAWAY with the error is queued and ``ConnectionLost`` is
 returned (with the events of the frames before it); the shell then flushes and closes the
@@ -134,8 +143,12 @@ class StreamError(Exception):
 
 
 class Session:
-    def __init__(self, *, client: bool, window: int = WINDOW, max_streams: int = 512) -> None:
+    def __init__(self, *, client: bool, window: int = WINDOW, max_streams: int = 512,
+                 fin_before_rst: bool | None = None) -> None:
         self.client = client
+        # A server's peers are the SDKs (see "Resets"); our own agent, a client, sends a bare
+        # RST, which the server reads as an abort even after a half-close.
+        self.fin_before_rst = not client if fin_before_rst is None else fin_before_rst
         self.window = window
         self.max_streams = max_streams
         self._streams: dict[int, _Stream] = {}
@@ -201,9 +214,19 @@ class Session:
             self._out.append(HEADER.pack(_WNDINC_HEAD, stream_id) + U32.pack(s.unacked))
             s.unacked = 0
 
-    def reset(self, stream_id: int, code: ErrorCode = ErrorCode.STREAM_CANCELLED) -> None:
-        if self._streams.pop(stream_id, None) is not None:
-            self._emit(frames.rst(stream_id, code))
+    def reset(self, stream_id: int, code: ErrorCode = ErrorCode.STREAM_CANCELLED) -> bool:
+        """Abort a stream: a FIN (unless sent already), then RST. Returns whether the peer may
+        still hold the stream (it had not half-closed): see "Resets" in the module docstring.
+        """
+        s = self._streams.pop(stream_id, None)
+        if s is None:
+            return False
+        if not s.syn_sent:
+            return False  # never on the wire: the peer knows nothing of it
+        if not s.fin_sent and self.fin_before_rst:
+            self._emit(frames.data(stream_id, fin=True))
+        self._emit(frames.rst(stream_id, code))
+        return s.remote_open
 
     def close(self, code: ErrorCode = ErrorCode.NONE, message: str = "") -> None:
         if not self.closed:
@@ -225,6 +248,11 @@ class Session:
 
     def is_open(self, stream_id: int) -> bool:
         return stream_id in self._streams
+
+    @property
+    def stream_count(self) -> int:
+        """Streams open in at least one direction (the peer counts them as open too)."""
+        return len(self._streams)
 
     # ---- wire side --------------------------------------------------------------------
 
