@@ -64,14 +64,15 @@ async def bad_gateway(writer: asyncio.StreamWriter, req: Request, why: str) -> N
 
 async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
                          reader: asyncio.StreamReader, req: Request, decision: Decision,
-                         upstream: Upstream, body: asyncio.Task[None] | None, retry: bool
-                         ) -> tuple[bool, Fate]:
+                         upstream: Upstream, body: asyncio.Task[None] | None, retry: bool,
+                         watch: asyncio.Task[None] | None = None) -> tuple[bool, Fate]:
     """Relay the upstream's answer: (keep the public connection, what became of the upstream:
     ``REUSE`` it for another request, ``DONE`` (it ends, end it gracefully) or ``FAILED``
     (abort it)). What the upstream sent is written out whenever it has nothing more for now
     (one write per turn, not one per event), so streamed responses still arrive as they are
     written. A request body that fails (malformed, or the client left mid-upload) aborts the
-    upstream (``_pump_body``), which ends the wait for its answer here."""
+    upstream (``body``, the task sending it), and so does a client that leaves while a
+    bodiless request waits (``watch``): that ends the wait for the answer here."""
     up = upstream.parser
     up.expect(req.method == b"HEAD")
     out = bytearray()
@@ -104,8 +105,8 @@ async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
                 continue
         except (UpstreamGone, BadMessage) as exc:
             upstream.pipe.abort()
-            failed = body.exception() if body is not None and body.done() \
-                and not body.cancelled() else None
+            failed = next((t.exception() for t in (body, watch) if t is not None and t.done()
+                           and not t.cancelled() and t.exception() is not None), None)
             if started or out:
                 writer.write(out)
                 raise ConnectionResetError("the upstream failed mid-response") from None

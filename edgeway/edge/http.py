@@ -56,6 +56,7 @@ HEAD_TIMEOUT = 30.0  # to receive a whole request head, from its first byte (or 
 IDLE_TIMEOUT = 75.0  # between requests on a kept-alive connection
 BODY_TIMEOUT = 60.0  # between two reads of a request body
 STREAM_WAIT = 30.0  # for a stream of an agent session whose streams are all in use
+WATCH_LIMIT = 1 << 16  # pipelined bytes read ahead while a request is answered
 DRAIN_LIMIT = 1 << 20
 RETRIES = 2  # safe requests whose tunnel died before answering go to another live one
 FORWARDED = frozenset((b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"))
@@ -65,6 +66,29 @@ Headers = h1.Headers
 def _respond(policy: traffic_policy.Policy, env: dict[str, Any], status: int,
              headers: Headers) -> Headers:
     return policy.on_response(traffic_policy.response_env(env, status, headers), headers)
+
+
+class ClientGone(Exception):
+    """The public client closed its connection while its request was being answered."""
+
+
+async def _watch_client(parser: RequestParser, reader: asyncio.StreamReader,
+                        upstream: Upstream) -> None:
+    """While a bodiless request waits for its answer: take what the client sends next
+    (pipelined requests, parsed and kept for after, up to ``WATCH_LIMIT`` bytes), and abort
+    the upstream if the client leaves (as a proxy does: nobody is left to answer, and the
+    agent's stream and its local connection would otherwise wait on)."""
+    taken = 0
+    while taken < WATCH_LIMIT:
+        try:
+            data = await reader.read(65536)
+        except (ConnectionError, OSError):
+            data = b""
+        if not data:
+            upstream.pipe.abort()
+            raise ClientGone
+        parser.feed(data)
+        taken += len(data)
 
 
 class AgentBusy(UpstreamGone):
@@ -317,7 +341,7 @@ class HttpEdge:
         aborted. ``Retry`` if it failed before anything was delivered to the client and the
         request may go again (``retry``; a head not even written on a ``reused`` one)."""
         fate: Fate = FAILED
-        body: asyncio.Task[None] | None = None
+        body = watch = None
         try:
             try:
                 await upstream.pipe.write(head)
@@ -329,14 +353,17 @@ class HttpEdge:
             if pump:
                 body = asyncio.create_task(self._pump_body(parser, reader, req, upstream,
                                                            deadline))
+            elif not req.upgrade:  # (after a 101 the splice reads the client)
+                watch = asyncio.create_task(_watch_client(parser, reader, upstream))
             keep, fate = await relay_response(parser, writer, reader, req, decision, upstream,
-                                              body, retry)
+                                              body, retry, watch)
             return keep
         finally:
-            if body is not None and not body.done():
-                body.cancel()
-                with contextlib.suppress(BaseException):
-                    await body
+            for task in (body, watch):
+                if task is not None and not task.done():
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
             if fate == REUSE:
                 self.pool.put(upstream)
             elif fate == DONE:

@@ -191,7 +191,8 @@ class TunnelServer:
                 await rpc.reply(stream, {"Error": rpc.error_text(
                     f"stream type {kind} is not supported by this server", 9999)})
         except (StreamClosed, asyncio.IncompleteReadError, rpc.RPCError) as exc:
-            log.info("agent_stream_error", session=session.id, error=str(exc))
+            if not session.conn.closed.is_set():  # (a session that ends ends its streams)
+                log.info("agent_stream_error", session=session.id, error=str(exc))
             stream.reset()
 
     async def _auth(self, session: AgentSession, stream: MuxStream) -> None:

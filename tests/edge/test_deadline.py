@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from edgeway.edge import client, http
+from edgeway.edge import client, h1, http
 from edgeway.edge.http import HttpEdge
 
 
@@ -66,3 +66,72 @@ def test_a_deadline_moved_before_it_passed_waits_for_the_new_time() -> None:
 
     t0, fired = asyncio.run(main())
     assert fired - t0 >= 0.45
+
+
+async def drip(port: int, data: bytes, every: float) -> float:
+    """Send ``data`` a byte at a time; the seconds from the first byte until the edge closed
+    the connection (it answers nothing: the head never completes)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    t0 = time.monotonic()
+
+    async def send() -> None:
+        for b in data:
+            writer.write(bytes([b]))
+            await asyncio.sleep(every)
+
+    sender = asyncio.create_task(send())
+    try:
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+    finally:
+        sender.cancel()
+        writer.close()
+    return time.monotonic() - t0
+
+
+def test_a_head_sent_slowly_is_cut_at_the_head_limit_not_the_idle_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slow-loris on a new connection: the head must be whole within the head limit."""
+    monkeypatch.setattr(http, "IDLE_TIMEOUT", 5.0)
+    monkeypatch.setattr(http, "HEAD_TIMEOUT", 0.4)
+
+    async def main() -> float:
+        server, port = await serve_one(HttpEdge(None, "http"))  # type: ignore[arg-type]
+        async with server:
+            return await drip(port, b"GET / HTTP/1.1\r\nHost: slow\r\nX-A: " + b"a" * 100,
+                              0.05)
+
+    assert 0.35 < asyncio.run(main()) < 2
+
+
+def test_a_head_that_starts_after_an_idle_wait_gets_the_head_limit_from_its_first_byte(
+        ) -> None:
+    """On a kept-alive connection the wait for the next request is the idle limit; once a
+    head begins, it must be whole within the head limit of its first byte."""
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[float] = loop.create_future()
+
+        async def edge_side(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                            ) -> None:
+            deadline = client.Deadline(writer.transport)
+            event = await client.next_event(h1.RequestParser(), reader, deadline, 5.0, 0.3)
+            done.set_result(loop.time())
+            assert event is None  # cut: the client was too slow
+            writer.close()
+
+        server = await asyncio.start_server(edge_side, "127.0.0.1", 0)
+        async with server:
+            _, writer = await asyncio.open_connection("127.0.0.1",
+                                                      server.sockets[0].getsockname()[1])
+            await asyncio.sleep(0.5)  # idle, within the idle limit
+            first = loop.time()
+            for b in b"GET / HTTP/1.1\r\nHost: x\r\n":
+                if done.done():
+                    break
+                writer.write(bytes([b]))
+                await asyncio.sleep(0.05)
+            cut = await asyncio.wait_for(done, 5)
+            writer.close()
+        return cut - first
+
+    assert 0.25 < asyncio.run(main()) < 1.0

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgeway.tunnel.muxado import frames
+from edgeway.tunnel.muxado import aio, frames
 from edgeway.tunnel.muxado.aio import HIGH_WATER, MuxConnection, MuxStream, StreamClosed, records
 from edgeway.tunnel.muxado.frames import ErrorCode
-from edgeway.tunnel.muxado.session import WINDOW
+from edgeway.tunnel.muxado.session import WINDOW, StreamError
 from edgeway.tunnel.pipes import StreamPipe, splice
 from tests.edge.tls_upstream import localhost_contexts
 
@@ -292,4 +292,59 @@ def test_a_writer_waiting_for_window_wakes_when_window_and_fin_arrive_together()
         await conn.close()
         theirs.close()
 
+    run(main)
+
+
+def test_opening_waits_in_turn_for_the_stream_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At ``max_open`` streams, openers wait (first come, first served) instead of failing;
+    a stream ended both ways frees a place at once, a reset one after ``LINGER`` (the peer
+    may still hold it)."""
+    monkeypatch.setattr(aio, "LINGER", 0.3)
+
+    async def main() -> None:
+        async with connected() as (agent, edge):
+            edge.max_open = 2
+            a, b = await edge.open_stream(), await edge.open_stream()
+            for s in (a, b):
+                await s.write(b"x")
+            waiting = [asyncio.create_task(edge.open_stream()) for _ in range(2)]
+            await asyncio.sleep(0.1)
+            assert not any(t.done() for t in waiting) and edge.crowded
+            peer_a = await agent.accept()
+            assert peer_a is not None
+            a.close()  # our FIN; the place frees when the peer's FIN comes back
+            await asyncio.sleep(0.1)
+            assert not waiting[0].done()
+            await peer_a.write_eof()
+            first = await asyncio.wait_for(waiting[0], 5)
+            assert not waiting[1].done()
+            b.reset()  # the peer may hold it a while: counted until LINGER passed
+            await asyncio.sleep(0.1)
+            assert not waiting[1].done()
+            second = await asyncio.wait_for(waiting[1], 5)
+            assert {first.id, second.id}.isdisjoint({a.id, b.id})
+            await edge.close()
+            with pytest.raises(StreamError):  # a closing session fails its openers
+                await asyncio.wait_for(edge.open_stream(), 5)
+    run(main)
+
+
+def test_a_closed_stream_drops_what_still_arrives_and_returns_its_window() -> None:
+    async def main() -> None:
+        async with connected() as (agent, edge):
+            stream = await edge.open_stream()
+            await stream.write(b"x")
+            peer = await agent.accept()
+            assert peer is not None
+            stream.close()
+            assert await asyncio.wait_for(peer.read(), 5) == b"x"
+            assert await asyncio.wait_for(peer.read(), 5) == b""  # our FIN
+            for _ in range(4):  # four windows' worth: it flows, nobody reads it
+                await asyncio.wait_for(peer.write(b"y" * WINDOW), 5)
+            await peer.write_eof()
+            for _ in range(100):
+                if not edge.session.is_open(stream.id):
+                    break
+                await asyncio.sleep(0.02)
+            assert not edge.session.is_open(stream.id) and stream.id not in edge._streams
     run(main)

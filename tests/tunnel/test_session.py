@@ -31,11 +31,10 @@ class Pair:
     """A client and a server session; ``pump`` moves bytes both ways in random chunks and
     records events; by default the receiving application consumes everything at once."""
 
-    def __init__(self, window: int = WINDOW, seed: int = 0, in_place: bool = False,
-                 **kw: int) -> None:
+    def __init__(self, window: int = WINDOW, seed: int = 0, in_place: bool = False) -> None:
         self.in_place = in_place  # bytes written into get_buffer, as a BufferedProtocol would
-        self.client = Session(client=True, window=window, **kw)
-        self.server = Session(client=False, window=window, **kw)
+        self.client = Session(client=True, window=window)
+        self.server = Session(client=False, window=window)
         self.rng = random.Random(seed)
         self.events: dict[bool, list[Event]] = {True: [], False: []}
         self.received: dict[bool, dict[int, bytearray]] = {True: defaultdict(bytearray),

@@ -413,6 +413,8 @@ class MuxConnection:
         """A new stream, once the budget allows one (see the module docstring); a session
         that is closing raises ``StreamError``."""
         session = self.session
+        if self.closed.is_set() or session.closed or session.peer_gone:
+            raise StreamError("the session is closing")
         if self._openers or self.open_count >= self.max_open:
             fut = self._loop.create_future()
             self._openers.append(fut)
