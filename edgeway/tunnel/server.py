@@ -42,6 +42,14 @@ INGRESSES = catalog.BY_COLLECTION["agent_ingresses"]
 CREDENTIALS = catalog.BY_COLLECTION["credentials"]
 BOTS = catalog.BY_COLLECTION["bot_users"]
 PROTOCOL_VERSIONS = ("3", "2")
+# Until an agent authenticated, its session may open this many streams at once (Auth, the
+# heartbeat; as many more refused end it) with frames this large, and must authenticate
+# within AUTH_TIMEOUT seconds: a flood of junk or SYNs costs little. After that:
+# AGENT_PEER_STREAMS (RPCs: binds, ...).
+PRE_AUTH_STREAMS, PRE_AUTH_FRAME, AUTH_TIMEOUT = 4, 16 * 1024, 10.0
+AGENT_PEER_STREAMS = 128
+RPC_TIMEOUT = 30.0  # for an RPC's type and its whole exchange
+HANDSHAKE_TIMEOUT = 10.0  # TLS
 # Streams the server keeps open towards one agent at most (more wait for one to end): the
 # Rust SDK ends its session beyond 512, counting its own streams and those it is still
 # finishing; the margin covers both.
@@ -58,7 +66,7 @@ class AgentSession:
     peer: str
     id: str = ""
     last_beat: float = 0.0
-    deadline: float = 30.0
+    deadline: float = AUTH_TIMEOUT  # then the heartbeat interval plus tolerance
     acl: list[str] = field(default_factory=list)
     credential: str = ""
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -110,7 +118,7 @@ class TunnelServer:
         await self.load_ingress_names()
         self._server = await asyncio.start_server(
             self._connection, sock=listen_socket("tunnel listener", host, port, reuse_port),
-            ssl=self.context)
+            ssl=self.context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
 
     def _sni(self, sslobj: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
         if name and self.certs is not None and name.lower() in self.ingress_names:
@@ -159,8 +167,11 @@ class TunnelServer:
     async def _connection(self, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("", 0)
-        session = AgentSession(MuxConnection(reader, writer, client=False,
-                                             max_open=AGENT_STREAMS), str(peer[0]))
+        conn = MuxConnection(reader, writer, client=False, max_open=AGENT_STREAMS)
+        rules = conn.session
+        rules.max_peer_streams, rules.max_frame = PRE_AUTH_STREAMS, PRE_AUTH_FRAME
+        rules.max_refused = PRE_AUTH_STREAMS
+        session = AgentSession(conn, str(peer[0]))
         watchdog = asyncio.create_task(self._watch(session))
         try:
             while (stream := await session.conn.accept()) is not None:
@@ -173,27 +184,34 @@ class TunnelServer:
 
     async def _stream(self, session: AgentSession, stream: MuxStream) -> None:
         try:
-            kind = await rpc.read_type(stream)
-            if kind == StreamType.AUTH:
-                await self._auth(session, stream)
-            elif kind == StreamType.HEARTBEAT:
+            kind = await asyncio.wait_for(rpc.read_type(stream), RPC_TIMEOUT)
+            if kind == StreamType.HEARTBEAT:
                 await self._heartbeat(session, stream)
-            elif kind in (StreamType.BIND, StreamType.START_TUNNEL_WITH_LABEL) and session.id:
-                await self._bind(session, stream, labeled=kind != StreamType.BIND)
-            elif kind == StreamType.UNBIND and session.id:
-                await self._unbind(session, stream)
-            elif kind == StreamType.SRV_INFO and session.id:
-                await rpc.read_message(stream)
-                await rpc.reply(stream, {"Region": self.platform.settings.regions[0]})
-            elif not session.id:
-                stream.reset()
-            else:
-                await rpc.reply(stream, {"Error": rpc.error_text(
-                    f"stream type {kind} is not supported by this server", 9999)})
-        except (StreamClosed, asyncio.IncompleteReadError, rpc.RPCError) as exc:
+                return
+            async with asyncio.timeout(RPC_TIMEOUT):
+                await self._call(session, stream, kind)
+        except (StreamClosed, asyncio.IncompleteReadError, rpc.RPCError, TimeoutError) as exc:
             if not session.conn.closed.is_set():  # (a session that ends ends its streams)
-                log.info("agent_stream_error", session=session.id, error=str(exc))
+                log.info("agent_stream_error", session=session.id,
+                         error=str(exc) or type(exc).__name__)
             stream.reset()
+
+    async def _call(self, session: AgentSession, stream: MuxStream, kind: int) -> None:
+        """One RPC the agent opened a stream for (its type read already)."""
+        if kind == StreamType.AUTH:
+            await self._auth(session, stream)
+        elif not session.id:
+            stream.reset()  # nothing but Auth (and heartbeats) before it
+        elif kind in (StreamType.BIND, StreamType.START_TUNNEL_WITH_LABEL):
+            await self._bind(session, stream, labeled=kind != StreamType.BIND)
+        elif kind == StreamType.UNBIND:
+            await self._unbind(session, stream)
+        elif kind == StreamType.SRV_INFO:
+            await rpc.read_message(stream)
+            await rpc.reply(stream, {"Region": self.platform.settings.regions[0]})
+        else:
+            await rpc.reply(stream, {"Error": rpc.error_text(
+                f"stream type {kind} is not supported by this server", 9999)})
 
     async def _auth(self, session: AgentSession, stream: MuxStream) -> None:
         req = rpc.folded(await rpc.read_message(stream))
@@ -213,6 +231,8 @@ class TunnelServer:
         tolerance = int(extra.get("heartbeattolerance") or 15_000_000_000) / 1e9
         session.deadline = max(1.0, interval + tolerance)
         session.last_beat = asyncio.get_running_loop().time()
+        rules = session.conn.session
+        rules.max_peer_streams, rules.max_frame, rules.max_refused = AGENT_PEER_STREAMS, None, None
         session.id = await self._record(session, credential, extra)
         self.sessions[session.id] = session
         await rpc.reply(stream, {"Version": version, "ClientId": session.id, "Extra": {

@@ -68,6 +68,9 @@ def _fd(writer: asyncio.StreamWriter) -> int:
     return int(sock.fileno())
 
 
+_HANDLERS: set[asyncio.Task[object]] = set()  # connection handlers kept alive (``adopt``)
+
+
 class StreamClosed(Exception):
     def __init__(self, code: ErrorCode) -> None:
         super().__init__(f"stream closed: {code.name}")
@@ -86,9 +89,20 @@ def adopt(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     if isinstance(held, bytearray):
         held.clear()
     transport = cast(asyncio.Transport, writer.transport)
+    previous = transport.get_protocol()
     transport.set_protocol(protocol)
     ended = (reader.exception() is not None or bool(getattr(reader, "_eof", False))
              or transport.is_closing())
+    if isinstance(previous, asyncio.StreamReaderProtocol):
+        # Its life with this transport is over: let it drop the writer, whose link back to
+        # it would otherwise make a cycle holding the transport (and its TLS state) until
+        # the cycle collector runs. It also drops the task of ``start_server``'s handler,
+        # which only it held strongly: the task (ours, running) is kept here instead.
+        task = asyncio.current_task()
+        if task is not None and not task.done():
+            _HANDLERS.add(task)
+            task.add_done_callback(_HANDLERS.discard)
+        previous.connection_lost(None)
     if not ended and not transport.is_reading():
         transport.resume_reading()  # the stream reader had paused it
     return early, ended
@@ -298,30 +312,43 @@ class MuxStream:
 
 
 class _Protocol(asyncio.BufferedProtocol):
-    """What the transport calls: everything is passed on to the connection."""
+    """What the transport calls: everything is passed on to the connection.
+
+    The link to the connection is dropped when the transport is lost: uvloop's TLS protocol
+    keeps our bound methods, and with them a cycle (transport, TLS protocol, us, the
+    connection) that only the cycle collector would free, rarely, together with the
+    session's buffers and the TLS state's 256 KiB. Junk connections then grew the memory by
+    megabytes a second."""
 
     def __init__(self, conn: MuxConnection) -> None:
-        self.conn = conn
+        self.conn: MuxConnection | None = conn
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.conn.session.get_buffer(sizehint)
+        conn = self.conn
+        return conn.session.get_buffer(sizehint) if conn else memoryview(bytearray(65536))
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.conn._received(nbytes)
+        if self.conn is not None:
+            self.conn._received(nbytes)
 
     def eof_received(self) -> bool:
-        self.conn._ended()
+        if self.conn is not None:
+            self.conn._ended()
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.conn._lost()
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn._lost()
 
     def pause_writing(self) -> None:
-        self.conn._paused = True
+        if self.conn is not None:
+            self.conn._paused = True
 
     def resume_writing(self) -> None:
-        self.conn._paused = False
-        self.conn.kick()
+        if self.conn is not None:
+            self.conn._paused = False
+            self.conn.kick()
 
 
 class MuxConnection:
@@ -540,6 +567,7 @@ class MuxConnection:
         self.closed.set()
         for stream in self._streams.values():
             stream._fail(code)
+        self._streams.clear()  # (each refers back to us: no cycles left for the collector)
         self._wake_openers()  # they find the session closing
         self._accepted.put_nowait(None)
         # Flush and close before the first await: whoever waits on ``accept`` may cancel us.

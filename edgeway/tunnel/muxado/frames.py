@@ -163,11 +163,13 @@ class FrameBuffer:
         self.end = 0
         self.need = 8
         self._small_reads = 0
+        self.max_room: int | None = None  # set: reads get at most this much room
 
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Writable room for the next bytes (at least ``sizehint`` when that is sensible)."""
         start, end, size, need = self.start, self.end, len(self.buf), self.need
-        room = max(MIN_FREE, sizehint)
+        room = max(MIN_FREE, sizehint if self.max_room is None else min(sizehint,
+                                                                          self.max_room))
         if size > INITIAL_BUFFER and not end:
             self._small_reads = self._small_reads + 1 if room == MIN_FREE else 0
             if self._small_reads > SHRINK_AFTER and need + MIN_FREE <= INITIAL_BUFFER:

@@ -31,7 +31,11 @@ their peers being the SDKs), and tells the caller whether
 the peer may hold the stream a little longer (it had not half-closed yet), so that the
 caller can count it until then. Ending a stream gracefully is a FIN each way.
 
-Limits. At most ``max_streams`` open streams: a peer opening more gets STREAM_REFUSED. A
+Limits. At most ``max_streams`` open streams, of which at most ``max_peer_streams`` opened
+by the peer: a peer opening more gets STREAM_REFUSED (a server keeps the latter low until
+the agent authenticated, and ends a session that goes on opening streams it was refused:
+``max_refused``: a flood of SYNs then costs next to nothing). ``max_frame`` bounds a frame's
+body (a server keeps it low until then too, so junk cannot make it hold big buffers). A
 malformed frame ends the session: a GOAWAY with the error is queued and ``ConnectionLost`` is
 returned (with the events of the frames before it); the shell then flushes and closes the
 transport.
@@ -151,12 +155,16 @@ class Session:
         self.fin_before_rst = not client if fin_before_rst is None else fin_before_rst
         self.window = window
         self.max_streams = max_streams
+        self.max_peer_streams = max_streams
+        self._peer_streams = 0
+        self.max_refused: int | None = None  # set: refusing more ends the session
+        self.refused = 0
         self._streams: dict[int, _Stream] = {}
         self._next_id = 3 if client else 2
         self._last_peer_id = 0
         self._out: list[bytes | memoryview] = []
         self._rx = frames.FrameBuffer()
-        self._max_body = max(window, 1 << 16)  # a bigger frame is a FRAME_SIZE error
+        self._max_body = self._full_body = max(window, 1 << 16)  # bigger: FRAME_SIZE error
         self._min_send = max(1, min(MIN_SEND, window // 8))
         self.closed = False
         self.peer_gone = False
@@ -218,7 +226,7 @@ class Session:
         """Abort a stream: a FIN (unless sent already), then RST. Returns whether the peer may
         still hold the stream (it had not half-closed): see "Resets" in the module docstring.
         """
-        s = self._streams.pop(stream_id, None)
+        s = self._pop(stream_id)
         if s is None:
             return False
         if not s.syn_sent:
@@ -248,6 +256,17 @@ class Session:
 
     def is_open(self, stream_id: int) -> bool:
         return stream_id in self._streams
+
+    @property
+    def max_frame(self) -> int:
+        return self._max_body
+
+    @max_frame.setter
+    def max_frame(self, size: int | None) -> None:
+        """Bound frame bodies (and the receive buffer's growth) to ``size``; None: the
+        window's size again."""
+        self._max_body = size or self._full_body
+        self._rx.max_room = size
 
     @property
     def stream_count(self) -> int:
@@ -369,7 +388,7 @@ class Session:
             self._flush(sid, s)
             return [WindowOpened(sid)]
         if kind == FrameType.RST:
-            if self._streams.pop(sid, None) is None:
+            if self._pop(sid) is None:
                 return []
             return [StreamReset(sid, error_code(U32.unpack(body)[0]), True)]
         self.peer_gone = True
@@ -386,9 +405,15 @@ class Session:
             raise ProtocolError(ErrorCode.PROTOCOL, f"peer opened stream {stream_id}, "
                                 "an id of ours")
         self._last_peer_id = max(self._last_peer_id, stream_id)
-        if self.peer_gone or len(self._streams) >= self.max_streams:
+        if self.peer_gone or len(self._streams) >= self.max_streams \
+                or self._peer_streams >= self.max_peer_streams:
+            self.refused += 1
+            if self.max_refused is not None and self.refused > self.max_refused:
+                raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM,
+                                    f"more than {self.max_refused} streams refused")
             self._emit(frames.rst(stream_id, ErrorCode.STREAM_REFUSED))
             return
+        self._peer_streams += 1
         self._streams[stream_id] = _Stream(self.window, self.window, syn_sent=True)
         events.append(StreamOpened(stream_id))
 
@@ -454,7 +479,13 @@ class Session:
 
     def _reap(self, stream_id: int, s: _Stream) -> None:
         if not s.local_open and not s.remote_open:
-            self._streams.pop(stream_id, None)
+            self._pop(stream_id)
+
+    def _pop(self, stream_id: int) -> _Stream | None:
+        s = self._streams.pop(stream_id, None)
+        if s is not None and self._peer_parity(stream_id):
+            self._peer_streams -= 1
+        return s
 
 
 def _join(parts: list[memoryview]) -> bytes:
