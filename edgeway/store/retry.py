@@ -33,6 +33,8 @@ CONNECT_TIMEOUT = 3.0  # seconds for a new connection (asyncpg's default is 60)
 # session timeout), 53300 (too many connections), 25P03 (idle-in-transaction timeout: FATAL).
 _LOST_CLASSES = ("08", "57P")
 _LOST_STATES = ("53300", "25P03")
+_GONE = "connection is closed"
+_RELEASED = "released back to the pool"  # a pooled connection whose loss the pool saw first
 
 
 def lost(exc: BaseException, conn: Any = None) -> bool:
@@ -44,7 +46,7 @@ def lost(exc: BaseException, conn: Any = None) -> bool:
         state = exc.sqlstate or ""
         return state.startswith(_LOST_CLASSES) or state in _LOST_STATES
     if isinstance(exc, asyncpg.InterfaceError):  # also raised for misuse: only when closed
-        return "connection is closed" in str(exc) or _closed(conn)
+        return _GONE in str(exc) or _RELEASED in str(exc) or _closed(conn)
     return False
 
 
@@ -63,7 +65,7 @@ def unsent(exc: BaseException) -> bool:
     text = str(exc)
     if isinstance(exc, asyncpg.InternalClientError):
         return text.startswith(("cannot switch to state ", "not connected"))
-    return isinstance(exc, asyncpg.InterfaceError) and "connection is closed" in text
+    return isinstance(exc, asyncpg.InterfaceError) and (_GONE in text or _RELEASED in text)
 
 
 def drop(conn: Any) -> None:

@@ -24,6 +24,7 @@ from edgeway.api import hostports
 from edgeway.api.platform import Platform
 from edgeway.config import listen_socket
 from edgeway.pki.platform_ca import EdgeCerts, TunnelTLS
+from edgeway.store.db import DatabaseUnavailable
 from edgeway.store.repo import Repo
 from edgeway.tunnel import binds, restrict, rpc
 from edgeway.tunnel.binds import BindRefused
@@ -71,6 +72,15 @@ def _now() -> str:
 
 def _with_port(scheme: str, host: str, port: int, default: int) -> str:
     return f"{scheme}://{host}" if port == default else f"{scheme}://{host}:{port}"
+
+
+async def _warned(coro: Coroutine[Any, Any, None]) -> None:
+    """A background reload: a database out of reach is a warning (the next change loads
+    again), not a crashed task."""
+    try:
+        await coro
+    except DatabaseUnavailable as exc:
+        log.warning("tunnel_reload_failed", error=str(exc))
 
 
 class TunnelServer:
@@ -124,7 +134,7 @@ class TunnelServer:
             self._spawn(self.revalidate())
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro)
+        task = asyncio.create_task(_warned(coro))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -194,6 +204,9 @@ class TunnelServer:
             if not session.conn.closed.is_set():  # (a session that ends ends its streams)
                 log.info("agent_stream_error", session=session.id, error=str(exc))
             stream.reset()
+        except DatabaseUnavailable as exc:  # the agent reconnects, authenticates, re-binds
+            log.warning("agent_session_store_unavailable", session=session.id, error=str(exc))
+            await session.conn.close()
 
     async def _auth(self, session: AgentSession, stream: MuxStream) -> None:
         req = rpc.folded(await rpc.read_message(stream))
