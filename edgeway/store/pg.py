@@ -270,7 +270,9 @@ class PgDatabase:
     @classmethod
     async def open(cls, url: str, max_size: int = 10, readers: int = 4) -> PgDatabase:
         dsn = asyncpg_dsn(url)
-        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size, reset=_reset,
+        # no floor of idle connections: asyncpg would keep restoring it during an outage,
+        # logging a traceback each time; connections open on demand and then stay
+        pool = await asyncpg.create_pool(dsn, min_size=0, max_size=max_size, reset=_reset,
                                          timeout=retry.CONNECT_TIMEOUT)
         connect = partial(asyncpg.connect, dsn, timeout=retry.CONNECT_TIMEOUT)
         conns = [await connect() for _ in range(readers)]

@@ -182,6 +182,7 @@ class TunnelServer:
             await self._ended(session)
 
     async def _stream(self, session: AgentSession, stream: MuxStream) -> None:
+        kind = -1
         try:
             kind = await rpc.read_type(stream)
             if kind == StreamType.AUTH:
@@ -204,8 +205,12 @@ class TunnelServer:
             if not session.conn.closed.is_set():  # (a session that ends ends its streams)
                 log.info("agent_stream_error", session=session.id, error=str(exc))
             stream.reset()
-        except DatabaseUnavailable as exc:  # the agent reconnects, authenticates, re-binds
+        except DatabaseUnavailable as exc:  # agents reconnect: they authenticate, re-bind
             log.warning("agent_session_store_unavailable", session=session.id, error=str(exc))
+            if kind == StreamType.AUTH:  # an agent's first connect shows why it failed
+                with contextlib.suppress(StreamClosed, StreamError):
+                    await rpc.reply(stream, {"Version": "3", "ClientId": "", "Error":
+                                             "the server cannot reach its database; retry"})
             await session.conn.close()
 
     async def _auth(self, session: AgentSession, stream: MuxStream) -> None:

@@ -92,7 +92,7 @@ def _check_unavailable(r: httpx.Response, codes: tuple[str, ...]) -> None:
 
 
 def test_terminated_backends_under_load_never_give_a_500(pg_server: Server) -> None:
-    traffic, stop, rounds = Traffic(), threading.Event(), []
+    traffic, stop, rounds = Traffic(), threading.Event(), list[int]()
     threads = [threading.Thread(target=traffic.client, args=(pg_server, n, stop))
                for n in range(CLIENTS)]
     threads.append(threading.Thread(target=_terminator,

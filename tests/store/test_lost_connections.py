@@ -71,9 +71,10 @@ def test_reads_after_every_backend_was_terminated(url: str) -> None:
             assert await reader.doc_by_id("r1", "a") == "A"
             assert await terminate(dbname(url)) >= 3  # the readers and the pooled writer
             with structlog.testing.capture_logs() as logs:
-                got = await asyncio.gather(*(reader.doc_by_id("r1", "a") for _ in range(20)),
-                                           reader.fetchall("SELECT id FROM r1"))
-            assert got[:20] == ["A"] * 20 and [r[0] for r in got[20]] == ["a"]
+                docs, ids = await asyncio.gather(
+                    asyncio.gather(*(reader.doc_by_id("r1", "a") for _ in range(20))),
+                    reader.fetchall("SELECT id FROM r1"))
+            assert docs == ["A"] * 20 and [r[0] for r in ids] == ["a"]
             assert any(e["event"] == "store_connection_lost" and e["what"] == "read"
                        for e in logs)
             async with db.write() as tx:  # the pool's dead connection is not handed out
