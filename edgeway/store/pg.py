@@ -85,8 +85,8 @@ class _PgWriteTx(_PgTx):
     """One write transaction on a pooled connection, taken at its first statement; replayed
     on a fresh connection when its own is lost before COMMIT (see the module docstring)."""
 
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
+    def __init__(self, pool: Any, reach: retry.Reach) -> None:
+        self._pool, self._reach = pool, reach
         self._conn: Any = None
         self._journal: list[tuple[str, str, tuple[Any, ...], Any]] = []
 
@@ -127,20 +127,23 @@ class _PgWriteTx(_PgTx):
             except Exception as exc:
                 if not retry.lost(exc, self._conn):
                     raise
+                connecting = self._conn is None  # the pool could not hand one out
                 self._lose()
                 if what == "commit" and conn is not None and not retry.unsent(exc):
                     log.warning("store_commit_outcome_unknown", error=str(exc))
                     raise OutcomeUnknown("the database connection was lost while the "
                                          "transaction was being committed") from exc
-                await retry.pause(attempt, exc, what)
+                await retry.pause(attempt, exc, what, self._reach if connecting else None)
                 attempt += 1
 
     async def _open(self) -> Any:
         """This transaction's connection: a pooled one after BEGIN and the journal."""
         if self._conn is not None:
             return self._conn
+        self._reach.check()
         self._conn = conn = await self._pool.acquire()
         await conn.execute("BEGIN")
+        self._reach.reached()
         for method, sql, args, result in self._journal:
             try:
                 again = await getattr(conn, method)(sql, *args)
@@ -184,8 +187,8 @@ class _PgReaders:
     replaced, and the read tried again (``retry``).
     """
 
-    def __init__(self, connect: Connect, conns: list[Any]) -> None:
-        self._connect = connect
+    def __init__(self, connect: Connect, conns: list[Any], reach: retry.Reach) -> None:
+        self._connect, self._reach = connect, reach
         self._conns: list[Any] = conns  # None: lost, reopened by the next read on it
         self._locks = [asyncio.Lock() for _ in conns]
         self._load = [0] * len(conns)  # reads running or queued per connection
@@ -207,14 +210,16 @@ class _PgReaders:
             conn = self._conns[i]
             try:
                 if conn is None:
+                    self._reach.check()
                     conn = self._conns[i] = await self._connect()
+                    self._reach.reached()
                 return await getattr(conn, method)(sql, *args)
             except Exception as exc:
                 if not retry.lost(exc, conn):
                     raise
                 retry.drop(conn)
                 self._conns[i] = None
-                await retry.pause(attempt, exc, "read")
+                await retry.pause(attempt, exc, "read", self._reach if conn is None else None)
                 attempt += 1
 
     async def doc_by_id(self, table: str, id_: str) -> str | None:
@@ -262,10 +267,9 @@ class _PgReaders:
 class PgDatabase:
     dialect = "postgresql"
 
-    def __init__(self, url: str, pool: Any, readers: _PgReaders) -> None:
+    def __init__(self, url: str, pool: Any, readers: _PgReaders, reach: retry.Reach) -> None:
         self.url = url
-        self._pool = pool
-        self._readers = readers
+        self._pool, self._readers, self._reach = pool, readers, reach
 
     @classmethod
     async def open(cls, url: str, max_size: int = 10, readers: int = 4) -> PgDatabase:
@@ -276,14 +280,15 @@ class PgDatabase:
                                          timeout=retry.CONNECT_TIMEOUT)
         connect = partial(asyncpg.connect, dsn, timeout=retry.CONNECT_TIMEOUT)
         conns = [await connect() for _ in range(readers)]
-        return cls(url, pool, _PgReaders(connect, conns))
+        reach = retry.Reach()
+        return cls(url, pool, _PgReaders(connect, conns, reach), reach)
 
     def reader(self) -> Tx:
         return _PgReadTx(self._readers)
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[Tx]:
-        tx = _PgWriteTx(self._pool)
+        tx = _PgWriteTx(self._pool, self._reach)
         try:
             yield tx
         except BaseException as exc:

@@ -8,13 +8,15 @@ connection is never used again: the caller terminates it and takes a fresh one.
 
 The decision what to retry lives with the callers in ``pg`` (reads: any statement; write
 transactions: only while COMMIT has certainly not been sent); this module supplies the facts
-and the pacing. After ``ATTEMPTS`` tries ``pause`` raises ``DatabaseUnavailable``.
+and the pacing. After ``ATTEMPTS`` tries ``pause`` raises ``DatabaseUnavailable``; when those
+were attempts to connect, ``Reach`` fails new connections at once for a moment.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import asyncpg
@@ -27,6 +29,7 @@ log = structlog.get_logger()
 ATTEMPTS = 3
 BACKOFF = (0.05, 0.25)  # seconds before the 2nd and the 3rd attempt
 CONNECT_TIMEOUT = 3.0  # seconds for a new connection (asyncpg's default is 60)
+HOLD = 1.0  # seconds new connections are not tried after connecting failed every time
 
 # SQLSTATEs of a connection that is gone or cannot be had right now: class 08 (connection
 # exception), 57P01-57P05 (admin/crash shutdown, cannot connect now, database dropped, idle
@@ -77,10 +80,33 @@ def drop(conn: Any) -> None:
             conn.terminate()
 
 
-async def pause(attempt: int, exc: BaseException, what: str) -> None:
-    """Wait before attempt ``attempt + 1`` of ``what``; after the last one, give up."""
+class Reach:
+    """Whether the database could be connected to. When connecting failed on every attempt,
+    work that needs a new connection fails at once for ``HOLD`` seconds instead of queueing
+    behind more attempts (towards a host that drops packets, each waits ``CONNECT_TIMEOUT``);
+    the first attempt after that probes again."""
+
+    def __init__(self) -> None:
+        self._until = 0.0
+
+    def check(self) -> None:
+        if time.monotonic() < self._until:
+            raise DatabaseUnavailable("the database could not be reached moments ago")
+
+    def failed(self) -> None:
+        self._until = time.monotonic() + HOLD
+
+    def reached(self) -> None:
+        self._until = 0.0
+
+
+async def pause(attempt: int, exc: BaseException, what: str, reach: Reach | None) -> None:
+    """Wait before attempt ``attempt + 1`` of ``what``; after the last one, give up (and
+    mark the database out of ``reach`` when that attempt was connecting)."""
     if attempt + 1 >= ATTEMPTS:
         log.warning("store_unavailable", what=what, attempts=ATTEMPTS, error=_text(exc))
+        if reach is not None:
+            reach.failed()
         raise DatabaseUnavailable("the database connection was lost and could not be "
                                   "re-established") from exc
     log.warning("store_connection_lost", what=what, attempt=attempt + 1, error=_text(exc))

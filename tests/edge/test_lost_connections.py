@@ -76,6 +76,10 @@ def _check(srv: Server, url: str, link: Link, service: int) -> None:
             assert "the server cannot reach its database; retry" in refused.stderr
             _wait_log(srv, "agent_session_store_unavailable")
             link.mend()
+            deadline = time.monotonic() + 10
+            while api.get("/tunnel_sessions").status_code == 503:
+                assert time.monotonic() < deadline, "the API did not come back"
+                time.sleep(0.1)
             second = agent(srv, token, forward)
             try:
                 assert web.get(second.urls[0] + "/d").status_code == 200
