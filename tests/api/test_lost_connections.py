@@ -1,11 +1,14 @@
 """The API on PostgreSQL while its database connections are lost: concurrent traffic while
-every backend of the server's database is terminated again and again, and an outage of the
-database (a cut link). Never a 500: lost connections are retried, and what cannot be
-answered is a 503 with ``Retry-After`` and the error body; every acknowledged write is there
-afterwards, and a write answered "not applied" is not."""
+every backend of the server's database is terminated again and again, a connection lost while
+COMMIT is in flight, and an outage of the database (a cut link). Never a 500: lost connections
+are retried, and what cannot be answered is a 503 with ``Retry-After`` and the error body
+(252 not applied, 253 outcome unknown); every acknowledged write is there afterwards, and a
+write answered "not applied" is not."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import random
 import threading
 import time
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -132,6 +136,50 @@ def test_terminated_backends_under_load_never_give_a_500(pg_server: Server) -> N
     log = pg_server.log()
     assert "unhandled_error" not in log and "Traceback" not in log
     assert "store_connection_lost" in log
+
+
+async def _slow_commits(url: str, on: bool) -> None:
+    """A trigger that makes COMMIT of a new IP policy take 30 s (or its removal)."""
+    conn = await asyncpg.connect(url)
+    try:
+        if on:
+            await conn.execute(
+                "CREATE OR REPLACE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN PERFORM pg_sleep(30); RETURN NULL; END $$; "
+                "CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON ip_policies DEFERRABLE "
+                "INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow()")
+        else:
+            await conn.execute("DROP TRIGGER slow ON ip_policies")
+    finally:
+        await conn.close()
+
+
+async def _committing(url: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        deadline = time.monotonic() + 10
+        while not await conn.fetchval(
+                "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = $1 AND "
+                "query = 'COMMIT' AND state = 'active'", dbname(url)):
+            assert time.monotonic() < deadline, "no COMMIT in flight"
+            await asyncio.sleep(0.01)
+    finally:
+        await conn.close()
+
+
+def test_connection_lost_during_commit_is_an_unknown_outcome(pg_server: Server) -> None:
+    url = pg_server.database_url or ""
+    asyncio.run(_slow_commits(url, True))
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool, pg_server.client() as api:
+            answer = pool.submit(api.post, "/ip_policies", json={"description": "in flight"})
+            asyncio.run(_committing(url))
+            terminate_now(dbname(url))
+            r = answer.result(30)
+        _check_unavailable(r, (OUTCOME_UNKNOWN,))
+        assert "may or may not have been applied" in r.json()["msg"]
+    finally:
+        asyncio.run(_slow_commits(url, False))
 
 
 def test_database_outage_answers_503_then_recovers(tmp_path: Path) -> None:
