@@ -22,8 +22,7 @@ from tests.conftest import BACKENDS
 from tests.pgfaults import Link, dbname, terminate
 from tests.server import fresh_pg_database
 
-pytestmark = pytest.mark.skipif("postgres" not in BACKENDS,
-                                reason="PostgreSQL backend not selected")
+needs_pg = pytest.mark.skipif("postgres" not in BACKENDS, reason="PostgreSQL backend not selected")
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +62,7 @@ async def until(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> N
         await asyncio.sleep(0.01)
 
 
+@needs_pg
 def test_reads_after_every_backend_was_terminated(url: str) -> None:
     async def run() -> None:
         async with opened(url) as db:
@@ -83,6 +83,7 @@ def test_reads_after_every_backend_was_terminated(url: str) -> None:
     asyncio.run(run())
 
 
+@needs_pg
 def test_write_lost_between_statements_is_replayed_once(url: str) -> None:
     async def run() -> None:
         async with opened(url) as db:
@@ -100,6 +101,7 @@ def test_write_lost_between_statements_is_replayed_once(url: str) -> None:
     asyncio.run(run())
 
 
+@needs_pg
 def test_replay_that_reads_other_data_gives_up_and_commits_nothing(url: str) -> None:
     async def run() -> None:
         async with opened(url) as db:
@@ -118,6 +120,7 @@ def test_replay_that_reads_other_data_gives_up_and_commits_nothing(url: str) -> 
     asyncio.run(run())
 
 
+@needs_pg
 def test_commit_not_yet_sent_is_replayed(url: str) -> None:
     async def run() -> None:
         async with opened(url) as db:
@@ -140,6 +143,7 @@ def test_commit_not_yet_sent_is_replayed(url: str) -> None:
     asyncio.run(run())
 
 
+@needs_pg
 def test_commit_in_flight_is_an_unknown_outcome(url: str) -> None:
     async def run() -> None:
         async with opened(url) as db:
@@ -172,6 +176,7 @@ def test_commit_in_flight_is_an_unknown_outcome(url: str) -> None:
     asyncio.run(run())
 
 
+@needs_pg
 def test_outage_is_unavailable_within_bounds_then_recovers(url: str) -> None:
     link = Link()
 
@@ -208,6 +213,7 @@ def test_outage_is_unavailable_within_bounds_then_recovers(url: str) -> None:
         link.close()
 
 
+@needs_pg
 def test_other_errors_are_neither_retried_nor_masked(url: str) -> None:
     async def run() -> None:
         async with opened(url) as db:
