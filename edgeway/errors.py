@@ -73,7 +73,7 @@ class Unavailable(ApiError):
 
     status = 503
     retry_after = 2
-    NOT_APPLIED = 252
+    NOT_APPLIED = 252  # Edgeway's own codes, next to §5's request-level 2xx range
     OUTCOME_UNKNOWN = 253
 
     @classmethod
