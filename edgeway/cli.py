@@ -13,7 +13,7 @@ from pathlib import Path
 from edgeway import bootstrap, logs
 from edgeway.catalog.model import Settings
 from edgeway.config import ServerConfig, default_data_dir, parse_addr, public_url_for, split_list
-from edgeway.store.db import StoreUnavailable
+from edgeway.store.db import DatabaseUnavailable, StoreUnavailable
 from edgeway.store.migrate import open_database
 
 DEFAULTS = Settings()
@@ -219,7 +219,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             _agent(args)
         else:
             asyncio.run(_api_key(args))
-    except (ValueError, OSError, StoreUnavailable) as exc:  # SealError is a ValueError
+    # (SealError is a ValueError; DatabaseUnavailable: the database went while starting)
+    except (ValueError, OSError, StoreUnavailable, DatabaseUnavailable) as exc:
         print(f"edgeway: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:

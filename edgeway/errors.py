@@ -5,6 +5,7 @@
       +-- Forbidden      403, authentication or permission
       +-- NotFound       404, a resource or path that does not exist
       +-- Conflict       400, a unique name is taken (the API family answers 400, not 409)
+      +-- Unavailable    503 with ``Retry-After``, the database could not be reached
 
 Codes are the numbers of api-surface.md §5; ``error_code`` renders them with the dialect's
 prefix in one place (``render``). ``None`` means no ``error_code`` member (plain 404s).
@@ -19,6 +20,7 @@ CODE_PREFIX = "ERR_EDGEWAY_"
 
 class ApiError(Exception):
     status = 400
+    retry_after: int | None = None  # seconds, sent as ``Retry-After``
 
     def __init__(self, msg: str, code: int | None = 215, *, status: int | None = None,
                  details: dict[str, str] | None = None) -> None:
@@ -63,3 +65,24 @@ class NotFound(ApiError):
 
 class Conflict(ApiError):
     status = 400
+
+
+class Unavailable(ApiError):
+    """The database could not be reached (252: nothing was applied), or its connection was
+    lost while the change was committing (253: it may or may not have been applied)."""
+
+    status = 503
+    retry_after = 2
+    NOT_APPLIED = 252  # Edgeway's own codes, next to §5's request-level 2xx range
+    OUTCOME_UNKNOWN = 253
+
+    @classmethod
+    def not_applied(cls, why: str) -> Unavailable:
+        return cls(f"The database is unavailable ({why}); the request was not applied. "
+                   f"Retry after {cls.retry_after} seconds.", cls.NOT_APPLIED)
+
+    @classmethod
+    def outcome_unknown(cls, why: str) -> Unavailable:
+        return cls(f"The database is unavailable ({why}): the change may or may not have "
+                   "been applied. Read the resource before retrying: retrying a create may "
+                   "create it twice.", cls.OUTCOME_UNKNOWN)

@@ -1,6 +1,7 @@
 """Build the ASGI app from the catalog: one set of CRUD routes per routed kind, the extras,
-``/openapi.json``; plus the operation id, one JSON log line per request, and a 500 body
-(never a traceback) for anything that escaped a handler.
+``/openapi.json``; plus the operation id, one JSON log line per request, a 503 with
+``Retry-After`` when the store could not reach the database (it retries lost connections
+itself first), and a 500 body (never a traceback) for anything that escaped a handler.
 
 Dispatch is our own (``router``): a segment lookup instead of Starlette's regex scan, and no
 middleware stack; handlers still take and return Starlette requests and responses.
@@ -26,7 +27,8 @@ from edgeway.api.http import check_version, error_response, json_response, opera
 from edgeway.api.openapi import document
 from edgeway.api.platform import Caller, Platform
 from edgeway.api.router import Router
-from edgeway.errors import ApiError, NotFound
+from edgeway.errors import ApiError, NotFound, Unavailable
+from edgeway.store.db import DatabaseUnavailable, OutcomeUnknown
 
 log = structlog.get_logger()
 Handler = Callable[[Request, Platform, Caller], Awaitable[Response]]
@@ -38,8 +40,16 @@ _CRUD: tuple[tuple[str, str, str, Any], ...] = (
 )
 
 
+def unavailable(exc: DatabaseUnavailable) -> ApiError:
+    """A database the store could not reach within its retries: 503 with ``Retry-After``."""
+    if isinstance(exc, OutcomeUnknown):
+        return Unavailable.outcome_unknown(str(exc))
+    return Unavailable.not_applied(str(exc))
+
+
 def endpoint(handler: Handler) -> Endpoint:
-    """IP restrictions, API key, version header, then the handler; ApiErrors become bodies."""
+    """IP restrictions, API key, version header, then the handler; ApiErrors (and a database
+    the store could not reach) become bodies."""
     async def run(request: Request) -> Response:
         platform: Platform = request.app.state.platform
         try:
@@ -49,6 +59,8 @@ def endpoint(handler: Handler) -> Endpoint:
             return await handler(request, platform, caller)
         except ApiError as err:
             return error_response(err, operation_id(request))
+        except DatabaseUnavailable as exc:
+            return error_response(unavailable(exc), operation_id(request))
     return run
 
 

@@ -47,7 +47,10 @@ def no_content() -> Response:
 
 
 def error_response(err: ApiError, op_id: str) -> Response:
-    return json_response(err.status, err.body(op_id))
+    response = json_response(err.status, err.body(op_id))
+    if err.retry_after is not None:
+        response.raw_headers.append((b"retry-after", str(err.retry_after).encode()))
+    return response
 
 
 def check_version(request: Request) -> None:

@@ -4,7 +4,8 @@ A snapshot of the edges, routes, backends and IP policies is loaded from the sto
 until the API of this node changes one of them (the next request waits for the reload), and
 refreshed every ``max_age`` seconds in the background (changes made through another node
 sharing the database). Live tunnels come from the tunnel
-registry on every decision, so a tunnel that binds or goes away counts at once.
+registry on every decision, so a tunnel that binds or goes away counts at once. While the
+database is out of reach the last snapshot keeps serving (a warning says how old it is).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakKeyDictionary
 
+import structlog
+
 from edgeway import catalog
 from edgeway.edge import modules
 from edgeway.edge.h1 import Request
@@ -25,14 +28,16 @@ from edgeway.edge.modules import Plan, circuit_breaker, mutual_tls, oidc
 from edgeway.edge.modules.circuit_breaker import Breaker
 from edgeway.edge.modules.request_headers import header
 from edgeway.edge.pages import Fixed, page
-from edgeway.store.db import Database
+from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
 from edgeway.tunnel.registry import Registry, Tunnel
 from edgeway.tunnel.restrict import Network
 
+log = structlog.get_logger()
 EDGE_COLLECTIONS = ("edges/https", "edges/https/routes", "edges/tls", "edges/tcp")
 BACKEND_COLLECTIONS = ("backends/tunnel_group", "backends/failover", "backends/weighted",
                        "backends/static", "backends/http_response")
+STALE_RETRY = 1.0  # seconds between reload attempts while the database is out of reach
 WATCHED = frozenset((*EDGE_COLLECTIONS, *BACKEND_COLLECTIONS, "ip_policies",
                      "ip_policy_rules", "reserved_domains"))
 
@@ -144,6 +149,7 @@ class Router:
         self._lock = asyncio.Lock()
         self._wanted = 1  # bumped by every change; the snapshot records what it reflects
         self._loaded = 0
+        self._retry_at = 0.0  # after a reload failed: no new attempt before this time
         self._breakers: dict[str, Breaker] = {}  # route id -> its counts
         self._bind_plans: WeakKeyDictionary[Tunnel, Plan] = WeakKeyDictionary()
 
@@ -154,21 +160,29 @@ class Router:
     async def current(self) -> Snapshot:
         """The snapshot reflecting every change this node committed before the call (a
         reload already under way when a change arrives does not count: the caller waits for
-        the next one)."""
-        if self._loaded < self._wanted:
+        the next one). While the database is out of reach the last snapshot keeps serving;
+        a reload is tried again ``STALE_RETRY`` seconds after a failed one."""
+        if self._loaded < self._wanted and time.monotonic() >= self._retry_at:
             async with self._lock:
-                if self._loaded < self._wanted:
-                    wanted = self._wanted
-                    self.snapshot = await load(self.db)
-                    self._loaded = wanted
+                if self._loaded < self._wanted and time.monotonic() >= self._retry_at:
+                    await self._load()
         return self.snapshot
 
     async def refresh(self) -> None:
         """Reload in the background of requests (changes made on other nodes)."""
         async with self._lock:
-            wanted = self._wanted
+            await self._load()
+
+    async def _load(self) -> None:
+        wanted = self._wanted
+        try:
             self.snapshot = await load(self.db)
-            self._loaded = max(self._loaded, wanted)
+        except DatabaseUnavailable as exc:
+            self._retry_at = time.monotonic() + STALE_RETRY
+            log.warning("edge_snapshot_stale", error=str(exc),
+                        age=round(time.monotonic() - self.snapshot.loaded, 1))
+            return
+        self._loaded = max(self._loaded, wanted)
 
     def certificate_name(self, host: str, base_domain: str) -> str | None:
         """The name to present a certificate for when a client asks for ``host``: a wildcard

@@ -1,4 +1,5 @@
-"""Database drivers: the embedded SQLite file and PostgreSQL, behind one small interface.
+"""The store's database interface (``Database``, ``Tx``, the errors every driver raises) and
+the embedded SQLite driver; the PostgreSQL driver lives in ``pg``.
 
 Why not SQLAlchemy's async engine for queries: measured on this machine, a primary-key read
 costs ~670 µs through SQLAlchemy async on aiosqlite or asyncpg, ~9 µs through the stdlib sqlite3
@@ -8,7 +9,8 @@ the schema and Alembic migrates it (``schema``, ``migrate``); queries run on the
 SQLite runs in the event loop: a primary-key read is a few microseconds, cheaper than a thread
 hop. Two connections in WAL mode: reads on one (each statement sees the last commit), write
 transactions on the other, serialised by an asyncio lock; a write transaction never yields to
-another request's statements.
+another request's statements. SQLite has no connections to lose: ``DatabaseUnavailable``
+comes only from PostgreSQL.
 """
 
 from __future__ import annotations
@@ -17,11 +19,8 @@ import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
-
-import asyncpg
 
 Row = Sequence[Any]
 
@@ -37,6 +36,16 @@ def redact(url: str) -> str:
     if not sep or not at or ":" not in creds:
         return url
     return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+
+
+class DatabaseUnavailable(Exception):
+    """The database could not be reached: its connections were lost or refused, and the
+    retries did not get a working one. Nothing was committed (but see ``OutcomeUnknown``)."""
+
+
+class OutcomeUnknown(DatabaseUnavailable):
+    """The connection was lost while COMMIT was in flight: the transaction may or may not
+    have committed, and nobody can tell from here."""
 
 
 class UniqueViolation(Exception):
@@ -125,164 +134,3 @@ class SqliteDatabase:
     async def close(self) -> None:
         self._w.close()
         self._r.close()
-
-
-@cache
-def pg_sql(sql: str) -> str:
-    """``?`` placeholders to asyncpg's ``$n`` (our SQL never holds a literal ``?``)."""
-    parts = sql.split("?")
-    return "".join(p + (f"${i}" if i < len(parts) else "") for i, p in enumerate(parts, 1))
-
-
-class _PgTx:
-    def __init__(self, conn: Any) -> None:
-        self._c = conn
-
-    async def doc_by_id(self, table: str, id_: str) -> str | None:
-        doc: str | None = await self._c.fetchval(f"SELECT doc FROM {table} WHERE id = $1", id_)
-        return doc
-
-    async def fetchone(self, sql: str, *args: Any) -> Row | None:
-        row: Row | None = await self._c.fetchrow(pg_sql(sql), *args)
-        return row
-
-    async def fetchall(self, sql: str, *args: Any) -> list[Row]:
-        return list(await self._c.fetch(pg_sql(sql), *args))
-
-    async def execute(self, sql: str, *args: Any) -> int:
-        try:
-            status: str = await self._c.execute(pg_sql(sql), *args)
-        except asyncpg.UniqueViolationError as exc:
-            raise UniqueViolation(exc.constraint_name or str(exc)) from None
-        tail = status.rsplit(" ", 1)[-1]
-        return int(tail) if tail.isdigit() else 0
-
-
-class _PgReadTx(_PgTx):
-    """Reads outside a transaction, on the shared reader connections (batched by id)."""
-
-    _c: _PgReaders
-
-    async def doc_by_id(self, table: str, id_: str) -> str | None:
-        return await self._c.doc_by_id(table, id_)
-
-
-async def _reset(conn: Any) -> None:
-    """Replaces asyncpg's default reset on release (RESET ALL, CLOSE ALL, UNLISTEN *, unlock
-    all advisory locks: a round trip per query). Our queries leave no session state; only an
-    interrupted transaction needs undoing."""
-    if conn.is_in_transaction():
-        await conn.execute("ROLLBACK")
-
-
-class _PgReaders:
-    """Autocommit reads on a few long-lived connections, each guarded by a lock.
-
-    Cheaper than a pool checkout per read (measured ~120 µs of client CPU per read through
-    ``pool.fetchrow`` against ~50 µs on a held connection). A read takes the first idle
-    connection, or queues on the least busy one; a connection that broke is replaced once.
-    """
-
-    def __init__(self, dsn: str, conns: list[Any]) -> None:
-        self._dsn = dsn
-        self._conns = conns
-        self._locks = [asyncio.Lock() for _ in conns]
-        self._load = [0] * len(conns)  # reads running or queued per connection
-        self._pending: dict[str, dict[str, list[asyncio.Future[str | None]]]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def _run(self, method: str, sql: str, args: tuple[Any, ...]) -> Any:
-        i = min(range(len(self._load)), key=self._load.__getitem__)
-        self._load[i] += 1
-        try:
-            async with self._locks[i]:
-                try:
-                    return await getattr(self._conns[i], method)(sql, *args)
-                except (asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError):
-                    if not self._conns[i].is_closed():
-                        raise
-                    self._conns[i] = await asyncpg.connect(self._dsn)
-                    return await getattr(self._conns[i], method)(sql, *args)
-        finally:
-            self._load[i] -= 1
-
-    async def doc_by_id(self, table: str, id_: str) -> str | None:
-        """Reads by id that arrive in the same event-loop turn share one query: each read
-        still starts after its request arrived, so nothing is served stale."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[str | None] = loop.create_future()
-        waiting = self._pending.get(table)
-        if waiting is None:
-            waiting = self._pending[table] = {}
-            loop.call_soon(lambda: self._tasks.add(loop.create_task(self._flush(table))))
-        waiting.setdefault(id_, []).append(fut)
-        return await fut
-
-    async def _flush(self, table: str) -> None:
-        waiting = self._pending.pop(table)
-        try:
-            rows = await self._run("fetch", f"SELECT id, doc FROM {table} WHERE id = ANY($1)",
-                                   (list(waiting),))
-        except Exception as exc:
-            for futs in waiting.values():
-                for f in futs:
-                    if not f.done():
-                        f.set_exception(exc)
-        else:
-            found = {r[0]: r[1] for r in rows}
-            for id_, futs in waiting.items():
-                for f in futs:
-                    if not f.done():
-                        f.set_result(found.get(id_))
-        finally:
-            task = asyncio.current_task()
-            if task is not None:
-                self._tasks.discard(task)
-
-    async def fetchrow(self, sql: str, *args: Any) -> Any:
-        return await self._run("fetchrow", sql, args)
-
-    async def fetch(self, sql: str, *args: Any) -> Any:
-        return await self._run("fetch", sql, args)
-
-    async def execute(self, sql: str, *args: Any) -> Any:
-        return await self._run("execute", sql, args)
-
-    async def close(self) -> None:
-        for conn in self._conns:
-            await conn.close()
-
-
-class PgDatabase:
-    dialect = "postgresql"
-
-    def __init__(self, url: str, pool: Any, readers: _PgReaders) -> None:
-        self.url = url
-        self._pool = pool
-        self._readers = readers
-
-    @classmethod
-    async def open(cls, url: str, max_size: int = 10, readers: int = 4) -> PgDatabase:
-        dsn = asyncpg_dsn(url)
-        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size, reset=_reset)
-        conns = [await asyncpg.connect(dsn) for _ in range(readers)]
-        return cls(url, pool, _PgReaders(dsn, conns))
-
-    def reader(self) -> Tx:
-        return _PgReadTx(self._readers)
-
-    @asynccontextmanager
-    async def write(self) -> AsyncIterator[Tx]:
-        async with self._pool.acquire() as conn, conn.transaction():
-            yield _PgTx(conn)
-
-    async def close(self) -> None:
-        await self._readers.close()
-        await self._pool.close()
-
-
-def asyncpg_dsn(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.split("+")[0] not in ("postgresql", "postgres"):
-        raise ValueError(f"not a PostgreSQL URL: {url!r} (expected postgresql://...)")
-    return f"postgresql://{rest}"

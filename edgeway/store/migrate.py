@@ -15,14 +15,8 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from edgeway.store.db import (
-    Database,
-    PgDatabase,
-    SqliteDatabase,
-    StoreUnavailable,
-    asyncpg_dsn,
-    redact,
-)
+from edgeway.store.db import Database, SqliteDatabase, StoreUnavailable, redact
+from edgeway.store.pg import PgDatabase, asyncpg_dsn
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _LOCK_KEY = 0x65646765776179  # "edgeway"

@@ -24,6 +24,7 @@ from edgeway.api import hostports
 from edgeway.api.platform import Platform
 from edgeway.config import listen_socket
 from edgeway.pki.platform_ca import EdgeCerts, TunnelTLS
+from edgeway.store.db import DatabaseUnavailable
 from edgeway.store.repo import Repo
 from edgeway.tunnel import binds, restrict, rpc
 from edgeway.tunnel.binds import BindRefused
@@ -81,6 +82,15 @@ def _with_port(scheme: str, host: str, port: int, default: int) -> str:
     return f"{scheme}://{host}" if port == default else f"{scheme}://{host}:{port}"
 
 
+async def _warned(coro: Coroutine[Any, Any, None]) -> None:
+    """A background reload: a database out of reach is a warning (the next change loads
+    again), not a crashed task."""
+    try:
+        await coro
+    except DatabaseUnavailable as exc:
+        log.warning("tunnel_reload_failed", error=str(exc))
+
+
 class TunnelServer:
     def __init__(self, platform: Platform, tls: TunnelTLS, tcp_host: str = "127.0.0.1",
                  tcp_ports: tuple[int, int] = (20000, 20999), node: str = "",
@@ -132,7 +142,7 @@ class TunnelServer:
             self._spawn(self.revalidate())
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro)
+        task = asyncio.create_task(_warned(coro))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -183,6 +193,7 @@ class TunnelServer:
             await self._ended(session)
 
     async def _stream(self, session: AgentSession, stream: MuxStream) -> None:
+        kind = -1
         try:
             kind = await asyncio.wait_for(rpc.read_type(stream), RPC_TIMEOUT)
             if kind == StreamType.HEARTBEAT:
@@ -195,6 +206,13 @@ class TunnelServer:
                 log.info("agent_stream_error", session=session.id,
                          error=str(exc) or type(exc).__name__)
             stream.reset()
+        except DatabaseUnavailable as exc:  # agents reconnect: they authenticate, re-bind
+            log.warning("agent_session_store_unavailable", session=session.id, error=str(exc))
+            if kind == StreamType.AUTH:  # an agent's first connect shows why it failed
+                with contextlib.suppress(StreamClosed, StreamError):
+                    await rpc.reply(stream, {"Version": "3", "ClientId": "", "Error":
+                                             "the server cannot reach its database; retry"})
+            await session.conn.close()
 
     async def _call(self, session: AgentSession, stream: MuxStream, kind: int) -> None:
         """One RPC the agent opened a stream for (its type read already)."""
