@@ -1,0 +1,45 @@
+"""The flood guard of the structured log: a token bucket per event name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import structlog
+
+from edgeway.logs import FloodGuard
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def passes(guard: FloodGuard, event: str) -> dict[str, Any] | None:
+    try:
+        return dict(guard(None, "info", {"event": event}))
+    except structlog.DropEvent:
+        return None
+
+
+def test_a_flood_is_cut_to_the_burst_then_the_rate_and_the_rest_is_counted() -> None:
+    clock = Clock()
+    guard = FloodGuard(burst=5, rate=2.0, clock=clock)
+    out = [passes(guard, "junk") for _ in range(100)]
+    assert sum(x is not None for x in out) == 5
+    assert passes(guard, "other") == {"event": "other"}  # each event has its own bucket
+    clock.now = 1.0  # two more tokens: the first line to pass carries the count
+    assert passes(guard, "junk") == {"event": "junk", "suppressed": 95}
+    assert passes(guard, "junk") == {"event": "junk"}
+    assert passes(guard, "junk") is None
+    assert guard.take_dropped() == {"junk": 1}
+    assert guard.take_dropped() == {}
+
+
+@pytest.mark.parametrize("n", [1, 10_000])
+def test_the_access_log_is_never_thinned(n: int) -> None:
+    guard = FloodGuard(burst=1, rate=0.0, clock=Clock())
+    assert all(passes(guard, "request") for _ in range(n))
