@@ -205,13 +205,11 @@ class HttpEdge:
             try:
                 return await self._proxy(parser, reader, writer, req, decision, peer,
                                          deadline, retry, body)
-            except Retry:  # that tunnel's agent is gone: ask the router again (what the
-                # policy and the login add to the response stays)
+            except Retry:  # that tunnel's agent is gone: ask the router again, and answer
+                # what it says now (another tunnel, or its page when none is left: 4009); what
+                # the policy and the login add to the response stays
                 decision = replace(await self._decide(req, peer, tls_edge),
                                    set_headers=decision.set_headers, respond=decision.respond)
-                if not isinstance(decision.target, Tunnel):
-                    await bad_gateway(writer, req, "no other tunnel")
-                    return False
         return False  # not reached: the last attempt does not retry
 
     async def _verify(self, parser: RequestParser, reader: asyncio.StreamReader,
