@@ -577,7 +577,8 @@ def main() -> int:
                    help="measured runs per row, the best kept (default: 1)")
     p.add_argument("--bulk-mib", type=int, default=1024, help="MiB per TCP bulk run each way")
     p.add_argument("--idle-tunnels", type=int, default=200, help="idle TCP tunnels to bind")
-    p.add_argument("--idle-conns", type=int, default=500, help="idle connections to open")
+    p.add_argument("--idle-conns", type=int, default=400, help="idle connections to open "
+                   "(through one agent session: at most 448 at once, more wait for a stream)")
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: 2 s wrk runs, 1 s warm-up, 256 MiB bulk")
     p.add_argument("--no-pin", action="store_true",

@@ -10,6 +10,7 @@ from typing import Literal
 import structlog
 
 from edgeway.edge import h1
+from edgeway.edge.client import ClientWatch
 from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, Response
 from edgeway.edge.modules import compression
 from edgeway.edge.modules.request_headers import header
@@ -65,7 +66,7 @@ async def bad_gateway(writer: asyncio.StreamWriter, req: Request, why: str) -> N
 async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
                          reader: asyncio.StreamReader, req: Request, decision: Decision,
                          upstream: Upstream, body: asyncio.Task[None] | None, retry: bool,
-                         watch: asyncio.Task[None] | None = None) -> tuple[bool, Fate]:
+                         watch: ClientWatch | None = None) -> tuple[bool, Fate]:
     """Relay the upstream's answer: (keep the public connection, what became of the upstream:
     ``REUSE`` it for another request, ``DONE`` (it ends, end it gracefully) or ``FAILED``
     (abort it)). What the upstream sent is written out whenever it has nothing more for now
@@ -105,7 +106,8 @@ async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
                 continue
         except (UpstreamGone, BadMessage) as exc:
             upstream.pipe.abort()
-            failed = next((t.exception() for t in (body, watch) if t is not None and t.done()
+            tasks = (body, watch.task if watch is not None else None)
+            failed = next((t.exception() for t in tasks if t is not None and t.done()
                            and not t.cancelled() and t.exception() is not None), None)
             if started or out:
                 writer.write(out)

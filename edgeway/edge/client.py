@@ -1,12 +1,18 @@
 """Reading a public HTTP client: its next event from the request parser, within a time limit
-kept by one timer per connection; a whole body, for modules that must see it first."""
+kept by one timer per connection; a whole body, for modules that must see it first; and
+watching it while its request is answered, to stop the upstream when it leaves."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from edgeway.edge import h1
 from edgeway.edge.h1 import End, RequestParser
+from edgeway.tunnel.pipes import Pipe
+
+WATCH_AFTER = 1.0  # an answer slower than this: the client is watched while it comes
+WATCH_LIMIT = 1 << 16  # pipelined bytes read ahead meanwhile
 
 
 class Deadline:
@@ -90,3 +96,50 @@ async def read_body(parser: RequestParser, reader: asyncio.StreamReader, limit: 
         body += event
         if len(body) > limit:
             return None
+
+
+class ClientGone(Exception):
+    """The public client closed its connection while its request was being answered."""
+
+
+class ClientWatch:
+    """While a bodiless request waits for its answer: if that takes more than
+    ``WATCH_AFTER`` seconds, read what the client sends meanwhile (pipelined requests, parsed
+    and kept for after, up to ``WATCH_LIMIT`` bytes) and abort the upstream if the client
+    leaves, as a proxy does: nobody is left to answer, and the agent's stream and its local
+    connection would otherwise wait on. A timer, not a task, until then: most answers come
+    sooner, and a task per request costs more than the rest of the request's overhead."""
+
+    __slots__ = ("_args", "_timer", "task")
+
+    def __init__(self, parser: RequestParser, reader: asyncio.StreamReader,
+                 upstream: Pipe) -> None:
+        self.task: asyncio.Task[None] | None = None
+        self._args = (parser, reader, upstream)
+        self._timer = asyncio.get_running_loop().call_later(WATCH_AFTER, self._start)
+
+    def _start(self) -> None:
+        self.task = asyncio.create_task(self._watch(*self._args))
+
+    @staticmethod
+    async def _watch(parser: RequestParser, reader: asyncio.StreamReader,
+                     upstream: Pipe) -> None:
+        taken = 0
+        while taken < WATCH_LIMIT:
+            try:
+                data = await reader.read(65536)
+            except (ConnectionError, OSError):
+                data = b""
+            if not data:
+                upstream.abort()
+                raise ClientGone
+            parser.feed(data)
+            taken += len(data)
+
+    async def stop(self) -> None:
+        self._timer.cancel()
+        task = self.task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task

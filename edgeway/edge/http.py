@@ -37,7 +37,7 @@ from edgeway.edge.answers import (
     relay_response,
 )
 from edgeway.edge.auth import OidcGate
-from edgeway.edge.client import Deadline, next_event, read_body
+from edgeway.edge.client import ClientWatch, Deadline, next_event, read_body
 from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser
 from edgeway.edge.modules import traffic_policy
 from edgeway.edge.modules.request_headers import header
@@ -49,14 +49,12 @@ from edgeway.edge.router import Decision, Edge, Router, Static
 from edgeway.tunnel.muxado.aio import StreamClosed
 from edgeway.tunnel.muxado.session import StreamError
 from edgeway.tunnel.pipes import SocketPipe, StreamPipe, UpstreamGone
-from edgeway.tunnel.registry import Tunnel
+from edgeway.tunnel.registry import Busy, Tunnel
 
 log = logging.getLogger("edgeway.edge")
 HEAD_TIMEOUT = 30.0  # to receive a whole request head, from its first byte (or the connection)
 IDLE_TIMEOUT = 75.0  # between requests on a kept-alive connection
 BODY_TIMEOUT = 60.0  # between two reads of a request body
-STREAM_WAIT = 30.0  # for a stream of an agent session whose streams are all in use
-WATCH_LIMIT = 1 << 16  # pipelined bytes read ahead while a request is answered
 DRAIN_LIMIT = 1 << 20
 RETRIES = 2  # safe requests whose tunnel died before answering go to another live one
 FORWARDED = frozenset((b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"))
@@ -66,29 +64,6 @@ Headers = h1.Headers
 def _respond(policy: traffic_policy.Policy, env: dict[str, Any], status: int,
              headers: Headers) -> Headers:
     return policy.on_response(traffic_policy.response_env(env, status, headers), headers)
-
-
-class ClientGone(Exception):
-    """The public client closed its connection while its request was being answered."""
-
-
-async def _watch_client(parser: RequestParser, reader: asyncio.StreamReader,
-                        upstream: Upstream) -> None:
-    """While a bodiless request waits for its answer: take what the client sends next
-    (pipelined requests, parsed and kept for after, up to ``WATCH_LIMIT`` bytes), and abort
-    the upstream if the client leaves (as a proxy does: nobody is left to answer, and the
-    agent's stream and its local connection would otherwise wait on)."""
-    taken = 0
-    while taken < WATCH_LIMIT:
-        try:
-            data = await reader.read(65536)
-        except (ConnectionError, OSError):
-            data = b""
-        if not data:
-            upstream.pipe.abort()
-            raise ClientGone
-        parser.feed(data)
-        taken += len(data)
 
 
 class AgentBusy(UpstreamGone):
@@ -264,13 +239,11 @@ class HttpEdge:
             if target.conn.crowded:  # idle streams of that session go first
                 self.pool.reclaim(target.conn)
             try:
-                async with asyncio.timeout(STREAM_WAIT):
-                    stream = await target.open(client, decision.proto, decision.edge)
+                stream = await target.open(client, decision.proto, decision.edge)
+            except Busy as exc:
+                raise AgentBusy(str(exc)) from None
             except (StreamClosed, StreamError) as exc:
                 raise UpstreamGone(f"the agent is gone ({exc})") from None
-            except TimeoutError:
-                raise AgentBusy(f"none of the agent session's {target.conn.max_open} "
-                                f"streams became free within {STREAM_WAIT:g} s") from None
             return Upstream(target.id, StreamPipe(stream))
         assert isinstance(target, Static)
         pipe = await SocketPipe.dial(target.host, target.port, target.tls)
@@ -352,16 +325,17 @@ class HttpEdge:
                 body = asyncio.create_task(self._pump_body(parser, reader, req, upstream,
                                                            deadline))
             elif not req.upgrade:  # (after a 101 the splice reads the client)
-                watch = asyncio.create_task(_watch_client(parser, reader, upstream))
+                watch = ClientWatch(parser, reader, upstream.pipe)
             keep, fate = await relay_response(parser, writer, reader, req, decision, upstream,
                                               body, retry, watch)
             return keep
         finally:
-            for task in (body, watch):
-                if task is not None and not task.done():
-                    task.cancel()
-                    with contextlib.suppress(BaseException):
-                        await task
+            if watch is not None:
+                await watch.stop()
+            if body is not None and not body.done():
+                body.cancel()
+                with contextlib.suppress(BaseException):
+                    await body
             if fate == REUSE:
                 self.pool.put(upstream)
             elif fate == DONE:

@@ -3,6 +3,7 @@ connection becomes a proxy stream to the agent that bound a tunnel."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import struct
@@ -10,7 +11,15 @@ from dataclasses import dataclass, field
 
 from edgeway.tunnel.binds import BindRequest
 from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream
+from edgeway.tunnel.muxado.session import StreamError
 from edgeway.tunnel.rpc import StreamType
+
+STREAM_WAIT = 30.0  # for a stream of an agent session whose streams are all in use
+
+
+class Busy(StreamError):
+    """All the streams an agent session may have are in use, and none became free in time."""
+
 
 # ProxyHeader EdgeType: a string, "1" TCP, "2" TLS, "3" HTTPS edges; "" for agent endpoints
 EDGE_TYPES = {"": "", "tcp": "1", "tls": "2", "https": "3"}
@@ -48,10 +57,16 @@ class Tunnel:
         return not self.conn.closed.is_set()
 
     async def open(self, client: str, proto: str, edge: str = "",
-                   passthrough: bool = False) -> MuxStream:
+                   passthrough: bool = False, wait: float = STREAM_WAIT) -> MuxStream:
         """A proxy stream for one public connection (StreamError/StreamClosed if the agent is
-        gone)."""
-        stream = await self.conn.open_stream()
+        gone; ``Busy``, a StreamError, if none of the session's streams became free within
+        ``wait`` seconds: see ``MuxConnection.open_stream``)."""
+        try:
+            async with asyncio.timeout(wait):
+                stream = await self.conn.open_stream()
+        except TimeoutError:
+            raise Busy(f"none of the agent session's {self.conn.max_open} streams became "
+                       f"free within {wait:g} s") from None
         await stream.write(proxy_preamble(self.id, client, proto, edge, passthrough))
         return stream
 
