@@ -181,10 +181,15 @@ class HttpEdge:
                 return await self._proxy(parser, reader, writer, req, decision, peer,
                                          deadline, retry, body)
             except Retry:  # that tunnel's agent is gone: ask the router again, and answer
-                # what it says now (another tunnel, or its page when none is left: 4009); what
-                # the policy and the login add to the response stays
+                # what it says now (another tunnel, or its page when no backend is left:
+                # 4009); what the policy and the login add to the response stays
                 decision = replace(await self._decide(req, peer, tls_edge),
                                    set_headers=decision.set_headers, respond=decision.respond)
+                if isinstance(decision.target, Fixed) and decision.target.status == 404:
+                    # the name's only tunnel vanished under this request: "agent lost", not
+                    # "nothing bound"
+                    await bad_gateway(writer, req, "the tunnel's agent went away")
+                    return False
         return False  # not reached: the last attempt does not retry
 
     async def _verify(self, parser: RequestParser, reader: asyncio.StreamReader,
