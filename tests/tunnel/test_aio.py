@@ -348,3 +348,36 @@ def test_a_closed_stream_drops_what_still_arrives_and_returns_its_window() -> No
                 await asyncio.sleep(0.02)
             assert not edge.session.is_open(stream.id) and stream.id not in edge._streams
     run(main)
+
+
+def test_a_peer_that_grants_window_but_does_not_read_makes_writers_wait() -> None:
+    """Window is the peer's promise to take data, not proof that it reads: when the transport
+    has more than it wants to buffer, writers wait, so nothing queues without bound."""
+    async def main() -> None:
+        ours, theirs = socket.socketpair()
+        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        r, w = await asyncio.open_connection(sock=ours)
+        conn = MuxConnection(r, w, client=False)
+        stream = await conn.open_stream()
+        await stream.write(b"x")
+        grant = frames.encode(frames.wndinc(stream.id, 0x7FFFFFFF - WINDOW))
+        theirs.sendall(grant)  # all the window there is, and then it reads nothing
+        await asyncio.sleep(0.1)
+        chunk = b"y" * 65536
+        written = 0
+
+        async def writer() -> None:
+            nonlocal written
+            while written < 256 << 20:
+                await stream.write(chunk)
+                written += len(chunk)
+
+        task = asyncio.create_task(writer())
+        await asyncio.sleep(1)
+        assert not task.done() and written < 16 << 20, written
+        queued = sum(len(part) for part in conn.session._out)
+        assert queued < 4 << 20, queued
+        task.cancel()
+        await conn.close()
+        theirs.close()
+    run(main)

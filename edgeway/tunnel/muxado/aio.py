@@ -2,8 +2,9 @@
 that respect flow control.
 
 A writer blocks while its stream has more than ``HIGH_WATER`` bytes waiting for the peer's
-window; a reader returns window to the peer as it takes data. One stalled stream therefore
-holds back only its own writer.
+window, and while the transport has more than it wants to buffer (a peer that grants window
+but does not read would otherwise make us queue without bound); a reader returns window to
+the peer as it takes data. One stalled stream therefore holds back only its own writer.
 
 The connection takes over the transport under the stream pair it is given: it becomes the
 transport's protocol (an ``asyncio.BufferedProtocol``), so TLS decrypts straight into the
@@ -48,6 +49,7 @@ from edgeway.tunnel.muxado.session import (
 )
 
 HIGH_WATER = 64 * 1024
+BACKLOG = 1 << 20  # data queued for one write of the connection, beyond which writers wait
 LINGER = 5.0  # seconds a reset stream is counted as open (the peer may still hold it)
 CLOSE_TIMEOUT = 30.0  # a closed stream whose peer never half-closes is reset after this
 TLS_RECORD = 16384  # the most plaintext one TLS record carries
@@ -213,14 +215,17 @@ class MuxStream:
 
     async def write(self, data: bytes, *, eof: bool = False) -> None:
         if not self.send_nowait(data, eof=eof):
-            while self._conn.session.pending(self.id) > HIGH_WATER:
+            conn = self._conn
+            while conn.session.pending(self.id) > HIGH_WATER or conn.backlogged:
                 if self._error is not None:
                     raise StreamClosed(self._error)
                 await self._wait(False)
 
     def send_nowait(self, data: bytes, *, eof: bool = False) -> bool:
         """``write`` without waiting: False if more than ``HIGH_WATER`` bytes now wait for the
-        peer's window (``on_window`` is called as window opens, or when the stream fails)."""
+        peer's window, or the connection's transport has more than it wants to buffer (the
+        peer does not read): ``on_window`` is called as that changes, or when the stream
+        fails."""
         if self._error is not None:
             raise StreamClosed(self._error)
         conn = self._conn
@@ -229,11 +234,14 @@ class MuxStream:
         conn.kick()
         if eof:
             conn.forget_if_done(self.id)
-        return session.pending(self.id) <= HIGH_WATER
+        return session.pending(self.id) <= HIGH_WATER and not conn.backlogged
 
     def writable(self) -> bool:
-        """No more than ``HIGH_WATER`` bytes wait for window (or the stream failed)."""
-        return self._error is not None or self._conn.session.pending(self.id) <= HIGH_WATER
+        """No more than ``HIGH_WATER`` bytes wait for window and the transport takes more (or
+        the stream failed)."""
+        conn = self._conn
+        return self._error is not None or (
+            conn.session.pending(self.id) <= HIGH_WATER and not conn.backlogged)
 
     async def write_eof(self) -> None:
         await self.write(b"", eof=True)
@@ -347,8 +355,7 @@ class _Protocol(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         if self.conn is not None:
-            self.conn._paused = False
-            self.conn.kick()
+            self.conn._resumed()
 
 
 class MuxConnection:
@@ -363,6 +370,7 @@ class MuxConnection:
         self.session = Session(client=client, max_streams=max_streams)
         self.max_open = max_open or max_streams
         self._lingering = 0
+        self._backlog_waiters = False  # a writer waited for ``backlogged`` to clear
         self._openers: deque[asyncio.Future[None]] = deque()
         self._loop = asyncio.get_running_loop()
         self._writer = writer  # kept: a collected StreamWriter closes its transport
@@ -508,6 +516,29 @@ class MuxConnection:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    @property
+    def backlogged(self) -> bool:
+        """Writers should wait: the transport has more than it wants to buffer, or more than
+        ``BACKLOG`` bytes of data wait for this event-loop pass's write."""
+        if self._paused or self.session.queued > BACKLOG:
+            self._backlog_waiters = True
+            return True
+        return False
+
+    def _resumed(self) -> None:
+        """The transport takes more: send what waits, and let the writers that waited go."""
+        self._paused = False
+        self.kick()
+        self._release_writers()
+
+    def _release_writers(self) -> None:
+        if not self._backlog_waiters:
+            return
+        self._backlog_waiters = False
+        for stream in list(self._streams.values()):
+            if stream._writers or stream.on_window is not None:
+                stream._window()
+
     def _lost(self) -> None:
         if not self._gone.done():
             self._gone.set_result(None)
@@ -526,6 +557,8 @@ class MuxConnection:
                     self._transport.write(out[0])
                 else:
                     self._transport.writelines(out)
+            if not self._paused:  # (the write may have paused the transport)
+                self._release_writers()
         elif self._ack_owed:
             self._ack_owed = False
             self._quickack()

@@ -163,6 +163,7 @@ class Session:
         self._next_id = 3 if client else 2
         self._last_peer_id = 0
         self._out: list[bytes | memoryview] = []
+        self._out_data = 0  # DATA payload bytes in ``_out``
         self._rx = frames.FrameBuffer()
         self._max_body = self._full_body = max(window, 1 << 16)  # bigger: FRAME_SIZE error
         self._min_send = max(1, min(MIN_SEND, window // 8))
@@ -194,6 +195,7 @@ class Session:
                 # The common case: one frame, straight out, the payload not copied.
                 flags = (FIN if fin else 0) | (0 if s.syn_sent else SYN)
                 self._out += (HEADER.pack((n << 8) | _DATA_WORD | flags, stream_id), data)
+                self._out_data += n
                 s.send_window -= n
                 s.syn_sent = True
                 if fin:
@@ -252,6 +254,7 @@ class Session:
         """The bytes to send as the pieces they were queued in (headers, payloads as given to
         ``send``), for a caller that writes them without joining."""
         out, self._out = self._out, []
+        self._out_data = 0
         return out
 
     def is_open(self, stream_id: int) -> bool:
@@ -267,6 +270,11 @@ class Session:
         window's size again."""
         self._max_body = size or self._full_body
         self._rx.max_room = size
+
+    @property
+    def queued(self) -> int:
+        """Bytes of stream data ready to send (in ``data_to_send``), not yet taken."""
+        return self._out_data
 
     @property
     def stream_count(self) -> int:
@@ -457,6 +465,7 @@ class Session:
             last = s.fin_queued and not s.pending_size
             flags = (FIN if last else 0) | (0 if s.syn_sent else SYN)
             out.append(HEADER.pack((n << 8) | _DATA_WORD | flags, stream_id))
+            self._out_data += n
             while n:
                 chunk = pending[0]
                 if len(chunk) <= n:
