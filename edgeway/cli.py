@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -12,7 +13,14 @@ from pathlib import Path
 
 from edgeway import bootstrap, logs
 from edgeway.catalog.model import Settings
-from edgeway.config import ServerConfig, default_data_dir, parse_addr, public_url_for, split_list
+from edgeway.config import (
+    ServerConfig,
+    default_data_dir,
+    lowest_bindable_port,
+    parse_addr,
+    public_url_for,
+    split_list,
+)
 from edgeway.store.db import DatabaseUnavailable, StoreUnavailable
 from edgeway.store.migrate import open_database
 
@@ -72,6 +80,10 @@ def parser() -> argparse.ArgumentParser:
                             "(default: %(default)s)")
     serve.add_argument("--tcp-ports", default=_env("TCP_PORTS", "20000-20999"),
                        help="port range for TCP tunnels (default: %(default)s)")
+    serve.add_argument("--tcp-grace", type=float, default=float(_env("TCP_GRACE") or 120),
+                       metavar="SECONDS",
+                       help="how long a TCP tunnel whose agent dropped keeps its port for the "
+                            "agent's reconnect (default: %(default)g)")
     serve.add_argument("--http-addr", default=_env("HTTP_ADDR", "127.0.0.1:8880"),
                        help="public HTTP listener, or 'off' (default: %(default)s)")
     serve.add_argument("--https-addr", default=_env("HTTPS_ADDR", "127.0.0.1:8443"),
@@ -130,6 +142,8 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     if not (sep and low.isascii() and low.isdigit() and high.isascii() and high.isdigit()
             and 1 <= int(low) <= int(high) <= 65535):
         raise ValueError(f"--tcp-ports {args.tcp_ports!r} must be LOW-HIGH within 1-65535")
+    if not 0 <= args.tcp_grace <= 86400:
+        raise ValueError(f"--tcp-grace {args.tcp_grace:g} must be 0 to 86400 seconds")
     if (args.tunnel_cert is None) != (args.tunnel_key is None):
         raise ValueError("--tunnel-cert and --tunnel-key go together")
     for path in (args.tunnel_cert, args.tunnel_key):
@@ -139,10 +153,19 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     def public(addr: str) -> tuple[str, int] | None:
         return None if addr.strip().lower() == "off" else parse_addr(addr)
 
+    own = [(port, "management API"), (t_port, "tunnel listener")]
+    for what, addr in (("public HTTP listener", public(args.http_addr)),
+                       ("public HTTPS listener", public(args.https_addr))):
+        if addr is not None:
+            own.append((addr[1], what))
+    settings = dataclasses.replace(settings, own_ports=tuple(own),
+                                   agent_ports=(int(low), int(high)),
+                                   lowest_port=lowest_bindable_port())
     return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,
-                        names, args.tcp_host, (int(low), int(high)), public(args.http_addr),
-                        public(args.https_addr), args.reuse_port,
-                        (Path(args.tunnel_cert), Path(args.tunnel_key))
+                        names, args.tcp_host, (int(low), int(high)), tcp_grace=args.tcp_grace,
+                        http_addr=public(args.http_addr), https_addr=public(args.https_addr),
+                        reuse_port=args.reuse_port,
+                        tunnel_cert=(Path(args.tunnel_cert), Path(args.tunnel_key))
                         if args.tunnel_cert else None)
 
 

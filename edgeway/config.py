@@ -33,6 +33,22 @@ def listen_socket(what: str, host: str, port: int, reuse_port: bool = False,
                       f"{exc.strerror or exc}") from None
 
 
+def lowest_bindable_port() -> int:
+    """The lowest port this process may listen on: 1 for root or with CAP_NET_BIND_SERVICE,
+    else the system's first unprivileged port (1024 unless lowered)."""
+    if os.geteuid() == 0:
+        return 1
+    try:
+        status = Path("/proc/self/status").read_text()
+        caps = next(line.split()[1] for line in status.splitlines()
+                    if line.startswith("CapEff:"))
+        if int(caps, 16) & (1 << 10):  # CAP_NET_BIND_SERVICE
+            return 1
+        return int(Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text())
+    except (OSError, StopIteration, ValueError):
+        return 1024
+
+
 def split_list(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
 
@@ -49,6 +65,7 @@ class ServerConfig:
     tunnel_names: tuple[str, ...] = ("localhost", "127.0.0.1", "::1")
     tcp_host: str = "127.0.0.1"
     tcp_ports: tuple[int, int] = (20000, 20999)
+    tcp_grace: float = 120.0
     http_addr: tuple[str, int] | None = ("127.0.0.1", 8880)
     https_addr: tuple[str, int] | None = ("127.0.0.1", 8443)
     reuse_port: bool = False

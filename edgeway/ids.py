@@ -13,6 +13,7 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Callable
 
 ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 EPOCH = 1_400_000_000
@@ -64,6 +65,34 @@ ksuid = KsuidGenerator()
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{ksuid()}"
+
+
+def decode(text: str) -> int:
+    """The number of a 27-character base62 KSUID."""
+    n = 0
+    for ch in text:
+        n = n * 62 + ALPHABET.index(ch)
+    return n
+
+
+def _tag(mac: Callable[[bytes], bytes], owner: str, head: int) -> int:
+    return int.from_bytes(mac(f"{owner}/{head:x}".encode())[:8], "big")
+
+
+def bound_id(prefix: str, mac: Callable[[bytes], bytes], owner: str) -> str:
+    """An id only ``owner`` can present again (``bound_to``): a KSUID whose last 64 bits are
+    a keyed digest of the owner and the rest (its seconds and 64 random bits), so that it
+    needs no record and outlives restarts. Ordered by second, not within one."""
+    head = ((int(time.time()) - EPOCH) << 64) | secrets.randbits(64)
+    return f"{prefix}_{encode((head << 64) | _tag(mac, owner, head))}"
+
+
+def bound_to(value: str, prefix: str, mac: Callable[[bytes], bytes], owner: str) -> bool:
+    parts = split_id(value)
+    if parts is None or parts[0] != prefix:
+        return False
+    n = decode(parts[1])
+    return n < _MAX and _tag(mac, owner, n >> 64) == n & ((1 << 64) - 1)
 
 
 def split_id(value: str) -> tuple[str, str] | None:

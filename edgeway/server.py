@@ -75,11 +75,12 @@ async def serve(cfg: ServerConfig) -> None:
         http_port = cfg.http_addr[1] if cfg.http_addr else 80
         https_port = cfg.https_addr[1] if cfg.https_addr else 443
         tunnels = TunnelServer(platform, tls, cfg.tcp_host, cfg.tcp_ports,
-                               node_id(cfg.data_dir), http_port, https_port)
+                               node_id(cfg.data_dir), http_port, https_port, cfg.tcp_grace)
         tunnels.certs = certs = platform_ca.EdgeCerts(cfg.data_dir, sealer, tls)
         router = Router(db, tunnels.registry)
-        tunnels.edge_host = router.edge_host
-        tunnels.check_bind, tunnels.tcp_admits = modules.bind_refusal, router.tcp_admits
+        binder = tunnels.binder
+        binder.edge_host = router.edge_host
+        binder.check_bind, binder.tcp_admits = modules.bind_refusal, router.tcp_admits
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,
                                http_port, https_port, sealer.mac(b"edgeway edge logins"))
         platform.watchers += [router.changed, edge.changed, tunnels.changed]

@@ -11,6 +11,7 @@ from edgeway.errors import Conflict, Invalid
 from edgeway.store.repo import Claimed, Repo
 
 DOMAINS = catalog.BY_COLLECTION["reserved_domains"]
+TCP_PORT = "tcp-port"  # the claim of a port by a TCP edge
 
 
 async def covering(repo: Repo, host: str) -> dict[str, str]:
@@ -38,10 +39,16 @@ async def bind(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any]) -> list[tu
                                   "covered by a reserved wildcard domain; reserve it first",
                                   7121)
                 out.append((f.name, cover.get(host) or next(iter(cover.values()))))
+        claims = [f"{f.claim}:{v}" for v in values]
+        if kind.collection == "edges/tcp":  # it listens on the port, whatever the host
+            claims += sorted({f"{TCP_PORT}:{v.rsplit(':', 1)[1]}" for v in values})
         try:
-            await repo.claim(kind, id_, [f"{f.claim}:{v}" for v in values])
+            await repo.claim(kind, id_, claims)
         except Claimed as c:
-            value = c.claim.split(":", 1)[1]
+            what, _, value = c.claim.partition(":")
+            if what == TCP_PORT:
+                raise Conflict(f"The port {value} is already served by the TCP edge "
+                               f"'{c.holder}'.", 7122) from None
             raise Conflict(f"The {f.claim} '{value}' is already used by '{c.holder}'.",
                            7122) from None
     return out

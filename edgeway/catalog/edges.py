@@ -36,10 +36,35 @@ def _hostports(value: list[str], _ctx: Context) -> list[str]:
     return out
 
 
+def _tcp_hostports(value: list[str], ctx: Context) -> list[str]:
+    """A TCP edge listens on its hostports' ports: none this server already uses, nor one of
+    the agents' TCP range, nor one it may not bind."""
+    out = _hostports(value, ctx)
+    settings = ctx.settings
+    own = dict(settings.own_ports)
+    for i, hp in enumerate(out):
+        port = int(hp.rsplit(":", 1)[1])
+        if port in own:
+            why = f"port {port} is this server's {own[port]}"
+        elif settings.agent_ports and settings.agent_ports[0] <= port <= settings.agent_ports[1]:
+            why = (f"port {port} is in the range of agent TCP tunnels "
+                   f"({settings.agent_ports[0]}-{settings.agent_ports[1]})")
+        elif port < settings.lowest_port:
+            why = (f"port {port} is privileged: this server may only listen on ports from "
+                   f"{settings.lowest_port} (run it with CAP_NET_BIND_SERVICE for lower ones)")
+        else:
+            continue
+        raise Invalid(f"hostports[{i}]", f"'{hp}' cannot be served: {why}", 7105)
+    return out
+
+
 def _hostports_field(domains: bool) -> Field:
     doc = "host:port pairs the edge serves" + (
-        "; hosts must be reserved domains" if domains else "")
-    return Field("hostports", list[str], doc, update=True, default=list, check=_hostports,
+        "; hosts must be reserved domains" if domains else
+        "; not a port of this server's own listeners, of the agent TCP range, or a "
+        "privileged one it may not bind")
+    return Field("hostports", list[str], doc, update=True, default=list,
+                 check=_hostports if domains else _tcp_hostports,
                  claim="hostport", link=DOMAIN_LINK if domains else None,
                  refs=(lambda _v: []) if domains else None)
 

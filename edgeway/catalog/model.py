@@ -37,6 +37,12 @@ class Settings:
     base_domain: str = "edgeway.localhost"
     regions: tuple[str, ...] = ("us", "us-cal-1", "eu", "au", "ap", "jp", "sa", "in")
     name_servers: tuple[str, ...] = ()
+    # What a TCP edge's hostport may not use: this server's own listening ports (with what
+    # listens there), the range of agent TCP tunnels, and ports below the lowest one the
+    # server may bind (privileged ports, without the capability).
+    own_ports: tuple[tuple[int, str], ...] = ()
+    agent_ports: tuple[int, int] | None = None
+    lowest_port: int = 1
 
     @property
     def ns_targets(self) -> tuple[str, ...]:

@@ -221,6 +221,19 @@ def acl_allows(acl: list[str], target: str) -> bool:
     return any(rule.startswith("bind:") and _matches(rule[5:], target) for rule in acl)
 
 
+def acl_ports(acl: list[str], host: str) -> set[int] | None:
+    """The TCP ports on ``host`` that ``acl`` allows binding; None for any port."""
+    if not acl or "*" in acl:
+        return None
+    out: set[int] = set()
+    for rule in acl:
+        port = rule.rpartition(":")[2]
+        if rule.startswith("bind:") and port.isascii() and port.isdigit() \
+                and _matches(rule[5:], f"{host}:{port}"):
+            out.add(int(port))
+    return out
+
+
 def acl_allows_labels(acl: list[str], labels: dict[str, str]) -> bool:
     """Label rules are ``bind:name=value`` (value ``*`` for any); every label of the tunnel
     must be allowed by one."""

@@ -11,29 +11,22 @@ import json
 import secrets
 import ssl
 import struct
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import partial
+from collections.abc import Coroutine
 from typing import Any
 
 import structlog
 
 from edgeway import __version__, catalog, ids
-from edgeway.api import hostports
 from edgeway.api.platform import Platform
 from edgeway.config import listen_socket
 from edgeway.pki.platform_ca import EdgeCerts, TunnelTLS
 from edgeway.store.db import DatabaseUnavailable
 from edgeway.store.repo import Repo
-from edgeway.tunnel import binds, restrict, rpc
-from edgeway.tunnel.binds import BindRefused
+from edgeway.tunnel import rpc
+from edgeway.tunnel.binder import AgentSession, Binder, now_text
 from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
 from edgeway.tunnel.muxado.session import StreamError
-from edgeway.tunnel.pipes import StreamPipe, splice
-from edgeway.tunnel.registry import Registry, Tunnel
 from edgeway.tunnel.rpc import StreamType
-from edgeway.tunnel.tcp import TcpListener, client_addr
 
 log = structlog.get_logger()
 SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
@@ -55,31 +48,14 @@ HANDSHAKE_TIMEOUT = 10.0  # TLS
 # Rust SDK ends its session beyond 512, counting its own streams and those it is still
 # finishing; the margin covers both.
 AGENT_STREAMS = 448
+# A TCP port of a tunnel whose session dropped (no GOAWAY) stays its own this long: the SDKs
+# reconnect within seconds, the Edgeway agent within its backoff's 30 s.
+TCP_GRACE = 120.0
+RECHECK_EVERY = 10.0  # seconds: credentials changed through another node reach us this late
 
 
 class AuthFailed(Exception):
     pass
-
-
-@dataclass
-class AgentSession:
-    conn: MuxConnection
-    peer: str
-    id: str = ""
-    last_beat: float = 0.0
-    deadline: float = AUTH_TIMEOUT  # then the heartbeat interval plus tolerance
-    acl: list[str] = field(default_factory=list)
-    credential: str = ""
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    tunnels: dict[str, Tunnel] = field(default_factory=dict)
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _with_port(scheme: str, host: str, port: int, default: int) -> str:
-    return f"{scheme}://{host}" if port == default else f"{scheme}://{host}:{port}"
 
 
 async def _warned(coro: Coroutine[Any, Any, None]) -> None:
@@ -94,20 +70,14 @@ async def _warned(coro: Coroutine[Any, Any, None]) -> None:
 class TunnelServer:
     def __init__(self, platform: Platform, tls: TunnelTLS, tcp_host: str = "127.0.0.1",
                  tcp_ports: tuple[int, int] = (20000, 20999), node: str = "",
-                 http_port: int = 80, https_port: int = 443) -> None:
+                 http_port: int = 80, https_port: int = 443,
+                 tcp_grace: float = TCP_GRACE) -> None:
         self.platform = platform
         self.node = node  # rows this node writes carry it; only they are its to clean up
-        self.tcp_host, self.tcp_ports = tcp_host, tcp_ports
-        self.http_port, self.https_port = http_port, https_port
-        self.registry = Registry()
-        self.listeners: dict[str, TcpListener] = {}  # tunnel id -> its public TCP listener
-        self.reserved: dict[str, int] = {}  # tunnel id -> port, kept for re-binds
-        # host name -> the edge serving it (set by the edge, to refuse agent binds of them)
-        self.edge_host: Callable[[str], str | None] = lambda _host: None
-        # Set by the edge: why a bind asks for what it cannot enforce (None: it can), and
-        # whether a TCP tunnel's traffic policy admits a connection from (ip, port).
-        self.check_bind: Callable[[binds.BindRequest], str | None] = lambda _req: None
-        self.tcp_admits: Callable[[Tunnel, str, int], bool] = lambda _t, _ip, _port: True
+        self.binder = Binder(platform, tcp_host, tcp_ports, tcp_grace, node, http_port,
+                             https_port)
+        self.registry = self.binder.registry
+        self.sessions: dict[str, AgentSession] = self.binder.sessions
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self.context.load_cert_chain(tls.cert, tls.key)
@@ -115,7 +85,6 @@ class TunnelServer:
         # region domains of agent ingresses: agents dialing them get a certificate for them
         self.ingress_names: set[str] = set()
         self.certs: EdgeCerts | None = None
-        self.sessions: dict[str, AgentSession] = {}
         self._server: asyncio.Server | None = None
         self._background: set[asyncio.Task[None]] = set()
 
@@ -129,17 +98,21 @@ class TunnelServer:
         self._server = await asyncio.start_server(
             self._connection, sock=listen_socket("tunnel listener", host, port, reuse_port),
             ssl=self.context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+        self._spawn(self._recheck_every(RECHECK_EVERY))
 
     def _sni(self, sslobj: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
         if name and self.certs is not None and name.lower() in self.ingress_names:
             sslobj.context = self.certs.context(name.lower(), http=False)
 
     def changed(self, collection: str) -> None:
-        """The API wrote ``collection``: follow agent ingresses and reserved domains."""
+        """The API wrote ``collection``: follow agent ingresses, reserved domains, and the
+        credentials (and their bot users) of live sessions."""
         if collection == "agent_ingresses":
             self._spawn(self.load_ingress_names())
         elif collection == "reserved_domains":
-            self._spawn(self.revalidate())
+            self._spawn(self.binder.revalidate())
+        elif collection in ("credentials", "bot_users"):
+            self._spawn(self.recheck())
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(_warned(coro))
@@ -151,18 +124,50 @@ class TunnelServer:
         self.ingress_names = {d.lower() for _, doc in docs for d in doc.get("region_domains")
                               or []}
 
-    async def revalidate(self) -> None:
-        """Stop agent tunnels whose reserved domain is gone (StopTunnel reaches the agent)."""
-        base = self.platform.settings.base_domain
-        repo = Repo(self.platform.db.reader())
-        for tunnel in list(self.registry.by_id.values()):
-            host = tunnel.host
-            if not host or (host.endswith(f".{base}")
-                            and host.count(".") == base.count(".") + 1):
+    async def stop_tunnel(self, tunnel_id: str, message: str, code: int) -> bool:
+        return await self.binder.stop_tunnel(tunnel_id, message, code)
+
+    async def recheck(self) -> None:
+        """End the sessions whose credential (or its bot user) was deleted or deactivated;
+        apply a changed ACL to the others."""
+        by_credential: dict[str, list[AgentSession]] = {}
+        for session in list(self.sessions.values()):
+            by_credential.setdefault(session.credential, []).append(session)
+        for credential, sessions in by_credential.items():
+            try:
+                acl = await self._still_valid(credential)
+            except AuthFailed as exc:
+                for session in sessions:
+                    log.info("agent_session_revoked", session=session.id, reason=str(exc))
+                    session.revoked = True
+                    await session.conn.close()
                 continue
-            if not await hostports.covering(repo, host):
-                await self.stop_tunnel(tunnel.id, f"the reserved domain for {host} was "
-                                       "deleted", 8001)
+            for session in sessions:
+                if session.acl != acl:
+                    await self.binder.reauthorize(session, acl)
+
+    async def _still_valid(self, credential: str) -> list[str]:
+        repo = Repo(self.platform.db.reader())
+        doc = await repo.get(CREDENTIALS, credential)
+        if doc is None:
+            raise AuthFailed("the credential was deleted")
+        await self._owner_active(repo, str(doc.get("owner_id") or ""))
+        return list(doc.get("acl") or [])
+
+    @staticmethod
+    async def _owner_active(repo: Repo, owner: str) -> None:
+        if owner.startswith("bot_"):
+            bot = await repo.get(BOTS, owner)
+            if bot is None or not bot.get("active", True):
+                raise AuthFailed("authentication failed: the authtoken's bot user is "
+                                 "inactive or was deleted")
+
+    async def _recheck_every(self, seconds: float) -> None:
+        """Writes made through another node's API reach this one's sessions too."""
+        while True:
+            await asyncio.sleep(seconds)
+            if self.sessions:
+                await _warned(self.recheck())
 
     async def stop(self) -> None:
         for task in list(self._background):
@@ -221,9 +226,9 @@ class TunnelServer:
         elif not session.id:
             stream.reset()  # nothing but Auth (and heartbeats) before it
         elif kind in (StreamType.BIND, StreamType.START_TUNNEL_WITH_LABEL):
-            await self._bind(session, stream, labeled=kind != StreamType.BIND)
+            await self.binder.bind(session, stream, labeled=kind != StreamType.BIND)
         elif kind == StreamType.UNBIND:
-            await self._unbind(session, stream)
+            await self.binder.unbind(session, stream)
         elif kind == StreamType.SRV_INFO:
             await rpc.read_message(stream)
             await rpc.reply(stream, {"Region": self.platform.settings.regions[0]})
@@ -266,11 +271,7 @@ class TunnelServer:
         if item is None:
             raise AuthFailed("authentication failed: the authtoken is not valid (unknown or "
                              "deleted credential)")
-        owner = item.doc.get("owner_id", "")
-        if owner.startswith("bot_"):
-            bot = await repo.get(BOTS, owner)
-            if bot is None or not bot.get("active", True):
-                raise AuthFailed("authentication failed: the authtoken's bot user is inactive")
+        await self._owner_active(repo, str(item.doc.get("owner_id") or ""))
         return item.id, list(item.doc.get("acl") or [])
 
     async def _record(self, session: AgentSession, credential: str,
@@ -281,237 +282,12 @@ class TunnelServer:
                                      f"{credential}"},
             "ip": session.peer, "metadata": str(extra.get("metadata") or ""),
             "os": str(extra.get("os") or ""), "region": self.platform.settings.regions[0],
-            "started_at": _now(), "transport": "ngrok/v2", "created_at": _now(),
+            "started_at": now_text(), "transport": "ngrok/v2", "created_at": now_text(),
             "node": self.node}
         async with self.platform.db.write() as tx:
             await Repo(tx).insert(SESSIONS, sid, doc)
         log.info("agent_session_start", session=sid, credential=credential)
         return sid
-
-    def _stable(self, session: AgentSession, tunnel_id: str) -> int:
-        """A number derived from the credential and tunnel id: a re-bind after a restart of
-        this server gets the same generated name and, when free, the same port."""
-        digest = self.platform.sealer.mac(f"{session.credential}/{tunnel_id}".encode())
-        return int.from_bytes(digest[:8], "big")
-
-    def _ports(self, req: binds.BindRequest, session: AgentSession,
-               tunnel_id: str) -> list[int]:
-        """Ports to try, in order: the requested or reserved one alone, else the free ones
-        starting from the one derived from the tunnel id."""
-        port = binds.requested_port(req.addr, self.tcp_host) or self.reserved.get(tunnel_id)
-        taken = {t.port for t in self.registry.by_id.values() if t.port}
-        held = {p for tid, p in self.reserved.items() if tid != tunnel_id}
-        if port is not None:
-            if port in taken or port in held:
-                raise BindRefused(f"the address {self.tcp_host}:{port} is already bound")
-            return [port]
-        low, high = self.tcp_ports
-        size = high - low + 1
-        first = self._stable(session, tunnel_id) % size
-        return [low + (first + i) % size for i in range(size)
-                if low + (first + i) % size not in taken | held]
-
-    async def _listen(self, session: AgentSession, tunnel: Tunnel, ports: list[int]) -> None:
-        for port in ports:
-            target = f"{self.tcp_host}:{port}"
-            if not binds.acl_allows(session.acl, target):
-                if len(ports) == 1:
-                    raise BindRefused(f"the credential's ACL ({', '.join(session.acl)}) does "
-                                      f"not allow binding {target}")
-                continue
-            listener = TcpListener(self.tcp_host, port, partial(self._tcp_client, tunnel))
-            try:
-                await listener.start()
-            except OSError as exc:
-                if len(ports) == 1:
-                    raise BindRefused(f"cannot listen on {target}: {exc.strerror}") from None
-                continue
-            tunnel.port, tunnel.url = port, f"tcp://{target}"
-            self.listeners[tunnel.id] = listener
-            return
-        raise BindRefused("no TCP address this credential may bind is free "
-                          f"(ports {self.tcp_ports[0]}-{self.tcp_ports[1]}, ACL: "
-                          f"{', '.join(session.acl) or '*'})")
-
-    async def _tcp_client(self, tunnel: Tunnel, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("", 0)
-        if not restrict.allowed(tunnel.req, peer[0]) \
-                or not self.tcp_admits(tunnel, peer[0], peer[1]):
-            return  # closed: a TCP client gets no page
-        try:
-            stream = await tunnel.open(client_addr(peer), "tcp")
-        except (StreamError, StreamClosed):
-            return  # the agent is going away: a closed connection, not a hang
-        await splice(reader, writer, StreamPipe(stream))
-
-    async def _domain(self, session: AgentSession, req: binds.BindRequest,
-                      tunnel_id: str) -> tuple[str, str]:
-        """The public host name of an HTTP or TLS bind and the reserved domain it uses."""
-        base = self.platform.settings.base_domain
-        host = req.domain
-        if not host:
-            digest = self._stable(session, tunnel_id)
-            host = f"{digest:016x}"[:12] + f".{base}"
-        if not binds.acl_allows(session.acl, host):
-            raise BindRefused(f"the credential's ACL ({', '.join(session.acl)}) does not "
-                              f"allow binding {host}")
-        domain_id = ""
-        if host.endswith(f".{base}") and host.count(".") == base.count(".") + 1:
-            pass  # a name under the platform's base domain: nothing to reserve
-        else:
-            cover = await hostports.covering(Repo(self.platform.db.reader()), host)
-            if not cover:
-                raise BindRefused(f"the domain '{host}' is not reserved: reserve it (POST "
-                                  "/reserved_domains), or a wildcard domain covering it, first")
-            domain_id = cover.get(host) or next(iter(cover.values()))
-        edge = self.edge_host(host)
-        if edge:
-            raise BindRefused(f"the domain '{host}' is served by the edge {edge}")
-        for other in self.registry.by_host.get(host, []):
-            if other.id == tunnel_id:
-                continue
-            family = {"http": "http", "https": "http"}
-            if family.get(other.proto, other.proto) != family.get(req.proto, req.proto):
-                raise BindRefused(f"the domain '{host}' is bound by a {other.proto} tunnel")
-            if not (req.pooled and other.req.pooled):
-                raise BindRefused(f"the domain '{host}' is already bound by another tunnel; "
-                                  "bind it with pooling enabled from every agent to share it")
-        return host, domain_id
-
-    def _url(self, proto: str, host: str) -> str:
-        if proto == "http":
-            return _with_port("http", host, self.http_port, 80)
-        return _with_port(proto, host, self.https_port, 443)
-
-    async def _bind(self, session: AgentSession, stream: MuxStream, labeled: bool) -> None:
-        message = await rpc.read_message(stream)
-        folded = rpc.folded(message)
-        opts = next((v for k, v in message.items() if k.lower() == "opts"), None) or {}
-        domain_id = ""
-        try:
-            req = binds.parse_labeled(folded) if labeled else \
-                binds.parse(message, folded, self.platform.settings.base_domain)
-            if (why := self.check_bind(req)) is not None:
-                raise BindRefused(why)
-            tunnel_id = req.id if req.id.startswith("tn_") else ids.new_id(TUNNELS.prefix)
-            await self._take_over(session, tunnel_id)
-            tunnel = Tunnel(tunnel_id, session.conn, req, credential=session.credential,
-                            session_id=session.id)
-            if labeled:
-                if not binds.acl_allows_labels(session.acl, req.labels):
-                    raise BindRefused(f"the credential's ACL ({', '.join(session.acl)}) does "
-                                      f"not allow the labels {req.labels}")
-            elif req.proto == "tcp":
-                await self._listen(session, tunnel, self._ports(req, session, tunnel_id))
-                self.reserved[tunnel_id] = tunnel.port
-            else:
-                tunnel.host, domain_id = await self._domain(session, req, tunnel_id)
-                tunnel.url = self._url(req.proto, tunnel.host)
-        except BindRefused as exc:
-            await rpc.reply(stream, {"Id": str(folded.get("id") or ""), "URL": "",
-                                     "Proto": str(folded.get("proto") or ""), "Opts": opts,
-                                     "Extra": {"Token": ""},
-                                     "Error": rpc.error_text(str(exc), 8000)})
-            return
-        self.registry.add(tunnel)
-        session.tunnels[tunnel_id] = tunnel
-        await self._record_tunnel(session, tunnel, domain_id)
-        if labeled:
-            await rpc.reply(stream, {"Id": tunnel_id})
-        else:
-            await rpc.reply(stream, {"Id": tunnel_id, "URL": tunnel.url, "Proto": req.proto,
-                                     "Opts": req.opts, "Extra": {"Token": ""}})
-
-    async def _take_over(self, session: AgentSession, tunnel_id: str) -> None:
-        """A re-bind of a tunnel id still held by an older session of the same credential (the
-        agent reconnected before that session timed out) moves the tunnel to the new one."""
-        old = self.registry.by_id.get(tunnel_id)
-        if old is None or old.conn is session.conn:
-            if old is not None:
-                await self._drop_tunnel(session, tunnel_id)
-            return
-        if old.credential != session.credential:
-            raise BindRefused(f"the tunnel id {tunnel_id} belongs to another credential")
-        holder = self.sessions.get(old.session_id)
-        if holder is not None:
-            await self._drop_tunnel(holder, tunnel_id)
-
-    async def _record_tunnel(self, session: AgentSession, tunnel: Tunnel,
-                             domain_id: str) -> None:
-        base = self.platform.settings.public_url
-        req = tunnel.req
-        session_ref = {"id": session.id, "uri": f"{base}/tunnel_sessions/{session.id}"}
-        tunnel_ref = {"id": tunnel.id, "uri": f"{base}/tunnels/{tunnel.id}"}
-        endpoint: dict[str, Any] | None = None
-        if tunnel.url:
-            endpoint_id = ids.new_id(ENDPOINTS.prefix)
-            scheme, _, hostport = tunnel.url.partition("://")
-            host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "")
-            default = {"http": 80, "https": 443, "tls": 443}.get(scheme, 0)
-            endpoint = {
-                "region": self.platform.settings.regions[0], "updated_at": _now(),
-                "created_at": _now(), "public_url": tunnel.url, "url": tunnel.url,
-                "proto": req.proto, "scheme": scheme, "host": host,
-                "port": int(port) if port else default,
-                "hostport": f"{host}:{port or default}", "type": "ephemeral",
-                "metadata": req.metadata, "description": "",
-                "domain": {"id": domain_id, "uri": f"{base}/reserved_domains/{domain_id}"}
-                if domain_id else None,
-                "tcp_addr": None, "tunnel": tunnel_ref, "edge": None,
-                "upstream_url": req.forwards_to, "upstream_protocol": "",
-                "principal": None, "traffic_policy": "",
-                "bindings": ["public"], "tunnel_session": session_ref, "name": "",
-                "pooling_enabled": req.pooled, "node": self.node}
-        doc: dict[str, Any] = {
-            "public_url": tunnel.url, "started_at": _now(), "created_at": _now(),
-            "metadata": req.metadata, "proto": req.proto,
-            "region": self.platform.settings.regions[0], "tunnel_session": session_ref,
-            "endpoint": {"id": endpoint_id, "uri": f"{base}/endpoints/{endpoint_id}"}
-            if endpoint else None,
-            "labels": req.labels, "backends": [], "forwards_to": req.forwards_to,
-            "node": self.node}
-        async with self.platform.db.write() as tx:
-            await Repo(tx).insert(TUNNELS, tunnel.id, doc)
-            if endpoint is not None:
-                await Repo(tx).insert(ENDPOINTS, endpoint_id, endpoint)
-        tunnel.endpoint_id = endpoint_id if endpoint else ""
-
-    async def _unbind(self, session: AgentSession, stream: MuxStream) -> None:
-        tunnel_id = str(rpc.folded(await rpc.read_message(stream)).get("id") or "")
-        await self._drop_tunnel(session, tunnel_id)
-        self.reserved.pop(tunnel_id, None)
-        await rpc.reply(stream, {})
-
-    async def _drop_tunnel(self, session: AgentSession, tunnel_id: str) -> None:
-        tunnel = session.tunnels.pop(tunnel_id, None)
-        if tunnel is None:
-            return
-        self.registry.remove(tunnel)
-        listener = self.listeners.pop(tunnel_id, None)
-        if listener is not None:
-            await listener.close()
-        with contextlib.suppress(Exception):
-            async with self.platform.db.write() as tx:
-                await Repo(tx).delete(TUNNELS, tunnel_id)
-                if tunnel.endpoint_id:
-                    await Repo(tx).delete(ENDPOINTS, tunnel.endpoint_id)
-
-    async def stop_tunnel(self, tunnel_id: str, message: str, code: int) -> bool:
-        """Tell the agent to close one tunnel (StopTunnel; no reply) and drop it here."""
-        tunnel = self.registry.by_id.get(tunnel_id)
-        session = self.sessions.get(tunnel.session_id) if tunnel else None
-        if tunnel is None or session is None:
-            return False
-        with contextlib.suppress(StreamClosed, StreamError):
-            stream = await session.conn.open_stream()
-            await stream.write(struct.pack(">I", StreamType.STOP_TUNNEL) + json.dumps(
-                {"Id": tunnel_id, "Message": message,
-                 "ErrorCode": f"ERR_NGROK_{code}"}).encode(), eof=True)
-        await self._drop_tunnel(session, tunnel_id)
-        self.reserved.pop(tunnel_id, None)
-        log.info("tunnel_stopped", tunnel=tunnel_id, reason=message)
-        return True
 
     async def command(self, session_id: str, kind: int,
                       body: dict[str, Any], timeout: float = 10.0) -> str | None:
@@ -562,11 +338,14 @@ class TunnelServer:
     async def _ended(self, session: AgentSession) -> None:
         for task in list(session.tasks):
             task.cancel()
+        # Its ports are free at once when the agent said goodbye (GOAWAY) or its credential
+        # was revoked; else they wait the grace period for the agent to reconnect.
+        clean = session.revoked or session.conn.peer_goaway is not None
         for tunnel_id in list(session.tunnels):
-            await self._drop_tunnel(session, tunnel_id)
+            await self.binder.drop(session, tunnel_id, clean)
         if session.id and self.sessions.pop(session.id, None) is not None:
             with contextlib.suppress(Exception):
                 async with self.platform.db.write() as tx:
                     await Repo(tx).delete(SESSIONS, session.id)
-            log.info("agent_session_stop", session=session.id)
+            log.info("agent_session_stop", session=session.id, goodbye=clean)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import random
+
 import httpx
 
 from tests.api.samples import Body, Sample, created, uniq
@@ -22,8 +25,16 @@ def _https(api: httpx.Client) -> Body:
     return {"hostports": [f"{reserved(api)}:443"], "description": "web"}
 
 
+# TCP edges listen on their ports: one each, outside the agents' TCP range (20000-20999)
+_TCP_PORTS = itertools.count(10000 + random.randrange(8000))
+
+
+def tcp_port() -> int:
+    return next(_TCP_PORTS)
+
+
 def _tcp(_api: httpx.Client) -> Body:
-    return {"hostports": [f"tcp.{uniq()}.example.com:20000"]}
+    return {"hostports": [f"tcp.{uniq()}.example.com:{tcp_port()}"]}
 
 
 def _tls(api: httpx.Client) -> Body:

@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from tests.api.samples import created, uniq
-from tests.api.samples_edges import reserved, tunnel_group
+from tests.api.samples_edges import reserved, tcp_port, tunnel_group
+from tests.server import Server
 
 
 def https_edge(api: httpx.Client, **body: Any) -> dict[str, Any]:
@@ -20,17 +21,40 @@ def route(api: httpx.Client, edge: str, **body: Any) -> httpx.Response:
                     json={"match_type": "path_prefix", "match": "/", **body})
 
 
+def test_tcp_edges_refuse_ports_they_cannot_serve(server: Server, api: httpx.Client) -> None:
+    port = tcp_port()
+    first = created(api, "/edges/tcp", {"hostports": [f"a.{uniq()}.example.com:{port}"]})
+    r = api.post("/edges/tcp", json={"hostports": [f"b.{uniq()}.example.com:{port}"]})
+    assert r.status_code == 400 and f"port {port} is already served by the TCP edge " \
+        f"'{first['id']}'" in r.json()["msg"], r.text
+    api_port = int(server.base_url.rsplit(":", 1)[1])
+    for bad, why in ((server.tunnel_port, "this server's tunnel listener"),
+                     (api_port, "this server's management API"),
+                     (server.http_port, "this server's public HTTP listener"),
+                     (server.https_port, "this server's public HTTPS listener"),
+                     (20500, "in the range of agent TCP tunnels (20000-20999)")):
+        body = {"hostports": [f"db.example.com:{tcp_port()}", f"db.example.com:{bad}"]}
+        r = api.post("/edges/tcp", json=body)
+        assert r.status_code == 400, r.text
+        err = r.json()
+        assert err["error_code"].endswith("_7105") and "hostports[1]" in err["msg"] \
+            and why in err["msg"], err
+        r = api.patch(f"/edges/tcp/{first['id']}", json=body)
+        assert r.status_code == 400 and why in r.json()["msg"]
+    assert api.get(f"/edges/tcp/{first['id']}").json()["hostports"] == first["hostports"]
+
+
 def test_hostports_are_validated_and_claimed(api: httpx.Client) -> None:
     for bad in ("example.com", "a.example.com:0", "a.example.com:x", ":443", "bad_host:443"):
         r = api.post("/edges/tcp", json={"hostports": [bad]})
         assert r.status_code == 400 and "hostports[0]" in r.json()["msg"], bad
-    hp = f"tcp.{uniq()}.example.com:20001"
+    hp = f"tcp.{uniq()}.example.com:{tcp_port()}"
     first = created(api, "/edges/tcp", {"hostports": [hp.upper()]})
     assert first["hostports"] == [hp]
     r = api.post("/edges/tcp", json={"hostports": [hp]})
     assert r.status_code == 400 and first["id"] in r.json()["msg"]
     assert r.json()["error_code"].endswith("_7122")
-    other = created(api, "/edges/tcp", {"hostports": [f"x.{uniq()}.example.com:1"]})
+    other = created(api, "/edges/tcp", {"hostports": [f"x.{uniq()}.example.com:{tcp_port()}"]})
     r = api.patch(f"/edges/tcp/{other['id']}", json={"hostports": [hp]})
     assert r.status_code == 400
     assert api.patch(f"/edges/tcp/{first['id']}", json={"hostports": []}).status_code == 200

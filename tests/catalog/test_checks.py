@@ -84,3 +84,19 @@ def test_decode_never_raises_anything_but_api_errors(value: Any) -> None:
     for kind in ("event_destinations", "reserved_domains", "ip_restrictions"):
         with contextlib.suppress(ApiError):
             decode(body, shapes(BY_COLLECTION[kind]).create, {})
+
+
+def test_tcp_edges_refuse_privileged_ports_the_server_cannot_bind() -> None:
+    from datetime import UTC, datetime
+
+    from edgeway.catalog.edges import _tcp_hostports
+    from edgeway.catalog.model import Context, Settings
+    from edgeway.pki.seal import Sealer
+
+    settings = Settings(lowest_port=1024)
+    ctx = Context(settings, datetime.now(UTC), "", True, Sealer(b"k" * 32))
+    assert _tcp_hostports(["db.example.com:1024"], ctx) == ["db.example.com:1024"]
+    with pytest.raises(Invalid) as err:
+        _tcp_hostports(["db.example.com:1024", "db.example.com:80"], ctx)
+    assert "'hostports[1]'" in err.value.msg and "privileged" in err.value.msg \
+        and "CAP_NET_BIND_SERVICE" in err.value.msg

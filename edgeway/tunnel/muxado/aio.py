@@ -384,6 +384,7 @@ class MuxConnection:
         self._gone: asyncio.Future[None] = self._loop.create_future()
         self._tasks: set[asyncio.Task[None]] = set()
         self.closed = asyncio.Event()
+        self.peer_goaway: GoAway | None = None  # the peer's goodbye, when it said one
         # What the stream reader already received is the start of the session's bytes.
         early, ended = adopt(reader, writer, _Protocol(self))
         if early:
@@ -590,6 +591,8 @@ class MuxConnection:
                     stream._fail(ev.code)
                 self._wake_openers()
             elif isinstance(ev, ConnectionLost | GoAway):
+                if isinstance(ev, GoAway):
+                    self.peer_goaway = ev
                 self._accepted.put_nowait(None)
         for stream_id in done:
             self.forget_if_done(stream_id)

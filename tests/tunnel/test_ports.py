@@ -1,0 +1,310 @@
+"""TCP tunnel ports: a cleanly closed session returns its ports at once, a dropped one holds
+them for its tunnel ids for the grace period, then they return; a tunnel id is its
+credential's; a deleted credential, deactivated bot user or narrowed ACL reaches live
+sessions. Over a real server, the official SDK and a raw muxado agent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edgeway.tunnel.muxado.aio import MuxConnection
+from edgeway.tunnel.ports import PortPool
+from tests.server import Server, start
+
+if not os.environ.get("CI"):
+    pytest.importorskip("ngrok", reason="pip install --ignore-requires-python ngrok==1.7.0")
+
+GRACE = 3.0
+
+
+def _free_block(size: int, start_at: int = 31000) -> int:
+    """The first port of ``size`` consecutive ports nothing listens on."""
+    port = start_at
+    while port < 60000:
+        try:
+            for p in range(port, port + size):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", p))
+        except OSError:
+            port += size
+            continue
+        return port
+    raise AssertionError("no block of free ports")
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Iterator[tuple[Server, list[int]]]:
+    """A server whose TCP tunnels have 3 ports and a 3 s grace period."""
+    low = _free_block(3)
+    srv = start(tmp_path / "srv", None, "--tcp-ports", f"{low}-{low + 2}",
+                "--tcp-grace", str(GRACE))
+    try:
+        yield srv, [low, low + 1, low + 2]
+    finally:
+        assert srv.stop() == 0
+
+
+class Agent:
+    """A raw agent: an authenticated muxado session whose transport can be dropped."""
+
+    def __init__(self, conn: MuxConnection, writer: asyncio.StreamWriter) -> None:
+        self.conn, self.writer = conn, writer
+
+    @classmethod
+    async def connect(cls, srv: Server, token: str, **extra: Any) -> Agent:
+        ctx = ssl.create_default_context(cafile=str(srv.data_dir / "ca.pem"))
+        reader, writer = await asyncio.open_connection("localhost", srv.tunnel_port, ssl=ctx)
+        agent = cls(MuxConnection(reader, writer, client=True), writer)
+        reply = await agent.rpc(0, {"Version": ["3"], "Extra": {"AuthToken": token, **extra}})
+        assert reply["ClientId"].startswith("ts_"), reply
+        return agent
+
+    async def rpc(self, kind: int, msg: dict[str, Any]) -> dict[str, Any]:
+        stream = await self.conn.open_stream()
+        await stream.write(kind.to_bytes(4, "big") + json.dumps(msg).encode())
+        raw = bytearray()
+        while chunk := await stream.read():
+            raw += chunk
+        stream.close()  # (our half too: the server counts the streams an agent holds)
+        out: dict[str, Any] = json.loads(raw)
+        return out
+
+    async def bind_tcp(self, tunnel_id: str = "", addr: str = "") -> dict[str, Any]:
+        return await self.rpc(1, {"Id": tunnel_id, "Proto": "tcp", "Opts": {"Addr": addr},
+                                  "Extra": {"Token": ""}})
+
+    def drop(self) -> None:
+        """Gone without a goodbye, as when the network or the agent's host fails."""
+        assert self.writer.transport is not None
+        self.writer.transport.abort()
+
+
+def port_of(reply: dict[str, Any]) -> int:
+    assert reply.get("URL", "").startswith("tcp://"), reply
+    return int(reply["URL"].rsplit(":", 1)[1])
+
+
+SDK_CYCLES = textwrap.dedent("""
+    import asyncio, sys, ngrok
+    token, addr, ca, cycles = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    async def main():
+        for _ in range(cycles):
+            s = await (ngrok.SessionBuilder().authtoken(token).server_addr(addr)
+                       .ca_cert(bytearray(open(ca, "rb").read())).connect())
+            try:
+                ln = await s.tcp_endpoint().listen()
+                print("URL", ln.url(), flush=True)
+                await ln.close()  # (an Unbind: the SDK's session.close keeps the connection)
+            except Exception as exc:
+                print("FAILED", repr(exc), flush=True)
+            await s.close()
+    asyncio.run(main())
+""")
+
+
+def test_a_closed_sdk_listener_returns_its_port_at_once(
+        small: tuple[Server, list[int]]) -> None:
+    srv, ports = small
+    with srv.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+    out = subprocess.run([sys.executable, "-c", SDK_CYCLES, token,
+                          f"localhost:{srv.tunnel_port}", str(srv.data_dir / "ca.pem"), "12"],
+                         capture_output=True, text=True, timeout=120).stdout.splitlines()
+    assert len(out) == 12 and all(line.startswith("URL tcp://") for line in out), out
+    assert {int(line.rsplit(":", 1)[1]) for line in out} <= set(ports)
+
+
+def test_a_dropped_session_holds_its_port_for_its_own_tunnel_then_frees_it(
+        small: tuple[Server, list[int]]) -> None:
+    srv, ports = small
+    with srv.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+        other = api.post("/credentials", json={}).json()["token"]
+
+    async def main() -> None:
+        a = await Agent.connect(srv, token)
+        made = await a.bind_tcp()
+        held = port_of(made)
+        a.drop()
+        thief = await Agent.connect(srv, other)
+        stolen = await thief.bind_tcp(made["Id"])
+        assert "belongs to another credential" in stolen["Error"], stolen
+        asked = await thief.bind_tcp(addr=f"127.0.0.1:{held}")
+        assert "already bound" in asked["Error"], asked
+        assert port_of(await thief.bind_tcp()) != held
+        again = await Agent.connect(srv, token)  # the agent is back: same id, same port
+        rebound = await again.bind_tcp(made["Id"])
+        assert (rebound["Id"], port_of(rebound)) == (made["Id"], held)
+        again.drop()
+        # the grace period passes: the port returns to the pool for anyone
+        deadline = time.monotonic() + GRACE + 10
+        got: set[int] = set()
+        while held not in got:
+            assert time.monotonic() < deadline, f"port {held} never returned ({got})"
+            reply = await thief.bind_tcp()
+            if not reply.get("Error"):
+                got.add(port_of(reply))
+            else:
+                await asyncio.sleep(0.2)
+        assert got <= set(ports)
+        await thief.conn.close()
+
+    asyncio.run(main())
+
+
+def test_ports_of_unbound_tunnels_and_closed_sessions_return_at_once(
+        small: tuple[Server, list[int]]) -> None:
+    srv, ports = small
+    with srv.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+
+    async def main() -> None:
+        a = await Agent.connect(srv, token)
+        made = [await a.bind_tcp() for _ in ports]
+        assert sorted(port_of(m) for m in made) == ports
+        full = await a.bind_tcp()
+        assert "no TCP address this credential may bind is free" in full["Error"], full
+        for _round in range(5):  # unbind and bind again, many times over: nothing leaks
+            assert await a.rpc(2, {"Id": made[0]["Id"]}) == {}
+            made[0] = await a.bind_tcp()
+            assert port_of(made[0]) in ports
+        await a.conn.close()  # a goodbye (GOAWAY): every port is free at once
+        b = await Agent.connect(srv, token)
+        assert sorted([port_of(await b.bind_tcp()) for _ in ports]) == ports
+        await b.conn.close()
+
+    asyncio.run(main())
+
+
+def test_ports_the_system_refuses_are_skipped(small: tuple[Server, list[int]]) -> None:
+    srv, ports = small
+    with srv.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+    squatters = []
+    for port in ports[:2]:  # another process listens on two of the three
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        squatters.append(sock)
+
+    async def main() -> None:
+        a = await Agent.connect(srv, token)
+        assert port_of(await a.bind_tcp()) == ports[2]
+        full = await a.bind_tcp()
+        assert "no TCP address" in full["Error"], full
+        await a.conn.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        for sock in squatters:
+            sock.close()
+
+
+def test_deleting_a_credential_ends_its_sessions_at_once(server: Server) -> None:
+    with server.client() as api:
+        made = api.post("/credentials", json={}).json()
+
+    async def main() -> None:
+        a = await Agent.connect(server, made["token"])
+        port = port_of(await a.bind_tcp())
+        with server.client() as api:
+            assert api.delete(f"/credentials/{made['id']}").status_code == 204
+        await asyncio.wait_for(a.conn.closed.wait(), 5)
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        with server.client() as api:
+            mine = [s for s in api.get("/tunnel_sessions").json()["tunnel_sessions"]
+                    if s["credential"]["id"] == made["id"]]
+            assert mine == []
+
+    asyncio.run(main())
+
+
+def test_a_deactivated_bot_users_sessions_end(server: Server) -> None:
+    with server.client() as api:
+        bot = api.post("/bot_users", json={"name": "site-agent"}).json()
+        made = api.post("/credentials", json={"owner_id": bot["id"]}).json()
+        assert "token" in made, made
+
+    async def main() -> None:
+        a = await Agent.connect(server, made["token"])
+        with server.client() as api:
+            r = api.patch(f"/bot_users/{bot['id']}", json={"active": False})
+            assert r.status_code == 200, r.text
+        await asyncio.wait_for(a.conn.closed.wait(), 5)
+
+    asyncio.run(main())
+
+
+def test_a_narrowed_acl_stops_the_tunnels_it_no_longer_allows(
+        small: tuple[Server, list[int]]) -> None:
+    srv, ports = small
+    keep, lose = ports[0], ports[1]
+    with srv.client() as api:
+        made = api.post("/credentials", json={"acl": [f"bind:127.0.0.1:{p}" for p in (
+            keep, lose)]}).json()
+
+    async def main() -> None:
+        a = await Agent.connect(srv, made["token"])
+        stops: list[dict[str, Any]] = []
+
+        async def listen() -> None:  # the server's StopTunnel streams
+            while (stream := await a.conn.accept()) is not None:
+                raw = bytearray()
+                while chunk := await stream.read():
+                    raw += chunk
+                if int.from_bytes(raw[:4], "big") == 9:  # StopTunnel
+                    stops.append(json.loads(raw[4:]))
+        listener = asyncio.create_task(listen())
+        kept = await a.bind_tcp(addr=f"127.0.0.1:{keep}")
+        lost = await a.bind_tcp(addr=f"127.0.0.1:{lose}")
+        assert port_of(kept) == keep and port_of(lost) == lose
+        with srv.client() as api:
+            r = api.patch(f"/credentials/{made['id']}", json={"acl": [f"bind:127.0.0.1:{keep}"]})
+            assert r.status_code == 200, r.text
+        deadline = time.monotonic() + 5
+        while not stops:
+            assert time.monotonic() < deadline, "no StopTunnel for the tunnel the ACL lost"
+            await asyncio.sleep(0.05)
+        assert stops[0]["Id"] == lost["Id"] and "ACL" in stops[0]["Message"], stops
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", lose), timeout=2).close()
+        socket.create_connection(("127.0.0.1", keep), timeout=2).close()  # still served
+        refused = await a.bind_tcp(addr=f"127.0.0.1:{lose}")
+        assert "ACL" in refused["Error"], refused
+        listener.cancel()
+        await a.conn.close()
+
+    asyncio.run(main())
+
+
+def test_the_pool_allocates_holds_and_expires() -> None:
+    pool = PortPool(100, 104, grace=10)
+    got = {pool.take_any(f"t{i}", 100, None, 0) for i in range(5)}
+    assert got == {100, 101, 102, 103, 104} and pool.free == 0
+    assert pool.take_any("t5", 100, None, 0) is None
+    pool.hold("t0", 100, 1)
+    assert not pool.take("t9", 100, 2)  # held for t0 only
+    assert pool.take_any("t9", 100, None, 2) is None
+    assert pool.held("t0", 5) == 100 and pool.take("t0", 100, 5)
+    pool.hold("t0", 100, 6)
+    assert pool.held("t0", 16) is None and pool.free == 1  # the grace ran out
+    pool.release("t1", 101)
+    assert pool.take_any("t9", 0, {101, 104}, 17) == 101
+    pool.block("t9", 101, 17)  # the system refused it: set aside, then back
+    assert pool.take_any("t8", 101, None, 18) == 100
+    assert pool.take_any("t7", 101, None, 28) == 101
