@@ -9,6 +9,7 @@ id is incremented by a random step instead of drawn afresh.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import re
 import secrets
 import threading
@@ -92,7 +93,10 @@ def bound_to(value: str, prefix: str, mac: Callable[[bytes], bytes], owner: str)
     if parts is None or parts[0] != prefix:
         return False
     n = decode(parts[1])
-    return n < _MAX and _tag(mac, owner, n >> 64) == n & ((1 << 64) - 1)
+    if n >= _MAX:
+        return False
+    want = _tag(mac, owner, n >> 64).to_bytes(8, "big")
+    return hmac.compare_digest(want, (n & ((1 << 64) - 1)).to_bytes(8, "big"))
 
 
 def split_id(value: str) -> tuple[str, str] | None:

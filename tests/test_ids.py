@@ -62,3 +62,18 @@ def test_tokens() -> None:
     assert ids.token_hash(token) != token and len(ids.token_hash(token)) == 64
     assert ids.new_token(key) != token
     assert ids.split_id(key) == ("ak", key[3:]) and ids.split_id("ak_x") is None
+
+
+def test_bound_ids_verify_only_for_their_owner() -> None:
+    from edgeway.pki.seal import Sealer
+
+    mac = Sealer(b"s" * 32).mac
+    made = ids.bound_id("tn", mac, "cr_a")
+    assert ids.split_id(made) is not None and made.startswith("tn_")
+    assert ids.bound_to(made, "tn", mac, "cr_a")
+    assert not ids.bound_to(made, "tn", mac, "cr_b")
+    assert not ids.bound_to(made, "tn", Sealer(b"t" * 32).mac, "cr_a")  # another server's
+    assert not ids.bound_to(made.replace("tn_", "ep_"), "tn", mac, "cr_a")
+    flipped = made[:-1] + ("0" if made[-1] != "0" else "1")
+    assert not ids.bound_to(flipped, "tn", mac, "cr_a")
+    assert not ids.bound_to(ids.new_id("tn"), "tn", mac, "cr_a")
