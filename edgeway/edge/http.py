@@ -66,6 +66,31 @@ def _respond(policy: traffic_policy.Policy, env: dict[str, Any], status: int,
     return policy.on_response(traffic_policy.response_env(env, status, headers), headers)
 
 
+def _host(req: Request) -> str:
+    host = header(req.headers, b"host").decode("latin-1").lower()
+    host = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    return host.rstrip(".")
+
+
+def covered(names: tuple[str, ...], req: Request) -> bool:
+    """Whether a certificate for ``names`` covers the request's Host: the name itself, or a
+    wildcard ``*.parent`` one label up (RFC 6125). A request without a Host is left to the
+    router."""
+    host = _host(req)
+    if not host:
+        return True
+    parent = host.split(".", 1)[1] if "." in host else ""
+    return host in names or (bool(parent) and f"*.{parent}" in names)
+
+
+def _misdirected(req: Request, names: tuple[str, ...]) -> Fixed:
+    shown = ", ".join(names) or "no name this edge serves (the TLS server name was absent " \
+        "or unknown)"
+    return page(421, "Misdirected request", f"{_host(req)} is not covered by the certificate "
+                f"this connection was made with ({shown}): connect with {_host(req)} as "
+                "the TLS server name.", 4016)
+
+
 class AgentBusy(UpstreamGone):
     """The agent session has no stream free (all in flight) and none became free in time."""
 
@@ -88,9 +113,12 @@ class HttpEdge:
     # -- one public connection -------------------------------------------------------------
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    peer: tuple[str, int], tls_edge: Edge | None = None) -> None:
+                    peer: tuple[str, int], tls_edge: Edge | None = None,
+                    certified: tuple[str, ...] | None = None) -> None:
         """One public connection; ``tls_edge``: the HTTPS edge its TLS server name chose
-        (whose client certificate check, if any, the handshake passed)."""
+        (whose client certificate check, if any, the handshake passed); ``certified``: the
+        names of the certificate it was handshaken with (None: plain HTTP). A request for a
+        host that certificate does not cover is misdirected (domain fronting): 421."""
         parser = RequestParser()
         deadline = Deadline(writer.transport)
         wait = HEAD_TIMEOUT  # a new connection is for a request: its head within 30 s
@@ -104,8 +132,12 @@ class HttpEdge:
                     return
                 if not isinstance(event, Request):
                     return  # the client closed, or was too slow
-                if not await self._answer(parser, reader, writer, event, peer, deadline,
-                                          tls_edge):
+                if certified is not None and not covered(certified, event):
+                    answered = await fixed(writer, event, _misdirected(event, certified))
+                    if not (answered and await self._drain(parser, reader, deadline)):
+                        return
+                elif not await self._answer(parser, reader, writer, event, peer, deadline,
+                                            tls_edge):
                     return
                 parser.resume()
                 wait = HEAD_TIMEOUT if parser.mid_message else IDLE_TIMEOUT

@@ -210,7 +210,8 @@ class PublicListeners:
                                              options.min_version) if cert_name \
                     else self.certs.default
                 reader, writer = await _streams(sock, context)
-                await self.https.serve(reader, writer, peer, https_edge)
+                await self.https.serve(reader, writer, peer, https_edge,
+                                       (cert_name,) if cert_name else ())
         except (ConnectionError, OSError, ssl.SSLError, TimeoutError):
             with contextlib.suppress(OSError):
                 sock.close()

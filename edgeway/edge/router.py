@@ -257,7 +257,7 @@ class Router:
             return header(headers, name).decode("latin-1")
 
         host = text(b"host").lower()
-        host = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        host = (host.rsplit(":", 1)[0] if not host.endswith("]") else host).rstrip(".")
         path = req.target.decode("latin-1").split("?", 1)[0]
         if req.method == b"CONNECT":
             return Decision(page(405, "Method not allowed", "CONNECT is not proxied.", 4005))
