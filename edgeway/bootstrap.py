@@ -35,21 +35,21 @@ async def _mark_bootstrapped(repo: Repo) -> bool:
     return True
 
 
-async def _issue(repo: Repo, owner_id: str, description: str) -> str:
+async def _issue(repo: Repo, owner_id: str, description: str, role: str = "admin") -> str:
     key_id = ids.new_id(API_KEYS.prefix)
     token = ids.new_token(key_id)
     doc = {"description": description, "metadata": "", "owner_id": owner_id,
-           "token": None, "created_at": _now()}
+           "token": None, "created_at": _now(), "role": role}
     await repo.insert(API_KEYS, key_id, doc, ids.token_hash(token))
     await repo.set_links(API_KEYS, key_id, [("owner_id", owner_id)])
     return token
 
 
-async def create_api_key(db: Database, description: str) -> str:
+async def create_api_key(db: Database, description: str, role: str = "admin") -> str:
     async with db.write() as tx:
         repo = Repo(tx)
         await _mark_bootstrapped(repo)  # a database with a key is no longer empty
-        return await _issue(repo, await admin_user(repo), description)
+        return await _issue(repo, await admin_user(repo), description, role)
 
 
 async def first_start(db: Database) -> str | None:

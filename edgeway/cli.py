@@ -119,6 +119,9 @@ def parser() -> argparse.ArgumentParser:
     keys_sub = keys.add_subparsers(dest="action", required=True)
     create = keys_sub.add_parser("create", help="create an API key and print its token")
     create.add_argument("--description", default="created with edgeway api-keys create")
+    create.add_argument("--role", choices=("admin", "operator", "read_only"), default="admin",
+                        help="admin: everything; operator: all but API keys, bot users and "
+                             "the API's IP restrictions; read_only: reads (default: admin)")
     _store_options(create)
     return top
 
@@ -178,7 +181,7 @@ def _ca_export(args: argparse.Namespace) -> None:
 async def _api_key(args: argparse.Namespace) -> None:
     db = await open_database(args.database_url, args.data_dir)
     try:
-        print(await bootstrap.create_api_key(db, args.description))
+        print(await bootstrap.create_api_key(db, args.description, args.role))
     finally:
         await db.close()
 

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from edgeway import __version__, catalog, ids
-from edgeway.api import crud, extras, modules
+from edgeway.api import crud, extras, guards, modules
 from edgeway.api.auth import authenticate
 from edgeway.api.http import check_version, error_response, json_response, operation_id
 from edgeway.api.openapi import document
@@ -55,6 +55,7 @@ def endpoint(handler: Handler) -> Endpoint:
         try:
             await platform.restrictions.check(request.client.host if request.client else None)
             caller = await authenticate(request, platform)
+            guards.authorize(caller, request.method, request.url.path)
             check_version(request)
             return await handler(request, platform, caller)
         except ApiError as err:

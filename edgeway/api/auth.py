@@ -53,6 +53,6 @@ async def authenticate(request: Request, platform: Platform) -> Caller:
     else:
         user = await repo.get(catalog.BY_COLLECTION["users"], owner)
         is_admin = bool(user and user.get("admin"))
-    caller = Caller(item.id, owner, is_admin)
+    caller = Caller(item.id, owner, is_admin, str(item.doc.get("role") or "admin"))
     platform.remember(digest, caller)
     return caller

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from edgeway import catalog, ids
-from edgeway.api import hostports, present, validate
+from edgeway.api import guards, hostports, present, validate
 from edgeway.api.http import body_bytes, decode, json_response, no_content
 from edgeway.api.platform import Caller, Platform
 from edgeway.catalog.model import Context, Fetch, Kind
@@ -35,6 +35,15 @@ def context(platform: Platform, caller: Caller) -> Context:
 
 def _codes(kind: Kind) -> dict[str, int]:
     return {f.name: f.code for f in kind.fields}
+
+
+def _flags(kind: Kind, given: dict[str, Any]) -> dict[str, Any]:
+    """Take the request's own flags (``force``) out of the members to store."""
+    return {f.name: given.pop(f.name) for f in kind.fields if f.transient and f.name in given}
+
+
+def _client(request: Request) -> str | None:
+    return request.client.host if request.client else None
 
 
 def _unique_error(kind: Kind, doc: dict[str, Any]) -> Conflict:
@@ -77,10 +86,11 @@ async def create(request: Request, platform: Platform, caller: Caller, kind: Kin
     body = decode(await body_bytes(request, True), shapes(kind).create, _codes(kind))
     ctx = context(platform, caller)
     given = validate.members(kind, body, ctx, update=False)
+    flags = _flags(kind, given)
     given.update(_path_members(request, kind))
     if kind.check:
         kind.check(given, ctx)
-    doc = {f.name: f.default_value() for f in kind.fields}
+    doc = {f.name: f.default_value() for f in kind.fields if not f.transient}
     doc.update(given)
     if kind.derive:
         # in a thread: deriving may generate keys (an RSA 4096 CA key takes ~0.5 s)
@@ -91,6 +101,7 @@ async def create(request: Request, platform: Platform, caller: Caller, kind: Kin
     async with platform.db.write() as tx:
         repo = Repo(tx)
         await _parents_exist(repo, kind, _path_members(request, kind))
+        await guards.before(repo, caller, kind, None, doc)
         links = await validate.links(repo, kind, doc, None)
         if kind.resolve:
             doc.update(await kind.resolve(doc, ctx, _fetcher(repo)))
@@ -99,6 +110,7 @@ async def create(request: Request, platform: Platform, caller: Caller, kind: Kin
         except UniqueViolation:
             raise _unique_error(kind, doc) from None
         await repo.set_links(kind, id_, links + await hostports.bind(repo, kind, id_, doc))
+        await guards.after(repo, caller, kind, _client(request), flags.get("force", False))
         shown = await present.one(repo, kind, id_, doc, platform.settings.public_url, token)
     platform.changed(kind.collection)
     return json_response(201, shown)
@@ -169,10 +181,13 @@ async def update(request: Request, platform: Platform, caller: Caller, kind: Kin
     body = decode(await body_bytes(request, True), shapes(kind).update, _codes(kind))
     ctx = context(platform, caller)
     given = validate.members(kind, body, ctx, update=True)
+    flags = _flags(kind, given)
     async with platform.db.write() as tx:
         repo = Repo(tx)
         id_, old = await load(repo, request, kind)
+        await guards.before(repo, caller, kind, {"id": id_, **old}, {"id": id_, **old, **given})
         doc = await apply(repo, kind, id_, old, given, ctx)
+        await guards.after(repo, caller, kind, _client(request), flags.get("force", False))
         shown = await present.one(repo, kind, id_, doc, platform.settings.public_url)
     platform.changed(kind.collection)
     return json_response(200, shown)
@@ -198,9 +213,11 @@ async def delete(request: Request, platform: Platform, caller: Caller, kind: Kin
     await body_bytes(request, False)
     async with platform.db.write() as tx:
         repo = Repo(tx)
-        id_, _ = await load(repo, request, kind)
+        id_, old = await load(repo, request, kind)
+        await guards.before(repo, caller, kind, {"id": id_, **old}, None)
         deleted: dict[str, Kind] = {}
         await remove(repo, kind, id_, deleted)
+        await guards.after(repo, caller, kind, _client(request), False)
     for gone in {k.collection for k in deleted.values()}:
         platform.changed(gone)
     return no_content()

@@ -26,6 +26,7 @@ class Caller:
     key_id: str
     owner_id: str
     is_admin: bool
+    role: str = "admin"  # of the API key: admin, operator or read_only (api.guards)
 
 
 @dataclass

@@ -52,13 +52,7 @@ class ApiRestrictions:
     async def _load(self) -> tuple[Restriction, ...]:
         if self._cached is not None and self._expires > time.monotonic():
             return self._cached
-        repo = Repo(self.db.reader())
-        docs = await repo.all_docs(catalog.BY_COLLECTION["ip_restrictions"])
-        found = [(id_, d) for id_, d in docs if d["type"] == "api"]
-        policy_ids = sorted({p for _, d in found for p in d["ip_policy_ids"]})
-        rules = await repo.docs_where(catalog.BY_COLLECTION["ip_policy_rules"],
-                                      "ip_policy_id", policy_ids)
-        self._cached = tuple(_compile(id_, d, rules) for id_, d in found)
+        self._cached = await compile_all(Repo(self.db.reader()))
         self._expires = time.monotonic() + self.ttl
         return self._cached
 
@@ -83,6 +77,16 @@ class ApiRestrictions:
         if self._log_times.get(key, 0) < time.monotonic():
             self._log_times[key] = time.monotonic() + 60
             log.warning("ip_restriction_would_refuse", restriction=rid, client=client)
+
+
+async def compile_all(repo: Repo) -> tuple[Restriction, ...]:
+    """The ``api`` restrictions as ``repo`` sees them (a transaction: with its writes)."""
+    docs = await repo.all_docs(catalog.BY_COLLECTION["ip_restrictions"])
+    found = [(id_, d) for id_, d in docs if d["type"] == "api"]
+    policy_ids = sorted({p for _, d in found for p in d["ip_policy_ids"]})
+    rules = await repo.docs_where(catalog.BY_COLLECTION["ip_policy_rules"],
+                                  "ip_policy_id", policy_ids)
+    return tuple(_compile(id_, d, rules) for id_, d in found)
 
 
 def _compile(id_: str, doc: dict[str, Any],

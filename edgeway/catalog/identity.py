@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from edgeway.catalog import checks
 from edgeway.catalog.model import Context, Field, Kind, Link, standard
@@ -46,7 +46,11 @@ USERS = Kind(
 API_KEYS = Kind(
     collection="api_keys", prefix="ak", list_key="keys", title="APIKey", secret=True,
     describe="API keys authenticate calls to this API; the token is shown once.",
-    fields=(*standard(), _token_field(), _owner_field()),
+    fields=(*standard(), _token_field(), _owner_field(),
+            Field("role", Literal["admin", "operator", "read_only"],
+                  "admin: everything; operator: everything but API keys, bot users and the "
+                  "IP restrictions guarding the API or dashboard; read_only: reads only",
+                  update=True, default="admin")),
     check=_owner_check, derive=_default_owner,
 )
 

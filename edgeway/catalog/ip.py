@@ -65,6 +65,9 @@ IP_RESTRICTIONS = Kind(
         Field("ip_policy_ids", list[str], "the IP policies to apply", create="required",
               update=True, empty_is_unset=True, response=False,
               link=Link(("ip_policies",), "keep", render_as="ip_policies", code=229)),
+        Field("force", bool, "true: make the write even when an enforced api restriction "
+              "would then refuse the caller's own address (locking it out of the API)",
+              update=True, response=False, transient=True),
     ),
     check=_restriction_check,
 )

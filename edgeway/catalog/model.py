@@ -146,6 +146,8 @@ class Field:
     null_is_unset: bool = False
     # every value is claimed platform-wide under this namespace (e.g. edge hostports)
     claim: str | None = None
+    # a flag of the request itself (e.g. ``force``): never stored nor rendered
+    transient: bool = False
 
     def default_value(self) -> Any:
         d = self.default

@@ -56,7 +56,19 @@ def test_deny_rules_win_and_a_deleted_policy_has_no_rules(own_server: Server) ->
         rid2 = admin.post("/ip_restrictions", json={"type": "api", "enforced": True,
                                                     "ip_policy_ids": [pid, gone]}).json()["id"]
         assert other.get("/ip_policies").status_code == 200
+        assert admin.delete(f"/ip_policies/{gone}").status_code == 204  # it had no rules
+        # Deleting the other would lock the caller out too: refused, nothing changed.
+        r = admin.delete(f"/ip_policies/{pid}")
+        assert r.status_code == 400 and r.json()["error_code"].endswith("_262"), r.text
+        assert rid2 in r.json()["msg"] and "locking it out" in r.json()["msg"]
+        assert admin.get(f"/ip_policies/{pid}").status_code == 200
+        assert admin.patch(f"/ip_restrictions/{rid2}", json={"enforced": False}).status_code \
+            == 200
         assert admin.delete(f"/ip_policies/{pid}").status_code == 204
+        r = admin.patch(f"/ip_restrictions/{rid2}", json={"enforced": True})
+        assert r.status_code == 400 and "'force'" in r.json()["msg"], r.text
+        r = admin.patch(f"/ip_restrictions/{rid2}", json={"enforced": True, "force": True})
+        assert r.status_code == 200 and "force" not in r.json(), r.text
         r = other.get("/ip_policies")
         assert r.status_code == 403 and rid2 in r.json()["msg"]
         assert admin.get("/ip_policies").status_code == 403
