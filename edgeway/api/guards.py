@@ -100,9 +100,9 @@ async def _caller_not_locked_out(repo: Repo, kind: Kind, client: str | None) -> 
     try:
         addr = ipaddress.ip_address(client or "")
     except ValueError:
-        return  # no address (an in-process client): nothing to lock out
+        addr = None  # (an in-process client): enforced restrictions refuse it
     for r in await compile_all(repo):
-        if r.enforced and not r.permits(addr):
+        if r.enforced and (addr is None or not r.permits(addr)):
             how = ("set 'force': true to do it anyway" if kind is RESTRICTIONS else
                    "make the change from an address the new rules allow, or stop enforcing "
                    "the restriction first")
