@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
+from http.cookiejar import CookieJar
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -117,17 +118,33 @@ def ca_context(srv: Server) -> ssl.SSLContext:
 
 
 class EdgeClient:
-    """httpx towards public URLs: dials the edge listener for the URL's scheme."""
+    """httpx towards public URLs: dials the edge listener for the URL's scheme. Like a
+    browser, it keeps connections per host name: a connection made with one TLS server name
+    is not reused for another host (the edge would answer 421)."""
 
     def __init__(self, srv: Server, timeout: float = 30) -> None:
-        self.srv = srv
-        self.http = httpx.Client(verify=ca_context(srv), timeout=timeout)
+        self.srv, self.timeout = srv, timeout
+        self.clients: dict[str, httpx.Client] = {}
+        self.cookies = CookieJar()  # one jar for every host, as in a browser
+
+    @property
+    def http(self) -> httpx.Client:
+        """A client of its own, for requests built by hand (one host per connection)."""
+        return self._client("")
 
     def __enter__(self) -> EdgeClient:
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        self.http.close()
+        for client in self.clients.values():
+            client.close()
+
+    def _client(self, host: str) -> httpx.Client:
+        client = self.clients.get(host)
+        if client is None:
+            client = self.clients[host] = httpx.Client(
+                verify=ca_context(self.srv), timeout=self.timeout, cookies=self.cookies)
+        return client
 
     def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
         parts = urlsplit(url)
@@ -138,7 +155,8 @@ class EdgeClient:
             target += "?" + parts.query
         headers = {"Host": parts.netloc, **kw.pop("headers", {})}
         extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
-        return self.http.request(method, target, headers=headers, extensions=extensions, **kw)
+        return self._client(host).request(method, target, headers=headers,
+                                          extensions=extensions, **kw)
 
     def get(self, url: str, **kw: Any) -> httpx.Response:
         return self.request("GET", url, **kw)

@@ -54,13 +54,13 @@ def client(cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
     return ctx
 
 
-def get(srv: Server, ctx: ssl.SSLContext, sni: str = HOST) -> bytes:
-    """GET / with Host mtls.example.com over TLS with server name ``sni``: the raw answer."""
+def get(srv: Server, ctx: ssl.SSLContext, sni: str = HOST, host: str = HOST) -> bytes:
+    """GET / with Host ``host`` over TLS with server name ``sni``: the raw answer."""
     ctx.load_verify_locations(srv.data_dir / "ca.pem")
     ctx.check_hostname = False  # the server name may be one the certificate is not for
     with socket.create_connection(("127.0.0.1", srv.https_port), timeout=20) as raw, \
             ctx.wrap_socket(raw, server_hostname=sni) as s:
-        s.sendall(f"GET / HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n".encode())
+        s.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
         return read_all(s)
 
 
@@ -88,9 +88,22 @@ def test_client_certificates_are_required_and_checked(srv: Server, tmp_path: Pat
     assert get(srv, trusted).startswith(b"HTTP/1.1 200 ")
     assert refused(srv, client())  # no certificate
     assert refused(srv, stranger)  # another authority's
-    # a server name without the check, then the edge's Host: refused, not served
+    # another server name, then the edge's Host: misdirected, not served
     out = get(srv, client(), sni="elsewhere.example.org")
-    assert out.startswith(b"HTTP/1.1 421 ") and b"ERR_EDGEWAY_4012" in out
+    assert out.startswith(b"HTTP/1.1 421 ") and b"ERR_EDGEWAY_4016" in out
+    assert b"behind mtls" not in out
+    # a server name whose certificate covers the edge's Host too (one wildcard) but whose
+    # handshake asked for no client certificate: refused all the same
+    wild = "a.mtls-wild.example.com"
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": "*.mtls-wild.example.com"})
+        guarded = made(api, "/edges/https", {"hostports": [f"{wild}:443"]})
+        route(api, guarded["id"], "path_prefix", "/", answer["id"])
+        r = api.put(f"/edges/https/{guarded['id']}/mutual_tls",
+                    json={"certificate_authority_ids": [ca["id"]]})
+        assert r.status_code == 200, r.text
+    out = get(srv, client(), sni="b.mtls-wild.example.com", host=wild)
+    assert out.startswith(b"HTTP/1.1 421 ") and b"ERR_EDGEWAY_4012" in out, out
     assert b"behind mtls" not in out
     with srv.client() as api:
         assert api.delete(f"/certificate_authorities/{ca['id']}").status_code == 400  # in use
