@@ -9,6 +9,7 @@ import msgspec
 
 from edgeway import catalog
 from edgeway.api.modules import ATTACHED
+from edgeway.catalog import jsonschema, rules
 from edgeway.catalog.model import Kind
 from edgeway.catalog.modules import REGISTRY, On
 from edgeway.catalog.shapes import shapes
@@ -89,6 +90,7 @@ def _links(kind: Kind) -> dict[str, Any]:
 def module_paths(kind: Kind, on: On) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     params = [*_parent_params(kind), id_param(kind)]
+    required = {name: patch.get("required") for name, patch in jsonschema.components().items()}
     for f in kind.fields:
         m = REGISTRY.get(f.name)
         if m is None:
@@ -98,7 +100,8 @@ def module_paths(kind: Kind, on: On) -> dict[str, dict[str, Any]]:
         shown = _ref(m.response.__name__)
         out[f"{kind.url}/{{id}}/{f.name}"] = {
             "put": operation(f"Replace{t}", f"Replace the {f.name} module", "200", shown,
-                             body=_ref(body.__name__), params=params),
+                             body=_ref(body.__name__), params=params,
+                             body_required=bool(required.get(body.__name__))),
             "get": operation(f"Get{t}", f"Get the {f.name} module", "200", shown,
                              params=params),
             "delete": operation(f"Delete{t}", f"Remove the {f.name} module", "204", None,
@@ -199,9 +202,11 @@ def document(public_url: str) -> dict[str, Any]:
     _, components = msgspec.json.schema_components(
         types, ref_template="#/components/schemas/{name}")
     components["Error"] = ERROR_SCHEMA
+    jsonschema.merge(components)
     return {
         "openapi": "3.1.0",
         "info": {"title": "Edgeway management API", "version": "2"},
+        "x-edgeway-rules": rules.document_rules(),
         "servers": [{"url": public_url}],
         "security": [{"bearer": []}],
         "tags": [{"name": k.collection, "description": k.describe} for k in catalog.ALL

@@ -13,7 +13,7 @@ from edgeway.catalog import checks
 from edgeway.catalog.model import Child, Context, Field, Kind, Link
 from edgeway.catalog.modules import field as module
 from edgeway.catalog.modules import saml
-from edgeway.catalog.shapes import shapes
+from edgeway.catalog.shapes import response_of
 from edgeway.errors import Invalid
 
 DOMAIN_LINK = Link(("reserved_domains",), "restrict", code=7117)
@@ -138,7 +138,7 @@ HTTPS_EDGES = Kind(
     fields=(
         *_standard(), _hostports_field(domains=True),
         module("mutual_tls", "https_edge"), module("tls_termination", "https_edge"),
-        Field("routes", list[shapes(ROUTES).response], "the edge's routes",  # type: ignore
+        Field("routes", list[response_of(ROUTES)], "the edge's routes",  # type: ignore
               create="no", default=list),
     ),
 )

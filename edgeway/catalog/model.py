@@ -148,6 +148,9 @@ class Field:
     claim: str | None = None
     # a flag of the request itself (e.g. ``force``): never stored nor rendered
     transient: bool = False
+    # JSON Schema the member's check enforces, for the OpenAPI document (see jsonschema.py;
+    # id references get their pattern from ``link``)
+    schema: dict[str, Any] | None = None
 
     def default_value(self) -> Any:
         d = self.default

@@ -1,0 +1,102 @@
+"""The rules the API enforces that JSON Schema cannot state (references that must exist,
+uniqueness, cross-member rules, contents checked by parsing), published in the OpenAPI
+document as ``x-edgeway-rules``: each names the error code it answers with and the members it
+concerns (glob patterns of the member paths errors name: ``[*]`` any index, ``*`` anything;
+"" for an error that names no member), and ``says`` when only errors saying that match. A
+client or fuzzer that sends schema-valid requests
+can be refused only by these."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgeway import catalog
+from edgeway.catalog.modules import REGISTRY
+
+# (code, members, rule)
+_STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
+    (215, ("type",), "the type of an IP restriction cannot be changed after creation"),
+    (215, ("ip_policy_ids", "*ip_policy_ids"), "an IP policy is named once"),
+    (215, ("*traffic_policy.value",), "a traffic policy document, JSON or YAML, whose keys are "
+                                      "the phases of its attachment point"),
+    (215, ("*.min_version",), "null when TLS is terminated upstream"),
+    (215, ("*user_agent_filter.allow[*]", "*user_agent_filter.deny[*]"),
+     "regular expressions that compile"),
+    (215, ("certificate_pem",), "a parsable PEM certificate chain, the leaf first, whose key "
+                                "matches private_key_pem"),
+    (215, ("private_key_pem",), "a parsable PEM private key"),
+    (215, ("*saml.idp_metadata",), "well-formed XML: an EntityDescriptor"),
+    (7091, ("*saml.idp_metadata",), "the IdP's EntityDescriptor XML, with a single sign-on "
+                                    "service and a signing certificate"),
+    (215, ("resolves_to[*].value",), "a region of this platform (--regions)"),
+    (500, ("region",), "a region of this platform (--regions)"),
+    (228, ("ca_pem",), "exactly one parsable PEM certificate of a CA"),
+    (611, ("public_key",), "an OpenSSH public key"),
+    (612, ("public_key",), "an OpenSSH public key whose key part is valid base64 of its type"),
+    (1409, ("cidr",), "network-aligned: no host bits set"),
+    (1406, ("cidr",), "an IPv6 network written validly"),
+    (448, ("domain",), "labels of at most 63 characters, at most 253 in all"),
+    (7121, ("hostports[*]",), "HTTPS and TLS edges: the host is a reserved domain, or covered "
+                              "by a reserved wildcard domain one label up"),
+    (7105, ("hostports[*]",), "TCP edges: not a port of this server's listeners, of the agent "
+                              "TCP range, or a privileged one it may not bind"),
+    (7122, ("",), "a hostport (for TCP edges: a port) is served by one edge only"),
+    (7027, ("*webhook_verification.secret",), "required for every provider but those that "
+                                              "sign without a shared secret"),
+    (7026, ("*webhook_verification.secret",), "empty for providers that sign with a "
+                                              "certificate (sns)"),
+    (7036, ("*oauth.provider",), "exactly one identity provider"),
+    (7037, ("*oauth.provider",), "exactly one identity provider"),
+    (383, ("*oauth.provider.*.client_secret",), "client_id and client_secret go together"),
+    (384, ("*oauth.provider.*.client_id",), "client_id and client_secret go together"),
+    (390, ("*oauth.provider.*.scopes",), "scopes only with your own OAuth application"),
+    (7033, ("*oauth.provider.*.teams[*]",), "teams are '<org>/<team>' or numeric ids"),
+    (236, ("target.*",), "event destination targets: ARNs of the target's service; values "
+                         "that are not empty"),
+    (240, ("target.*",), "event destination targets: exactly one target and one kind of "
+                         "authentication; credentials that are not empty"),
+    (215, ("sources[*].type",), "an event type is listed once"),
+    (236, ("target",), "exactly one target"),
+    (215, ("elliptic_curve", "key_size"), "elliptic_curve with ecdsa keys only, key_size with "
+                                          "rsa keys only"),
+    (7131, ("match",), "a route matching a host names a domain name"),
+    (215, ("hostports[*]",), "a host name of at most 253 characters"),
+    (446, ("",), "a resource still referenced by another cannot be deleted"),
+    (261, ("",), "at least one working admin API key remains"),
+    (262, ("force", ""), "a write that would make an enforced api IP restriction refuse the "
+                         "caller's address needs force: true"),
+)
+
+
+def _link_rules() -> list[dict[str, Any]]:
+    """References must name existing resources of the right kinds (the pattern of an id does
+    not say which exist)."""
+    out: list[dict[str, Any]] = []
+    for kind in catalog.ALL:
+        for f in kind.fields:
+            if f.link is None:
+                continue
+            members = (f.name, f"{f.name}[*]", f"{f.name}.*", f"{f.name}.*[*]")
+            names = " or ".join(catalog.BY_COLLECTION[k].title for k in f.link.kinds)
+            for code in (f.link.code, 223, 227):
+                out.append({"code": f"ERR_EDGEWAY_{code}", "members": list(members),
+                            "rule": f"names an existing {names}"})
+    for m in REGISTRY.values():
+        if m.link is not None:
+            out.append({"code": f"ERR_EDGEWAY_{m.link.code}", "members": [f"*{m.name}.*"],
+                        "rule": "names existing resources"})
+    return out
+
+
+def _unique_rules() -> list[dict[str, Any]]:
+    return [{"code": f"ERR_EDGEWAY_{kind.unique_code}", "members": ["", *members],
+             "rule": f"{kind.title}: {', '.join(members)} unique"}
+            for kind in catalog.ALL for members in kind.unique]
+
+
+def document_rules() -> list[dict[str, Any]]:
+    stated = [{"code": f"ERR_EDGEWAY_{code}", "members": list(members), "rule": rule}
+              for code, members, rule in _STATED]
+    whole = {"code": "ERR_EDGEWAY_215", "members": ["*"], "says": "expected `int`, got `float`",
+             "rule": "whole numbers are sent without a fraction or exponent (1, not 1.0)"}
+    return [whole, *stated, *_link_rules(), *_unique_rules()]
