@@ -131,6 +131,10 @@ def components() -> dict[str, dict[str, Any]]:
         "OIDC": {"required": ["issuer", "client_id", "client_secret"], "properties": {
             "issuer": http_url, "client_id": NON_EMPTY, "client_secret": NON_EMPTY}},
         "Monitoring": {"properties": {"api_key": NON_EMPTY}},
+        "EventTarget": {"minProperties": 1, "maxProperties": 1, "properties": {
+            "delivery_stream": _ref("DeliveryStream"), "data_stream": _ref("DataStream"),
+            "log_group": _ref("LogGroup"), "monitoring": _ref("Monitoring"),
+            "cloud_logs_ingestion": _ref("CloudLogsIngestion")}},
         "CloudAuth": {"minProperties": 1, "maxProperties": 1, "properties": {
             "role": _ref("CloudRole"), "creds": _ref("CloudCreds")}},
         "OAuth": {"required": ["provider"], "properties": {"provider": _ref("OAuthProvider")}},
