@@ -97,6 +97,13 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+def _one_of(*members: str) -> dict[str, Any]:
+    """Exactly one of ``members`` is an object (the others absent or null): true of a request
+    and of its rendering, which shows the others as null."""
+    return {"oneOf": [{"required": [m], "properties": {m: {"type": "object"}}}
+                      for m in members]}
+
+
 def _arn(service: str, resource: str) -> dict[str, Any]:
     return {"pattern": rf"^arn:aws:{service}:[a-z0-9-]*:[0-9]{{12}}:{resource}[A-Za-z0-9_./-]+$"}
 
@@ -131,16 +138,11 @@ def components() -> dict[str, dict[str, Any]]:
         "OIDC": {"required": ["issuer", "client_id", "client_secret"], "properties": {
             "issuer": http_url, "client_id": NON_EMPTY, "client_secret": NON_EMPTY}},
         "Monitoring": {"properties": {"api_key": NON_EMPTY}},
-        "EventTarget": {"minProperties": 1, "maxProperties": 1, "properties": {
-            "delivery_stream": _ref("DeliveryStream"), "data_stream": _ref("DataStream"),
-            "log_group": _ref("LogGroup"), "monitoring": _ref("Monitoring"),
-            "cloud_logs_ingestion": _ref("CloudLogsIngestion")}},
-        "CloudAuth": {"minProperties": 1, "maxProperties": 1, "properties": {
-            "role": _ref("CloudRole"), "creds": _ref("CloudCreds")}},
+        "EventTarget": _one_of("delivery_stream", "data_stream", "log_group", "monitoring",
+                               "cloud_logs_ingestion"),
+        "CloudAuth": _one_of("role", "creds"),
         "OAuth": {"required": ["provider"], "properties": {"provider": _ref("OAuthProvider")}},
-        "OAuthProvider": {"minProperties": 1, "maxProperties": 1, "properties": {
-            name: _ref("OAuthCodeHost" if name == "code_host_a" else "OAuthApp")
-            for name in OAuthProvider.__struct_fields__}},
+        "OAuthProvider": _one_of(*OAuthProvider.__struct_fields__),
         "Headers": {"properties": {
             "remove": {"type": "array", "items": {"type": "string", "pattern": HEADER_NAME}},
             "add": {"type": "object", "propertyNames": {"pattern": HEADER_NAME},
