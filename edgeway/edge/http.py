@@ -39,6 +39,7 @@ from edgeway.edge.answers import (
 from edgeway.edge.auth import OidcGate
 from edgeway.edge.client import ClientWatch, Deadline, next_event, read_body
 from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser
+from edgeway.edge.hosts import covered, misdirected, request_host
 from edgeway.edge.modules import traffic_policy
 from edgeway.edge.modules.request_headers import header
 from edgeway.edge.modules.webhook_verification import MAX_BODY as MAX_WEBHOOK_BODY
@@ -64,31 +65,6 @@ Headers = h1.Headers
 def _respond(policy: traffic_policy.Policy, env: dict[str, Any], status: int,
              headers: Headers) -> Headers:
     return policy.on_response(traffic_policy.response_env(env, status, headers), headers)
-
-
-def _host(req: Request) -> str:
-    host = header(req.headers, b"host").decode("latin-1").lower()
-    host = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    return host.rstrip(".")
-
-
-def covered(names: tuple[str, ...], req: Request) -> bool:
-    """Whether a certificate for ``names`` covers the request's Host: the name itself, or a
-    wildcard ``*.parent`` one label up (RFC 6125). A request without a Host is left to the
-    router."""
-    host = _host(req)
-    if not host:
-        return True
-    parent = host.split(".", 1)[1] if "." in host else ""
-    return host in names or (bool(parent) and f"*.{parent}" in names)
-
-
-def _misdirected(req: Request, names: tuple[str, ...]) -> Fixed:
-    shown = ", ".join(names) or "no name this edge serves (the TLS server name was absent " \
-        "or unknown)"
-    return page(421, "Misdirected request", f"{_host(req)} is not covered by the certificate "
-                f"this connection was made with ({shown}): connect with {_host(req)} as "
-                "the TLS server name.", 4016)
 
 
 class AgentBusy(UpstreamGone):
@@ -132,8 +108,9 @@ class HttpEdge:
                     return
                 if not isinstance(event, Request):
                     return  # the client closed, or was too slow
-                if certified is not None and not covered(certified, event):
-                    answered = await fixed(writer, event, _misdirected(event, certified))
+                if certified is not None and not covered(
+                        certified, host := request_host(event.headers)):
+                    answered = await fixed(writer, event, misdirected(host, certified))
                     if not (answered and await self._drain(parser, reader, deadline)):
                         return
                 elif not await self._answer(parser, reader, writer, event, peer, deadline,

@@ -211,7 +211,7 @@ class PublicListeners:
                     else self.certs.default
                 reader, writer = await _streams(sock, context)
                 await self.https.serve(reader, writer, peer, https_edge,
-                                       (cert_name,) if cert_name else ())
+                                       (cert_name,) if cert_name else self.certs.default_names)
         except (ConnectionError, OSError, ssl.SSLError, TimeoutError):
             with contextlib.suppress(OSError):
                 sock.close()

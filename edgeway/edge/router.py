@@ -24,6 +24,7 @@ import structlog
 from edgeway import catalog
 from edgeway.edge import modules
 from edgeway.edge.h1 import Request
+from edgeway.edge.hosts import request_host
 from edgeway.edge.modules import Plan, circuit_breaker, mutual_tls, oidc
 from edgeway.edge.modules.circuit_breaker import Breaker
 from edgeway.edge.modules.request_headers import header
@@ -256,8 +257,7 @@ class Router:
         def text(name: bytes) -> str:
             return header(headers, name).decode("latin-1")
 
-        host = text(b"host").lower()
-        host = (host.rsplit(":", 1)[0] if not host.endswith("]") else host).rstrip(".")
+        host = request_host(headers)
         path = req.target.decode("latin-1").split("?", 1)[0]
         if req.method == b"CONNECT":
             return Decision(page(405, "Method not allowed", "CONNECT is not proxied.", 4005))

@@ -77,6 +77,18 @@ def _san(names: list[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(out)
 
 
+def names_of(cert_path: Path) -> tuple[str, ...]:
+    """The names a certificate (the first of a PEM chain) is for: its subject alternative
+    names, DNS names in lower case and IP addresses as text; none without that extension."""
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return ()
+    return (*(n.lower() for n in san.get_values_for_type(x509.DNSName)),
+            *(str(ip) for ip in san.get_values_for_type(x509.IPAddress)))
+
+
 def _current(cert_path: Path, names: list[str]) -> bool:
     if not cert_path.exists():
         return False
@@ -133,6 +145,7 @@ class EdgeCerts:
         self._ca = _ca(data_dir, sealer)
         self._contexts: dict[tuple[str, bool, str, str], ssl.SSLContext] = {}
         self.default = self._context(default.cert, default.key)
+        self.default_names = names_of(default.cert)  # what a client without SNI gets
 
     @staticmethod
     def _context(cert: Path, key: Path, http: bool = True, client_cas: str = "",

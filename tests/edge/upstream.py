@@ -35,8 +35,12 @@ def pseudo_random(n: int) -> bytes:
     return random.Random(n).randbytes(n)
 
 
-def app(name: str) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+def app(name: str, seen: list[str] | None = None
+        ) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """The service; ``seen``, if given, gets the path of every request that reaches it."""
     async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+        if seen is not None:
+            seen.append(scope["path"])
         if scope["type"] == "websocket":
             await receive()  # connect
             await send({"type": "websocket.accept"})
@@ -104,10 +108,10 @@ def app(name: str) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
 
 
 @contextmanager
-def running(name: str = "upstream") -> Iterator[int]:
-    """Serve ``app(name)`` on a free loopback port for the duration."""
+def running(name: str = "upstream", seen: list[str] | None = None) -> Iterator[int]:
+    """Serve ``app(name, seen)`` on a free loopback port for the duration."""
     port = free_port()
-    config = uvicorn.Config(app(name), host="127.0.0.1", port=port, log_config=None,
+    config = uvicorn.Config(app(name, seen), host="127.0.0.1", port=port, log_config=None,
                             access_log=False, lifespan="off", http="h11", ws="websockets-sansio")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
