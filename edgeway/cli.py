@@ -15,6 +15,7 @@ from edgeway import bootstrap, logs
 from edgeway.catalog.model import Settings
 from edgeway.config import (
     ServerConfig,
+    cors_origins,
     default_data_dir,
     lowest_bindable_port,
     parse_addr,
@@ -56,6 +57,10 @@ def parser() -> argparse.ArgumentParser:
     _store_options(serve)
     serve.add_argument("--api-addr", default=_env("API_ADDR", "127.0.0.1:8080"),
                        help="management API listen address (default: %(default)s)")
+    serve.add_argument("--api-cors-origins", default=_env("API_CORS_ORIGINS", ""),
+                       metavar="ORIGIN[,ORIGIN]",
+                       help="web origins (scheme://host[:port], or *) whose pages may call the "
+                            "management API from a browser (default: none)")
     serve.add_argument("--public-url", default=_env("PUBLIC_URL"),
                        help="base of every uri member (default: http://<api-addr>)")
     serve.add_argument("--base-domain", default=_env("BASE_DOMAIN", DEFAULTS.base_domain),
@@ -75,6 +80,10 @@ def parser() -> argparse.ArgumentParser:
                             "from the platform CA (with --tunnel-key)")
     serve.add_argument("--tunnel-key", type=Path, default=_env("TUNNEL_KEY"),
                        help="PEM private key of --tunnel-cert")
+    serve.add_argument("--agent-client-cas", default=_env("AGENT_CLIENT_CAS", ""),
+                       metavar="CA_ID[,CA_ID]",
+                       help="require agents to present a client certificate issued by one of "
+                            "these certificate authorities (ids of /certificate_authorities)")
     serve.add_argument("--tcp-host", default=_env("TCP_HOST", "127.0.0.1"),
                        help="address TCP tunnels listen on and are published as "
                             "(default: %(default)s)")
@@ -161,13 +170,19 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                        ("public HTTPS listener", public(args.https_addr))):
         if addr is not None:
             own.append((addr[1], what))
-    settings = dataclasses.replace(settings, own_ports=tuple(own),
+    agent_cas = split_list(args.agent_client_cas)
+    for ca in agent_cas:
+        if not ca.startswith("ca_"):
+            raise ValueError(f"--agent-client-cas: {ca!r} is not a certificate authority id "
+                             "(ca_...)")
+    settings = dataclasses.replace(settings, own_ports=tuple(own), agent_client_cas=agent_cas,
                                    agent_ports=(int(low), int(high)),
                                    lowest_port=lowest_bindable_port())
     return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,
                         names, args.tcp_host, (int(low), int(high)), tcp_grace=args.tcp_grace,
                         http_addr=public(args.http_addr), https_addr=public(args.https_addr),
                         reuse_port=args.reuse_port,
+                        cors_origins=cors_origins(split_list(args.api_cors_origins)),
                         tunnel_cert=(Path(args.tunnel_cert), Path(args.tunnel_key))
                         if args.tunnel_cert else None)
 
@@ -213,6 +228,7 @@ def _agent(args: argparse.Namespace) -> None:
         if not sep or not host or not address:
             raise ValueError(f"--resolve {item!r} must be HOST:ADDRESS")
         resolve[host] = address
+    cfg.options.configure_logs()
     from edgeway.agent.run import run
 
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:

@@ -6,6 +6,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from edgeway.catalog.model import Settings
 
@@ -70,6 +71,28 @@ class ServerConfig:
     https_addr: tuple[str, int] | None = ("127.0.0.1", 8443)
     reuse_port: bool = False
     tunnel_cert: tuple[Path, Path] | None = None  # a certificate and key of the operator's
+    cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the management API
+
+
+def cors_origins(given: tuple[str, ...]) -> tuple[str, ...]:
+    """Origins as browsers send them (``scheme://host[:port]``, lower case), or ``*``."""
+    out = []
+    for text in given:
+        if text == "*":
+            out.append(text)
+            continue
+        parts = urlsplit(text)
+        try:
+            parts.port  # noqa: B018 (validates the port)
+        except ValueError:
+            parts = urlsplit("")
+        if parts.scheme not in ("http", "https") or not parts.hostname or \
+                parts.path not in ("", "/") or parts.query or parts.fragment or \
+                parts.username is not None:
+            raise ValueError(f"--api-cors-origins: {text!r} is not an origin such as "
+                             "https://console.example.com or http://localhost:3000 (or *)")
+        out.append(f"{parts.scheme}://{parts.netloc.lower()}")
+    return tuple(dict.fromkeys(out))
 
 
 def public_url_for(host: str, port: int) -> str:

@@ -87,11 +87,20 @@ def _ordered(_logger: Any, _method: str, event: MutableMapping[str, Any]
     return {**head, **event}
 
 
-def configure(stream: TextIO | None = None, level: int = logging.INFO) -> None:
-    """Send our events and the standard library's records to ``stream`` (stderr) as JSON
-    lines, at ``level`` and above."""
+def _renderer(fmt: str) -> Any:
+    if fmt == "logfmt":
+        return structlog.processors.LogfmtRenderer(key_order=["ts", "level", "event"])
+    if fmt == "term":
+        return structlog.dev.ConsoleRenderer(colors=False, timestamp_key="ts")
+    return structlog.processors.JSONRenderer(serializer=_dumps)
+
+
+def configure(stream: TextIO | None = None, level: int = logging.INFO,
+              fmt: str = "json") -> None:
+    """Send our events and the standard library's records to ``stream`` (stderr) as lines,
+    at ``level`` and above: JSON objects, or ``logfmt`` or ``term`` (for people) lines."""
     out = stream or sys.stderr
-    renderer = structlog.processors.JSONRenderer(serializer=_dumps)
+    renderer = _renderer(fmt)
     structlog.configure(
         processors=[*_shared(_guard), renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),

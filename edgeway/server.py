@@ -11,7 +11,7 @@ from pathlib import Path
 import structlog
 import uvicorn
 
-from edgeway import bootstrap, ids, logs
+from edgeway import bootstrap, catalog, ids, logs
 from edgeway.api.app import build
 from edgeway.api.platform import Platform
 from edgeway.config import ServerConfig, listen_socket
@@ -19,7 +19,9 @@ from edgeway.edge import modules
 from edgeway.edge.listeners import PublicListeners
 from edgeway.edge.router import Router
 from edgeway.pki import platform_ca, seal
+from edgeway.store.db import Database
 from edgeway.store.migrate import open_database
+from edgeway.store.repo import Repo
 from edgeway.tunnel.server import TunnelServer
 
 log = structlog.get_logger()
@@ -60,6 +62,19 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
 
+async def _agent_client_cas(db: Database, ids: tuple[str, ...]) -> str:
+    """The PEM bundle of ``--agent-client-cas`` ("" when not set); a ValueError naming an id
+    that is not a stored certificate authority."""
+    kind = catalog.BY_COLLECTION["certificate_authorities"]
+    repo = Repo(db.reader())
+    found = {i: doc for i in ids if (doc := await repo.get(kind, i)) is not None}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise ValueError(f"--agent-client-cas: no certificate authority {', '.join(missing)} "
+                         "(create it with POST /certificate_authorities first)")
+    return "".join(str(found[i]["ca_pem"]).rstrip("\n") + "\n" for i in ids)
+
+
 async def serve(cfg: ServerConfig) -> None:
     db = await open_database(cfg.database_url, cfg.data_dir)
     try:
@@ -75,7 +90,8 @@ async def serve(cfg: ServerConfig) -> None:
         http_port = cfg.http_addr[1] if cfg.http_addr else 80
         https_port = cfg.https_addr[1] if cfg.https_addr else 443
         tunnels = TunnelServer(platform, tls, cfg.tcp_host, cfg.tcp_ports,
-                               node_id(cfg.data_dir), http_port, https_port, cfg.tcp_grace)
+                               node_id(cfg.data_dir), http_port, https_port, cfg.tcp_grace,
+                               await _agent_client_cas(db, cfg.settings.agent_client_cas))
         tunnels.certs = certs = platform_ca.EdgeCerts(cfg.data_dir, sealer, tls)
         router = Router(db, tunnels.registry)
         binder = tunnels.binder
@@ -87,8 +103,8 @@ async def serve(cfg: ServerConfig) -> None:
         await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
         await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
         platform.agents = tunnels
-        config = uvicorn.Config(build(platform), log_config=None, access_log=False,
-                                lifespan="off", server_header=False)
+        config = uvicorn.Config(build(platform, cfg.cors_origins), log_config=None,
+                                access_log=False, lifespan="off", server_header=False)
         api_socket = listen_socket("management API", cfg.api_host, cfg.api_port,
                                    cfg.reuse_port)
         server = _Server(config)

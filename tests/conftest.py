@@ -17,13 +17,16 @@ BACKENDS = [b for b in os.environ.get("EDGEWAY_TEST_BACKENDS", "sqlite,postgres"
             if b]
 
 
+CORS_ORIGIN = "https://console.example.com"  # the shared servers' browser origin
+
+
 @contextmanager
 def backend_server(backend: str, data_dir: Path) -> Iterator[Server]:
     """A real server on ``backend`` (sqlite, or a fresh PostgreSQL database), stopped after;
     it must shut down cleanly."""
     with ExitStack() as stack:
         url = stack.enter_context(fresh_pg_database()) if backend == "postgres" else None
-        srv = start(data_dir, url)
+        srv = start(data_dir, url, "--api-cors-origins", CORS_ORIGIN)
         try:
             yield srv
         finally:

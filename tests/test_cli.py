@@ -77,6 +77,11 @@ def test_sigint_is_a_clean_shutdown(tmp_path: Path) -> None:
     (["--tunnel-cert", "/etc/hostname"], "--tunnel-cert and --tunnel-key go together"),
     (["--tunnel-cert", "/nope.pem", "--tunnel-key", "/nope.key"], "/nope.pem: no such file"),
     (["--http-addr", "nowhere"], "HOST:PORT"),
+    (["--api-cors-origins", "https://ok.example.com,console.example.com"],
+     "'console.example.com' is not an origin"),
+    (["--api-cors-origins", "https://a.example.com/app"], "is not an origin"),
+    (["--agent-client-cas", "agents"], "'agents' is not a certificate authority id"),
+    (["--agent-client-cas", "ca_" + "A" * 27], "no certificate authority ca_AAA"),
 ])
 def test_bad_options_fail_clearly(tmp_path: Path, args: list[str], words: str) -> None:
     r = edgeway("serve", "--data-dir", str(tmp_path), *args)

@@ -5,10 +5,10 @@ later files win for scalars, lists are replaced whole, mappings (the top level, 
 tunnel) merge key by key. A key left empty (`key:`, a YAML null) counts as not set, so it does not
 erase an earlier file's value.
 
-Accepted and ignored, for compatibility with ngrok files: console_ui, log, log_level, log_format,
-update_check, update_channel, region, connect_timeout. Refused, because the agent cannot honour
-them: proxy_url, api_key, remote_management, dns_resolver_ips, crl_noverify, and the edge options
-listed in TUNNEL_UNSUPPORTED. Every other unknown key is an error too.
+The agent's own settings (console_ui, log, log_level, log_format, region, connect_timeout,
+update_check, update_channel) are checked in ``edgeway.agent.settings``. Refused, because the
+agent cannot honour them: proxy_url, api_key, remote_management, dns_resolver_ips, crl_noverify,
+and the edge options listed in TUNNEL_UNSUPPORTED. Every other unknown key is an error too.
 
 Each error names the file (for a merged key, the file that set it last), the dotted key path and
 the rule: "b.yml: tunnels.web.proto: must be one of http, tcp, tls (got 'ftp')".
@@ -26,15 +26,20 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from edgeway.agent import configcheck as check
+from edgeway.agent import settings
 from edgeway.agent.configcheck import DEFAULT_INSPECT_DB_SIZE, NAME, Invalid, show
 
 T = TypeVar("T")
 
+SETTINGS: dict[str, Callable[[Any], Any]] = {
+    "console_ui": settings.console_ui, "log": settings.log_target,
+    "log_level": settings.log_level, "log_format": settings.log_format,
+    "region": settings.region, "connect_timeout": settings.connect_timeout,
+    "update_check": settings.update_check, "update_channel": settings.update_channel,
+    "client_cert": settings.pem_file, "client_key": settings.pem_file}
 TOP_KEYS = frozenset({"version", "authtoken", "server_addr", "root_cas", "web_addr",
                       "web_allow_hosts", "inspect_db_size", "metadata", "heartbeat_interval",
-                      "heartbeat_tolerance", "tunnels"})
-TOP_IGNORED = frozenset({"console_ui", "log", "log_level", "log_format", "update_check",
-                         "update_channel", "region", "connect_timeout"})
+                      "heartbeat_tolerance", "tunnels", *SETTINGS})
 TOP_UNSUPPORTED = frozenset({"proxy_url", "api_key", "remote_management", "dns_resolver_ips",
                              "crl_noverify"})
 _COMMON = frozenset({"proto", "addr", "metadata"})
@@ -106,6 +111,7 @@ class AgentConfig:
     inspect_db_size: int  # bytes; -1 disables inspection
     tunnels: dict[str, TunnelConfig]
     files: tuple[str, ...]
+    options: settings.AgentSettings = field(default_factory=settings.AgentSettings)
 
 
 def split_paths(values: list[str]) -> list[str]:
@@ -237,17 +243,18 @@ def validate(doc: dict[str, Any], origins: dict[str, str], files: tuple[str, ...
     for key in doc:
         if key in TOP_UNSUPPORTED:
             raise ctx.error((key,), "not supported by the Edgeway agent")
-        if key not in TOP_KEYS | TOP_IGNORED:
-            raise ctx.error((key,), check.unknown_key(key, TOP_KEYS | TOP_IGNORED))
+        if key not in TOP_KEYS:
+            raise ctx.error((key,), check.unknown_key(key, TOP_KEYS))
     tunnels = doc.get("tunnels", {})
     if not isinstance(tunnels, dict):
         raise ctx.error(("tunnels",), f"must be a mapping of names to tunnels "
                                       f"(got {show(tunnels)})")
     web_default: str | None = DEFAULT_WEB_ADDR
+    server_addr = ctx.get(doc, ("server_addr",), check.server_addr, "")
     return AgentConfig(
         version=2,
         authtoken=ctx.get(doc, ("authtoken",), check.authtoken, ""),
-        server_addr=ctx.get(doc, ("server_addr",), check.server_addr, ""),
+        server_addr=server_addr,
         root_cas=ctx.get(doc, ("root_cas",), lambda v: check.root_cas(v, ctx.file(("root_cas",))),
                          "trusted"),
         web_addr=ctx.get(doc, ("web_addr",), check.web_addr, web_default),
@@ -260,7 +267,24 @@ def validate(doc: dict[str, Any], origins: dict[str, str], files: tuple[str, ...
                                 DEFAULT_INSPECT_DB_SIZE),
         tunnels={name: _tunnel(ctx, name, t, ("tunnels", name)) for name, t in tunnels.items()},
         files=files,
+        options=_settings(ctx, doc, server_addr),
     )
+
+
+def _settings(ctx: _Context, doc: dict[str, Any], server_addr: str) -> settings.AgentSettings:
+    given = {key: ctx.get(doc, (key,), parse, None) for key, parse in SETTINGS.items()}
+    given = {k: v for k, v in given.items() if v is not None and not k.startswith("update_")}
+    if given.get("region"):
+        host = settings.server_host(server_addr, "")
+        if not host or host.replace(".", "").isdigit() or ":" in host:
+            raise ctx.error(("region",), "needs server_addr to be the agent ingress domain "
+                                         "(the agent dials tunnel.<region>.<that domain>), "
+                                         f"not {server_addr or 'unset'}")
+    try:
+        settings.client_certificate(given.get("client_cert", ""), given.get("client_key", ""))
+    except check.Invalid as exc:
+        raise ctx.error(("client_cert",), str(exc)) from None
+    return settings.AgentSettings(**given)
 
 
 def parse_tunnel(name: str, doc: dict[str, Any], origin: str) -> TunnelConfig:

@@ -75,7 +75,8 @@ async def run(config: AgentConfig, names: list[str], resolve: dict[str, str],
             screen.update()
 
     agent = AgentSession(config, resolve, on_change=changed)
-    console = Console(agent, config.web_addr or "off", enabled=not log_mode)
+    console = Console(agent, config.web_addr or "off",
+                      enabled=not log_mode and config.options.console(sys.stdout.isatty()))
     screens.append(console)
     server: uvicorn.Server | None = None
     tasks = [asyncio.create_task(agent.run(names))]

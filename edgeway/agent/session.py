@@ -26,6 +26,7 @@ from edgeway import __version__
 from edgeway.agent.captures import Store
 from edgeway.agent.config import AgentConfig, TunnelConfig
 from edgeway.agent.inspect import Tap, splice_tapped
+from edgeway.agent.settings import server_host
 from edgeway.tunnel import rpc
 from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
 from edgeway.tunnel.muxado.session import StreamError
@@ -98,10 +99,25 @@ def _local_tls() -> ssl.SSLContext:
 LOCAL_TLS = _local_tls()
 
 
-def _context(root_cas: str) -> ssl.SSLContext:
+def _context(root_cas: str, cert: str = "", key: str = "") -> ssl.SSLContext:
     if root_cas in ("trusted", "host", ""):
-        return ssl.create_default_context()
-    return ssl.create_default_context(cafile=root_cas)
+        ctx = ssl.create_default_context()
+    else:
+        ctx = ssl.create_default_context(cafile=root_cas)
+    if cert:
+        ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def _refused(exc: BaseException, server: str) -> ssl.SSLError | None:
+    """A TLS alert refusing our client certificate (or its absence), with what to do."""
+    text = str(exc)
+    if not isinstance(exc, ssl.SSLError) or not ("CERTIFICATE_REQUIRED" in text
+                                                 or "UNKNOWN_CA" in text):
+        return None
+    return ssl.SSLError(f"{server} refused the TLS handshake: the server requires an agent "
+                        "client certificate issued by its agent certificate authority "
+                        f"(client_cert and client_key in the config; {exc.reason or text})")
 
 
 class AgentSession:
@@ -116,6 +132,7 @@ class AgentSession:
         self.cookie = ""
         self.latency = 0.0
         self._conn: MuxConnection | None = None
+        self._authed = False  # the current connection's Auth was answered
         self._online = asyncio.Event()
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -136,7 +153,7 @@ class AgentSession:
                 await self._session()
             except (OSError, ssl.SSLError, TimeoutError, rpc.RPCError, StreamClosed,
                     StreamError, asyncio.IncompleteReadError, NotConnected) as exc:
-                self.error = str(exc) or type(exc).__name__
+                self.error = self._untrusted() or str(exc) or type(exc).__name__
                 log.warning("session_lost", error=self.error)
             self._set_offline()
             if self._stop.is_set():
@@ -146,6 +163,16 @@ class AgentSession:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), delay)
             delay = min(MAX_BACKOFF, delay * 2)
+
+    def _untrusted(self) -> str:
+        """With TLS 1.3 a server checks our certificate after our side of the handshake is
+        done: when it does not trust it, the connection just ends before Auth is answered."""
+        cert = self.config.options.client_cert
+        if self._authed or self._conn is None or not cert:
+            return ""
+        return (f"{self.config.server_addr} ended the connection before answering Auth: most "
+                "likely it requires an agent client certificate and does not trust client_cert "
+                f"({cert}); it must be issued by the server's agent certificate authority")
 
     async def stop(self) -> None:
         self._stop.set()
@@ -186,17 +213,27 @@ class AgentSession:
     # -- one session -------------------------------------------------------------------------
 
     async def _dial(self) -> MuxConnection:
-        host, _, port = self.config.server_addr.rpartition(":")
-        host = host[1:-1] if host.startswith("[") else host
+        opts = self.config.options
+        host = server_host(self.config.server_addr, opts.region)
+        port = int(self.config.server_addr.rpartition(":")[2])
         target = self.resolve.get(host, host)
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(
-            target, int(port), ssl=_context(self.config.root_cas), server_hostname=host), 10)
+        context = _context(self.config.root_cas, opts.client_cert, opts.client_key)
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                target, port, ssl=context, server_hostname=host), opts.connect_timeout)
+        except TimeoutError:
+            raise TimeoutError(f"no TLS connection to {host}:{port} within "
+                               f"{opts.connect_timeout:g}s (connect_timeout)") from None
+        except ssl.SSLError as exc:  # (TLS 1.2: the server refuses in the handshake)
+            raise _refused(exc, self.config.server_addr) or exc from None
         return MuxConnection(reader, writer, client=True)
 
     async def _session(self) -> None:
+        self._conn, self._authed = None, False
         conn = self._conn = await self._dial()
         try:
             await self._auth(conn)
+            self._authed = True
             beat = asyncio.create_task(self._heartbeat(conn))
             serve = asyncio.create_task(self._accept(conn))
             for tunnel in list(self.tunnels.values()):

@@ -16,9 +16,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from edgeway import __version__, catalog, ids
 from edgeway.api import crud, extras, guards, modules
@@ -184,5 +185,17 @@ class Api:
                  operation_id=op)
 
 
-def build(platform: Platform) -> Api:
-    return Api(platform)
+CORS_HEADERS = ("Authorization", "Content-Type", "Edgeway-Version", "Service-Version")
+
+
+def build(platform: Platform, cors_origins: tuple[str, ...] = ()) -> ASGIApp:
+    """The API; with ``cors_origins``, behind Starlette's CORS middleware, which answers
+    preflights and marks answers to those origins (others get no CORS headers, so browsers
+    refuse them)."""
+    app = Api(platform)
+    if not cors_origins:
+        return app
+    return CORSMiddleware(app, allow_origins=list(cors_origins),
+                          allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+                          allow_headers=list(CORS_HEADERS),
+                          expose_headers=["Edgeway-Operation-Id", "Retry-After"], max_age=600)

@@ -214,6 +214,11 @@ async def delete(request: Request, platform: Platform, caller: Caller, kind: Kin
     async with platform.db.write() as tx:
         repo = Repo(tx)
         id_, old = await load(repo, request, kind)
+        if kind.collection == "certificate_authorities" \
+                and id_ in platform.settings.agent_client_cas:
+            raise Conflict(f"{kind.title} '{id_}' is the server's agent client certificate "
+                           "authority (--agent-client-cas): agents' certificates are checked "
+                           "against it; restart the server without it first.", 446)
         await guards.before(repo, caller, kind, {"id": id_, **old}, None)
         deleted: dict[str, Kind] = {}
         await remove(repo, kind, id_, deleted)

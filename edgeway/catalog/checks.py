@@ -119,16 +119,25 @@ def cidr(member: str, value: str) -> str:
                   f"mean '{net}'?", 1409)
 
 
-_ARN = re.compile(r"^arn:aws[a-z-]*:(?P<svc>[a-z0-9-]+):(?P<region>[a-z0-9-]*):"
-                  r"(?P<account>\d{12})?:(?P<res>.+)$")
+def arn_pattern(service: str, resource: str) -> str:
+    """The ARNs ``arn`` accepts, as a regular expression JSON Schema can carry too: partition
+    aws, aws-cn or aws-us-gov; a region for regional services, none for IAM; a 12-digit
+    account id; the resource type, then a name."""
+    region = "" if service in GLOBAL_SERVICES else "[a-z]{2}(-[a-z]+)+-[0-9]"
+    return (rf"^arn:aws(-cn|-us-gov)?:{service}:{region}:[0-9]{{12}}:"
+            rf"{re.escape(resource)}[A-Za-z0-9_./+=,@:#*-]+$")
+
+
+GLOBAL_SERVICES = frozenset({"iam"})
 
 
 def arn(member: str, value: str, service: str, resource: str) -> str:
-    """An AWS-style ARN of ``service`` whose resource part starts with ``resource``."""
-    m = _ARN.match(value)
-    if not m or m["svc"] != service or not m["res"].startswith(resource):
-        raise Invalid(member, f"'{value}' is not an ARN of the form "
-                      f"arn:aws:{service}:<region>:<account id>:{resource}<name>", 236)
+    """An AWS ARN of ``service`` whose resource part starts with ``resource``."""
+    if not re.match(arn_pattern(service, resource), value):
+        region = "" if service in GLOBAL_SERVICES else "<region such as us-east-1>"
+        raise Invalid(member, f"'{value}' is not an ARN of the form arn:aws:{service}:{region}:"
+                      f"<12-digit account id>:{resource}<name> (partition aws, aws-cn or "
+                      f"aws-us-gov{'; IAM ARNs have no region' if not region else ''})", 236)
     return value
 
 

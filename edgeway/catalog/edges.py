@@ -75,6 +75,8 @@ def _standard(route: bool = False) -> tuple[Field, ...]:
               update=True, default="", max_bytes=255, empty_is_unset=route),
         Field("metadata", str, "arbitrary machine-readable data, at most 4096 bytes",
               update=True, default="", max_bytes=4096, empty_is_unset=route),
+        Field("policy", None, "a legacy member the reference API still renders: always null",
+              create="no"),
     )
 
 
@@ -145,10 +147,15 @@ HTTPS_EDGES = Kind(
 
 
 def _tls_check(doc: dict[str, Any], _ctx: Context) -> None:
+    """Client certificates are checked in the edge's handshake: only when it terminates TLS."""
     term = doc.get("tls_termination") or {}
-    if term.get("terminate_at") == "upstream" and doc.get("mutual_tls"):
-        raise Invalid("mutual_tls", "cannot be used when tls_termination.terminate_at is "
-                      "'upstream': the edge does not see the TLS handshake", 215)
+    mtls = doc.get("mutual_tls") or {}
+    if mtls and mtls.get("enabled", True) is not False and term.get("terminate_at") != "edge":
+        why = ("tls_termination.terminate_at is 'upstream'" if term else
+               "the edge has no tls_termination and passes TLS through")
+        raise Invalid("mutual_tls", f"needs TLS terminated at the edge ({why}): the edge "
+                      "checks client certificates in its own handshake; set "
+                      "tls_termination.terminate_at to 'edge' first", 215)
 
 
 TCP_EDGES = Kind(

@@ -1,7 +1,14 @@
-"""Event kinds: destinations (where events go) and subscriptions (which events go there)."""
+"""Event kinds: destinations (where events go) and subscriptions (which events go there).
+
+A destination's secrets (cloud secret access keys, the monitoring API key, the logs ingestion
+client secret) are stored sealed with the platform secret key (context ``SEAL_CONTEXT``) and
+rendered as ``MASK``; a write that gives ``MASK`` back for a target of the same kind keeps the
+stored secret, so a GET, edit, PATCH round trip does not need the secret again.
+"""
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Literal
 
 import msgspec
@@ -119,6 +126,57 @@ def _target(value: dict[str, Any], _ctx: Context) -> dict[str, Any]:
     return value
 
 
+MASK = "********"
+SEAL_CONTEXT = "event destination secret"
+_CREDS = (("auth", "creds", "secret_access_key"),)
+SECRETS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "delivery_stream": _CREDS, "data_stream": _CREDS, "log_group": _CREDS,
+    "monitoring": (("api_key",),), "cloud_logs_ingestion": (("client_secret",),),
+}
+
+
+def _holder(obj: Any, path: tuple[str, ...]) -> dict[str, Any] | None:
+    """The object holding the member at the end of ``path`` (None if any step is unset)."""
+    for step in path[:-1]:
+        obj = obj.get(step) if isinstance(obj, dict) else None
+    return obj if isinstance(obj, dict) and obj.get(path[-1]) is not None else None
+
+
+def _seal_secrets(doc: dict[str, Any], ctx: Context,
+                  old: dict[str, Any] | None) -> dict[str, Any]:
+    if old is not None and doc["target"] is old.get("target"):
+        return {}  # target not written
+    target = copy.deepcopy(doc["target"])
+    before = (old or {}).get("target") or {}
+    for name, paths in SECRETS.items():
+        for path in paths:
+            holder = _holder(target.get(name), path)
+            if holder is None:
+                continue
+            value = holder[path[-1]]
+            if value == MASK:
+                kept = _holder(before.get(name), path)
+                if kept is None:
+                    raise Invalid(f"target.{name}.{'.'.join(path)}", f"'{MASK}' stands for "
+                                  "the stored secret, and this destination has none for "
+                                  "this target: give the secret itself", 236)
+                value = kept[path[-1]]
+            if not value.startswith("v1:"):  # not sealed yet
+                value = ctx.sealer.seal(value.encode(), SEAL_CONTEXT)
+            holder[path[-1]] = value
+    return {"target": target}
+
+
+def _masked(target: dict[str, Any], _where: Where) -> dict[str, Any]:
+    shown = copy.deepcopy(target)
+    for name, paths in SECRETS.items():
+        for path in paths:
+            holder = _holder(shown.get(name), path)
+            if holder is not None:
+                holder[path[-1]] = MASK
+    return shown
+
+
 EVENT_DESTINATIONS = Kind(
     collection="event_destinations", prefix="ed", list_key="event_destinations",
     title="EventDestination",
@@ -127,9 +185,12 @@ EVENT_DESTINATIONS = Kind(
         *standard(),
         Field("format", Literal["json"], "serialization of events; only json", update=True,
               default="json"),
-        Field("target", EventTarget, "the delivery target: exactly one member set",
-              create="required", update=True, check=_target),
+        Field("target", EventTarget, "the delivery target: exactly one member set; its "
+              f"secrets are stored sealed and shown as '{MASK}' (writing '{MASK}' back keeps "
+              "the stored secret)", create="required", update=True, check=_target,
+              present=_masked),
     ),
+    derive=_seal_secrets,
 )
 
 

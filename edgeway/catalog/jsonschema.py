@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from edgeway import catalog
+from edgeway.catalog import checks
 
 _LABEL = r"[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?"
 _TOP = r"[a-z]([a-z0-9-]{0,30}[a-z0-9])?"  # the last label: not numeric
-_NAME = rf"({_LABEL}\.)+{_TOP}"
+_NAME = rf"({_LABEL}\.){{1,6}}{_TOP}"  # at most 7 labels: 230 characters, within 253
 _OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _IPV4 = rf"{_OCTET}(\.{_OCTET}){{3}}"
 _PORT = r"([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
@@ -105,7 +106,7 @@ def _one_of(*members: str) -> dict[str, Any]:
 
 
 def _arn(service: str, resource: str) -> dict[str, Any]:
-    return {"pattern": rf"^arn:aws:{service}:[a-z0-9-]*:[0-9]{{12}}:{resource}[A-Za-z0-9_./-]+$"}
+    return {"pattern": checks.arn_pattern(service, resource)}
 
 
 def components() -> dict[str, dict[str, Any]]:

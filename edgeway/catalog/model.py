@@ -43,6 +43,8 @@ class Settings:
     own_ports: tuple[tuple[int, str], ...] = ()
     agent_ports: tuple[int, int] | None = None
     lowest_port: int = 1
+    # certificate authorities (ids) whose client certificates agents must present
+    agent_client_cas: tuple[str, ...] = ()
 
     @property
     def ns_targets(self) -> tuple[str, ...]:

@@ -35,7 +35,11 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
     (612, ("public_key",), "an OpenSSH public key whose key part is valid base64 of its type"),
     (1409, ("cidr",), "network-aligned: no host bits set"),
     (1406, ("cidr",), "an IPv6 network written validly"),
-    (448, ("domain",), "labels of at most 63 characters, at most 253 in all"),
+    (420, ("description", "metadata", "name"), "maxLength counts bytes of UTF-8: a character "
+                                               "outside ASCII takes 2 to 4"),
+    (448, ("domain", "hostports[*]"), "labels of at most 63 characters, at most 253 in all"),
+    (215, ("mutual_tls",), "TLS edges: an enabled mutual_tls needs tls_termination.terminate_at "
+                           "'edge' (client certificates are checked in the edge's handshake)"),
     (7121, ("hostports[*]",), "HTTPS and TLS edges: the host is a reserved domain, or covered "
                               "by a reserved wildcard domain one label up"),
     (7105, ("hostports[*]",), "TCP edges: not a port of this server's listeners, of the agent "
@@ -52,7 +56,8 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
     (390, ("*oauth.provider.*.scopes",), "scopes only with your own OAuth application"),
     (7033, ("*oauth.provider.*.teams[*]",), "teams are '<org>/<team>' or numeric ids"),
     (236, ("target.*",), "event destination targets: ARNs of the target's service; values "
-                         "that are not empty"),
+                         "that are not empty; a secret given as ******** (the mask) only where "
+                         "the destination already has one"),
     (240, ("target.*",), "event destination targets: exactly one target and one kind of "
                          "authentication; credentials that are not empty"),
     (215, ("sources[*].type",), "an event type is listed once"),

@@ -192,7 +192,7 @@ class PublicListeners:
             name = hello.server_name or ""
             snap = await self.router.current()
             edge = snap.tls.get(name)
-            bound = [t for t in self.router.registry.by_host.get(name, []) if t.proto == "tls"]
+            bound = [t for t in self.router.registry.for_host(name) if t.proto == "tls"]
             if edge is not None:
                 await self._tls_edge(sock, peer, edge, name)
             elif bound:

@@ -336,4 +336,4 @@ class Router:
         return policy is None or policy.on_tcp_connect(ip, port)
 
     def agent_tunnel(self, host: str) -> Tunnel | None:
-        return self.registry.pick(self.registry.by_host.get(host, []))
+        return self.registry.pick(self.registry.for_host(host))

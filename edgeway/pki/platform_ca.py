@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import ssl
+import warnings
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,7 +21,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from edgeway.pki.seal import Sealer
 
-TLS_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+TLS_VERSIONS = {"1.0": ssl.TLSVersion.TLSv1, "1.1": ssl.TLSVersion.TLSv1_1,
+                "1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+LEGACY = frozenset({"1.0", "1.1"})
 
 
 @dataclass(frozen=True)
@@ -143,29 +146,39 @@ class EdgeCerts:
     def __init__(self, data_dir: Path, sealer: Sealer, default: TunnelTLS) -> None:
         self.dir = data_dir / "edge-certs"
         self._ca = _ca(data_dir, sealer)
-        self._contexts: dict[tuple[str, bool, str, str], ssl.SSLContext] = {}
+        self._contexts: dict[tuple[str, bool, str, str, bool], ssl.SSLContext] = {}
         self.default = self._context(default.cert, default.key)
         self.default_names = names_of(default.cert)  # what a client without SNI gets
 
     @staticmethod
     def _context(cert: Path, key: Path, http: bool = True, client_cas: str = "",
-                 min_version: str = "1.2") -> ssl.SSLContext:
+                 min_version: str = "1.2", optional: bool = False) -> ssl.SSLContext:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.minimum_version = TLS_VERSIONS.get(min_version, ssl.TLSVersion.TLSv1_2)
+        if min_version in LEGACY:
+            # Asked for by the edge's tls_termination, for old clients: their handshakes sign
+            # with SHA-1, which OpenSSL's default security level refuses; level 0 is set on
+            # the contexts of these edges only.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                ctx.minimum_version = TLS_VERSIONS[min_version]
+            ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
+        else:
+            ctx.minimum_version = TLS_VERSIONS.get(min_version, ssl.TLSVersion.TLSv1_2)
         if http:
             ctx.set_alpn_protocols(["http/1.1"])
         ctx.load_cert_chain(cert, key)
         if client_cas:  # mutual TLS: a client certificate chaining to one of these, or no
             ctx.load_verify_locations(cadata=client_cas)
-            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.verify_mode = ssl.CERT_OPTIONAL if optional else ssl.CERT_REQUIRED
         return ctx
 
     def context(self, name: str, http: bool = True, client_cas: str = "",
-                min_version: str = "1.2") -> ssl.SSLContext:
+                min_version: str = "1.2", optional: bool = False) -> ssl.SSLContext:
         """The context for ``name``: ALPN http/1.1 for the HTTPS edge, none for agents;
-        ``client_cas`` (PEM) requires client certificates issued by them (mutual TLS);
-        ``min_version`` "1.3" refuses TLS 1.2 (lower ones are never offered)."""
-        slot = (name, http, min_version, client_cas)
+        ``client_cas`` (PEM) requires client certificates issued by them (mutual TLS), or
+        with ``optional`` checks one if presented (the caller refuses its absence);
+        ``min_version`` is the lowest TLS version served (1.2 unless asked otherwise)."""
+        slot = (name, http, min_version, client_cas, optional)
         ctx = self._contexts.get(slot)
         if ctx is not None:
             return ctx
@@ -178,5 +191,6 @@ class EdgeCerts:
             cert.write_bytes(chain)
         if len(self._contexts) > 10_000:
             self._contexts.clear()
-        ctx = self._contexts[slot] = self._context(cert, key, http, client_cas, min_version)
+        ctx = self._contexts[slot] = self._context(cert, key, http, client_cas, min_version,
+                                                       optional)
         return ctx

@@ -50,6 +50,7 @@ class AgentSession:
     acl: list[str] = field(default_factory=list)
     credential: str = ""
     revoked: bool = False  # ended because its credential was deleted or deactivated
+    client_cert: bool = False  # presented a client certificate (checked in the handshake)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     tunnels: dict[str, Tunnel] = field(default_factory=dict)
 
@@ -170,11 +171,17 @@ class Binder:
             raise BindRefused(f"the credential's ACL ({_acl_text(session.acl)}) does not "
                               f"allow binding {host}")
         domain_id = ""
+        if host.startswith("*.") and _generated(host, base):
+            raise BindRefused(f"'{host}' would take every name of the platform's base domain: "
+                              "bind a wildcard of a domain you reserved")
         if not _generated(host, base):
             cover = await hostports.covering(Repo(self.platform.db.reader()), host)
             if not cover:
                 raise BindRefused(f"the domain '{host}' is not reserved: reserve it (POST "
                                   "/reserved_domains), or a wildcard domain covering it, first")
+            if not _covered(cover, host):
+                raise BindRefused(f"the wildcard domain '{host}' is not reserved: reserve it "
+                                  "(POST /reserved_domains) first; a wildcard covers one label")
             domain_id = cover.get(host) or next(iter(cover.values()))
         edge = self.edge_host(host)
         if edge:
@@ -337,7 +344,7 @@ class Binder:
             host = tunnel.host
             if not host or _generated(host, base):
                 continue
-            if not await hostports.covering(repo, host):
+            if not _covered(await hostports.covering(repo, host), host):
                 await self.stop_tunnel(tunnel.id, f"the reserved domain for {host} was "
                                        "deleted", 8001)
 
@@ -354,6 +361,12 @@ class Binder:
             if not allowed:
                 await self.stop_tunnel(tunnel.id, "the credential's ACL no longer allows "
                                        "this tunnel", 8002)
+
+
+def _covered(cover: dict[str, str], host: str) -> bool:
+    """Whether reserved domains ``cover`` (see ``hostports.covering``) let ``host`` be bound:
+    a wildcard name only by itself (a wildcard covers one label, not another wildcard)."""
+    return host in cover if host.startswith("*.") else bool(cover)
 
 
 def _generated(host: str, base: str) -> bool:

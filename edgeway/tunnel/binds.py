@@ -115,7 +115,7 @@ def domain_of(opts: dict[str, Any], base_domain: str) -> str:
         name = f"{sub}.{base_domain}"
     if name:
         try:
-            checks.domain_name("Domain", name, wildcard=False)
+            checks.domain_name("Domain", name, wildcard=True)
         except Invalid as exc:
             raise BindRefused(exc.msg) from None
     return name
@@ -235,12 +235,12 @@ def acl_ports(acl: list[str], host: str) -> set[int] | None:
 
 
 def acl_allows_labels(acl: list[str], labels: dict[str, str]) -> bool:
-    """Label rules are ``bind:name=value`` (value ``*`` for any); every label of the tunnel
-    must be allowed by one."""
+    """Label rules are ``bind:name=value``, either side ``*`` for any (``bind:*=one`` allows
+    every label whose value is ``one``); every label of the tunnel must be allowed by one."""
     if not acl or "*" in acl:
         return True
     rules = [r[5:].partition("=") for r in acl if r.startswith("bind:") and "=" in r]
-    return all(any(k == name and value in ("*", v) for name, _, value in rules)
+    return all(any(name in ("*", k) and value in ("*", v) for name, _, value in rules)
                for k, v in labels.items())
 
 

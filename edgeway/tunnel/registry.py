@@ -99,6 +99,14 @@ class Registry:
             self.labeled.remove(tunnel)
         self.version += 1
 
+    def for_host(self, host: str) -> list[Tunnel]:
+        """The tunnels bound to ``host``, or, when none are, to the wildcard one label up
+        (``*.site.example.com`` serves ``a.site.example.com``): the more specific name wins."""
+        exact = self.by_host.get(host)
+        if exact or "." not in host:
+            return exact or []
+        return self.by_host.get("*." + host.split(".", 1)[1], [])
+
     def with_labels(self, labels: dict[str, str]) -> list[Tunnel]:
         """Live labeled tunnels carrying every one of ``labels``."""
         return [t for t in self.labeled if t.alive

@@ -71,7 +71,7 @@ class TunnelServer:
     def __init__(self, platform: Platform, tls: TunnelTLS, tcp_host: str = "127.0.0.1",
                  tcp_ports: tuple[int, int] = (20000, 20999), node: str = "",
                  http_port: int = 80, https_port: int = 443,
-                 tcp_grace: float = TCP_GRACE) -> None:
+                 tcp_grace: float = TCP_GRACE, client_cas: str = "") -> None:
         self.platform = platform
         self.node = node  # rows this node writes carry it; only they are its to clean up
         self.binder = Binder(platform, tcp_host, tcp_ports, tcp_grace, node, http_port,
@@ -82,6 +82,14 @@ class TunnelServer:
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self.context.load_cert_chain(tls.cert, tls.key)
         self.context.sni_callback = self._sni
+        # --agent-client-cas: a certificate they did not issue fails the handshake; an agent
+        # without one is refused at Auth, where the reason reaches it (a TLS 1.3 alert is
+        # read as a bare end of stream by many clients). The region domains' certificates,
+        # chosen by SNI, ask for one the same way.
+        self.client_cas = client_cas
+        if client_cas:
+            self.context.load_verify_locations(cadata=client_cas)
+            self.context.verify_mode = ssl.CERT_OPTIONAL
         # region domains of agent ingresses: agents dialing them get a certificate for them
         self.ingress_names: set[str] = set()
         self.certs: EdgeCerts | None = None
@@ -102,7 +110,8 @@ class TunnelServer:
 
     def _sni(self, sslobj: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
         if name and self.certs is not None and name.lower() in self.ingress_names:
-            sslobj.context = self.certs.context(name.lower(), http=False)
+            sslobj.context = self.certs.context(name.lower(), http=False,
+                                                client_cas=self.client_cas, optional=True)
 
     def changed(self, collection: str) -> None:
         """The API wrote ``collection``: follow agent ingresses, reserved domains, and the
@@ -187,6 +196,7 @@ class TunnelServer:
         rules.max_peer_streams, rules.max_frame = PRE_AUTH_STREAMS, PRE_AUTH_FRAME
         rules.max_refused = PRE_AUTH_STREAMS
         session = AgentSession(conn, str(peer[0]))
+        session.client_cert = bool(writer.get_extra_info("peercert"))
         watchdog = asyncio.create_task(self._watch(session))
         try:
             while (stream := await session.conn.accept()) is not None:
@@ -243,6 +253,10 @@ class TunnelServer:
         try:
             if not version:
                 raise AuthFailed("no supported protocol version (this server speaks 3 and 2)")
+            if self.client_cas and not session.client_cert:
+                raise AuthFailed("this server requires an agent client certificate issued by "
+                                 "its agent certificate authority (--agent-client-cas); the "
+                                 "agent presented none (client_cert and client_key)")
             credential, session.acl = await self._credential(str(extra.get("authtoken") or ""))
             session.credential = credential
         except AuthFailed as exc:

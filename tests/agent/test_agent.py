@@ -5,6 +5,8 @@ server restart, the official SDK next to it, and the spec's site-to-site flow en
 from __future__ import annotations
 
 import os
+import select
+import socket
 import subprocess
 import sys
 import time
@@ -300,3 +302,76 @@ def test_a_config_traffic_policy_runs_at_the_edge(srv: Server, token: str,
                 assert client.get(url + "/open").text == "svc /open"
         finally:
             a.stop()
+
+
+def test_connect_timeout_bounds_the_dial_and_the_log_follows_its_settings(
+        tmp_path: Path) -> None:
+    web = free_port()
+    with socket.create_server(("127.0.0.1", 0)) as hole:  # accepts TCP, never speaks TLS
+        cfg = tmp_path / "a.yml"
+        cfg.write_text(f"version: 2\nauthtoken: abcdefgh\n"
+                       f"server_addr: 127.0.0.1:{hole.getsockname()[1]}\nroot_cas: host\n"
+                       f"web_addr: 127.0.0.1:{web}\nconnect_timeout: 1s\n"
+                       "log_format: term\nlog_level: warn\n")
+        proc = subprocess.Popen([sys.executable, "-m", "edgeway", "agent", "start", "--none",
+                                 "--log", "--config", str(cfg)], stderr=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, text=True)
+        try:
+            line = wait_for_line(proc, "session_lost", 30)
+        finally:
+            Agent(proc, "").stop()
+    assert "no TLS connection to 127.0.0.1" in line and "within 1s (connect_timeout)" in line
+    assert "[warning" in line and not line.startswith("{")  # the term format, not JSON
+
+
+def wait_for_line(proc: subprocess.Popen[str], word: str, timeout: float) -> str:
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], deadline - time.monotonic())
+        line = proc.stderr.readline() if ready else ""
+        if word in line:
+            return line
+        if not line and proc.poll() is not None:
+            break
+    raise AssertionError(f"no line with {word!r} within {timeout}s")
+
+
+def test_region_dials_the_region_domain_and_logs_go_to_the_file(tmp_path: Path,
+                                                                 token_for: Any) -> None:
+    region_host = "tunnel.eu.connect.example.com"
+    srv = start(tmp_path / "srv", None, "--tunnel-hostnames", region_host)
+    web, log = free_port(), tmp_path / "agent.log"
+    try:
+        with upstream.running("svc") as svc:
+            cfg = write_config(tmp_path / "a.yml", srv, token_for(srv), web,
+                               f"region: eu\nlog: {log}\nlog_format: logfmt\n"
+                               f"tunnels:\n  web:\n    proto: http\n    addr: {svc}\n",
+                               server_addr=f"connect.example.com:{srv.tunnel_port}")
+            # only the region's name resolves: the agent dials tunnel.eu.<server_addr host>
+            a = run_agent("web", "--config", str(cfg), "--resolve", f"{region_host}:127.0.0.1",
+                          web_port=web)
+            try:
+                url = a.api("GET", "/api/tunnels/web").json()["public_url"]
+                with EdgeClient(srv) as client:
+                    assert client.get(url + "/r").text == "svc /r"
+                deadline = time.monotonic() + 20
+                while "event=tunnel_bound" not in (log.read_text() if log.exists() else ""):
+                    assert time.monotonic() < deadline, "no tunnel_bound line in the log file"
+                    time.sleep(0.1)
+            finally:
+                stderr = a.stop()
+        assert "tunnel_bound" not in stderr  # the log went to the file only
+        line = next(x for x in log.read_text().splitlines() if "event=tunnel_bound" in x)
+        assert line.startswith("ts=") and "level=info" in line and f"url={url}" in line
+    finally:
+        assert srv.stop() == 0
+
+
+@pytest.fixture
+def token_for() -> Any:
+    def make(srv: Server) -> str:
+        with srv.client() as api:
+            value: str = api.post("/credentials", json={}).json()["token"]
+        return value
+    return make

@@ -24,6 +24,7 @@ from edgeway.agent.config import (
     split_paths,
     to_yaml,
 )
+from edgeway.agent.settings import AgentSettings
 
 CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
@@ -249,19 +250,45 @@ def test_unknown_top_level_keys(tmp_path: Path) -> None:
     assert "tunnels" in message and "web_addr" in message
 
 
-def test_ignored_top_level_keys_are_accepted(tmp_path: Path) -> None:
+def test_the_agents_own_settings(tmp_path: Path) -> None:
     cfg = one(tmp_path, """\
-        console_ui: false
-        log: stdout
-        log_level: info
-        log_format: json
+        console_ui: iftty
+        log: /tmp/agent.log
+        log_level: warn
+        log_format: logfmt
         update_check: false
-        update_channel: stable
-        region: us
-        connect_timeout: 30s
+        region: eu
+        connect_timeout: 2s500ms
+        server_addr: connect.example.com:443
         authtoken: abcd
         """)
-    assert cfg.authtoken == "abcd"
+    assert cfg.options == AgentSettings(console_ui="iftty", log="/tmp/agent.log",
+                                        log_level="warn", log_format="logfmt", region="eu",
+                                        connect_timeout=2.5)
+    assert one(tmp_path, "console_ui: false\nlog: false\n").options == AgentSettings(
+        console_ui="false", log="false")
+    assert one(tmp_path, "authtoken: x\n").options == AgentSettings()
+    assert not AgentSettings(console_ui="iftty").console(tty=False)
+    assert AgentSettings(console_ui="iftty").console(tty=True)
+    assert not AgentSettings(log="stdout").console(tty=True)  # the log owns stdout
+
+
+@pytest.mark.parametrize(("text", "rule"), [
+    ("console_ui: maybe", "console_ui: must be true, false or iftty (got 'maybe')"),
+    ("log_level: loud", "log_level: must be one of trace, debug, info, warn, error, crit"),
+    ("log_format: xml", "log_format: must be one of json, logfmt, term (got 'xml')"),
+    ("log: 3", "log: must be a string (got 3)"),
+    ("region: EU!", "region: must be a region code such as us or eu (got 'EU!')"),
+    ("region: eu\nserver_addr: 127.0.0.1:4443",
+     "region: needs server_addr to be the agent ingress domain"),
+    ("connect_timeout: forever", "connect_timeout: must be a duration like '10s'"),
+    ("connect_timeout: 1h", "connect_timeout: must be at most 10m"),
+    ("update_check: true", "update_check: the Edgeway agent never checks for updates"),
+    ("update_channel: stable", "update_channel: the Edgeway agent has no update channels"),
+])
+def test_the_agents_own_settings_are_checked(tmp_path: Path, text: str, rule: str) -> None:
+    message, path = one_error(tmp_path, text + "\n")
+    assert message.startswith(f"{path}: {rule}"), message
 
 
 @pytest.mark.parametrize("key", sorted(TOP_UNSUPPORTED))

@@ -6,6 +6,7 @@ import json
 
 import httpx
 
+from tests.conftest import CORS_ORIGIN
 from tests.server import Server
 
 
@@ -158,3 +159,33 @@ def test_openapi_lists_exactly_the_served_operations(api: httpx.Client) -> None:
     served = {(p, m) for p, m, _ in routes()} - {("/", "GET"), ("/openapi.json", "GET")}
     assert documented == served
     assert len(served) > 200
+
+
+def test_cors_preflight_and_answers_for_allowed_origins_only(server: Server) -> None:
+    preflight = {"Origin": CORS_ORIGIN, "Access-Control-Request-Method": "PATCH",
+                 "Access-Control-Request-Headers": "authorization, content-type, edgeway-version"}
+    with httpx.Client(base_url=server.base_url, timeout=30) as anon:
+        r = anon.options("/ip_policies/ipp_x", headers=preflight)
+        assert r.status_code == 200, r.text
+        assert r.headers["access-control-allow-origin"] == CORS_ORIGIN
+        assert "PATCH" in r.headers["access-control-allow-methods"]
+        assert "edgeway-version" in r.headers["access-control-allow-headers"].lower()
+        r = anon.options("/ip_policies", headers={**preflight, "Origin": "https://evil.example"})
+        assert r.status_code == 400 and "access-control-allow-origin" not in r.headers
+    with server.client() as api:
+        r = api.get("/ip_policies", headers={"Origin": CORS_ORIGIN})
+        assert r.status_code == 200
+        assert r.headers["access-control-allow-origin"] == CORS_ORIGIN
+        assert "edgeway-operation-id" in r.headers["access-control-expose-headers"].lower()
+        r = api.get("/ip_policies", headers={"Origin": "https://evil.example"})
+        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+
+
+def test_no_cors_unless_configured() -> None:
+    from edgeway.cli import parser, server_config
+
+    cfg = server_config(parser().parse_args(["serve"]))
+    assert cfg.cors_origins == ()
+    cfg = server_config(parser().parse_args(
+        ["serve", "--api-cors-origins", "HTTPS://Console.Example.com:8443/,*"]))
+    assert cfg.cors_origins == ("https://console.example.com:8443", "*")

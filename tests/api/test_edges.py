@@ -162,8 +162,8 @@ def _module_paths(api: httpx.Client) -> list[tuple[str, str, dict[str, Any]]]:
             "response_headers", "webhook_verification", "oauth", "saml", "oidc",
             "websocket_tcp_converter", "user_agent_filter", "traffic_policy")),
         (f"/edges/tcp/{tcp['id']}", ("backend", "ip_restriction", "traffic_policy")),
-        (f"/edges/tls/{tls['id']}", ("backend", "ip_restriction", "mutual_tls",
-                                     "tls_termination", "traffic_policy")),
+        (f"/edges/tls/{tls['id']}", ("backend", "ip_restriction", "tls_termination",
+                                     "traffic_policy")),
     ):
         out += [(base, name, bodies[name]) for name in names]
     return out
@@ -188,7 +188,7 @@ def module_bodies(backend: str, policy: str, ca: str) -> dict[str, dict[str, Any
 
 def test_every_module_path(api: httpx.Client) -> None:
     paths = _module_paths(api)
-    assert len(paths) == 23
+    assert len(paths) == 22  # and the TLS edge's mutual_tls: test_tls_edge_mutual_tls_path
     for base, name, body in paths:
         url = f"{base}/{name}"
         if name == "traffic_policy" and "routes" in base:
@@ -204,6 +204,18 @@ def test_every_module_path(api: httpx.Client) -> None:
         assert api.get(url).status_code == 404, url
         assert api.get(base).json()[name] is None
         assert api.delete(url).status_code == 404
+
+
+def test_tls_edge_mutual_tls_path(api: httpx.Client) -> None:
+    from tests.certs import make_cert
+    ca = created(api, "/certificate_authorities", {"ca_pem": make_cert()})["id"]
+    tls = created(api, "/edges/tls", {"tls_termination": {}})
+    url = f"/edges/tls/{tls['id']}/mutual_tls"
+    shown = api.put(url, json={"certificate_authority_ids": [ca]}).json()
+    assert [c["id"] for c in shown["certificate_authorities"]] == [ca]
+    assert api.get(url).json() == shown
+    assert api.delete(url).status_code == 204 and api.get(url).status_code == 404
+    assert api.delete(f"/edges/tls/{tls['id']}/tls_termination").status_code == 204
 
 
 @pytest.mark.parametrize("raw", [b"", b"{}", b"null"])
@@ -238,3 +250,12 @@ def test_module_references_must_exist_and_render_as_refs(api: httpx.Client,
     assert api.delete(f"/backends/tunnel_group/{bid}").status_code == 400
     api.delete(url + "/backend")
     assert api.delete(f"/backends/tunnel_group/{bid}").status_code == 204
+
+
+def test_edges_and_routes_render_the_legacy_policy_member(api: httpx.Client) -> None:
+    edges = [created(api, f"/edges/{k}", {}) for k in ("https", "tcp", "tls")]
+    rt = route(api, edges[0]["id"]).json()
+    for shown in (*edges, rt, api.get(f"/edges/https/{edges[0]['id']}").json()["routes"][0]):
+        assert "policy" in shown and shown["policy"] is None, shown
+    r = api.post("/edges/tcp", json={"policy": {}})
+    assert r.status_code == 400 and "policy" in r.json()["msg"]

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import httpx
 import pytest
+
+from edgeway.pki import seal
+from tests.pki.material import stored_doc
+from tests.server import Server
 
 ROLE = {"role": {"role_arn": "arn:aws:iam::123456789012:role/edgeway"}}
 CREDS = {"creds": {"access_key_id": "AKIA", "secret_access_key": "s3cr3t"}}
@@ -75,6 +80,72 @@ def test_bad_targets(api: httpx.Client, target: dict[str, Any], member: str,
     assert member in r.json()["msg"] and r.json()["error_code"].endswith(suffix)
 
 
+@pytest.mark.parametrize(("wrong", "form", "right"), [
+    ("arn:aws:iam:us-east-1:123456789012:role/edgeway",
+     "arn:aws:iam::<12-digit account id>:role/<name>", "arn:aws:iam::123456789012:role/edgeway"),
+    ("arn:aws:iam::1234:role/edgeway",
+     "arn:aws:iam::<12-digit account id>:role/<name>", "arn:aws-cn:iam::123456789012:role/a/b"),
+])
+def test_the_arn_message_states_the_rule_it_applies(api: httpx.Client, wrong: str, form: str,
+                                                    right: str) -> None:
+    def target(arn: str) -> dict[str, Any]:
+        return {"data_stream": {"auth": {"role": {"role_arn": arn}},
+                                "stream_arn": "arn:aws:kinesis:us-east-1:123456789012:stream/a"}}
+    r = dest(api, target(wrong))
+    assert r.status_code == 400 and form in r.json()["msg"], r.text
+    assert dest(api, target(right)).status_code == 201
+
+
+SECRET_TARGETS = {
+    "data_stream": ({"auth": CREDS, "stream_arn":
+                     "arn:aws:kinesis:eu-west-1:123456789012:stream/edge"},
+                    ("auth", "creds", "secret_access_key"), "s3cr3t"),
+    "monitoring": ({"api_key": "dd-key-1"}, ("api_key",), "dd-key-1"),
+    "cloud_logs_ingestion": ({"tenant_id": "t", "client_id": "c", "client_secret": "az-sec",
+                              "logs_ingestion_uri": "https://dce.example.com",
+                              "data_collection_rule_id": "dcr",
+                              "data_collection_stream_name": "Custom-Edge_CL"},
+                             ("client_secret",), "az-sec"),
+}
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for step in path:
+        obj = obj[step]
+    return obj
+
+
+@pytest.mark.parametrize("name", SECRET_TARGETS)
+def test_secrets_are_sealed_and_never_returned(api: httpx.Client, server: Server,
+                                               name: str) -> None:
+    target, path, secret = SECRET_TARGETS[name]
+    made = dest(api, {name: target}).json()
+    url = f"/event_destinations/{made['id']}"
+    listed = api.get("/event_destinations", params={"limit": "100"}).json()
+    for shown in (made, api.get(url).json(), *[d for d in listed["event_destinations"]
+                                               if d["id"] == made["id"]]):
+        assert _at(shown["target"][name], path) == "********", shown
+        assert secret not in str(shown)
+    box = seal.load(server.data_dir)
+    stored = _at(stored_doc(server, "event_destinations", made["id"])["target"][name], path)
+    assert stored.startswith("v1:") and box.open(stored, "event destination secret") \
+        == secret.encode()
+    # the mask written back keeps the secret; a new secret replaces it
+    patched = api.patch(url, json={"target": made["target"], "description": "x"})
+    assert patched.status_code == 200, patched.text
+    stored = _at(stored_doc(server, "event_destinations", made["id"])["target"][name], path)
+    assert box.open(stored, "event destination secret") == secret.encode()
+    changed = {name: copy.deepcopy(made["target"][name])}
+    holder = _at(changed[name], path[:-1])
+    holder[path[-1]] = "rotated"
+    assert api.patch(url, json={"target": changed}).status_code == 200
+    stored = _at(stored_doc(server, "event_destinations", made["id"])["target"][name], path)
+    assert box.open(stored, "event destination secret") == b"rotated"
+    # the mask with nothing stored behind it is refused, naming the member
+    r = dest(api, {name: made["target"][name]})
+    assert r.status_code == 400 and f"target.{name}.{'.'.join(path)}" in r.json()["msg"]
+
+
 def test_format_and_required_target(api: httpx.Client) -> None:
     ok = {"monitoring": {"api_key": "k"}}
     r = dest(api, ok, format="xml")
@@ -84,7 +155,7 @@ def test_format_and_required_target(api: httpx.Client) -> None:
     r = api.patch(f"/event_destinations/{d['id']}", json={"target": {"monitoring": None}})
     assert r.status_code == 400
     r = api.patch(f"/event_destinations/{d['id']}", json={"description": "x"})
-    assert r.json()["target"]["monitoring"]["api_key"] == "k"
+    assert r.json()["target"]["monitoring"]["api_key"] == "********"
 
 
 def test_subscriptions_and_sources(api: httpx.Client, ) -> None:

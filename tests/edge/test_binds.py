@@ -55,6 +55,46 @@ def test_reserved_wildcard_unreserved_and_taken_names(srv: Server, token: str,
         a.stop()
 
 
+def test_wildcard_binds_serve_every_name_no_more_specific_tunnel_serves(
+        srv: Server, service: int) -> None:
+    fwd = f"http://127.0.0.1:{service}"
+    with srv.client() as api:
+        reserve(api, "*.site1.example.org", "*.example.org")
+        token = api.post("/credentials", json={"acl": ["bind:*.site1.example.org"]}).json()
+        anything = api.post("/credentials", json={"acl": ["*"]}).json()
+    with upstream.running("specific") as specific:
+        a = agent(srv, token["token"],
+                  {"kind": "https", "domain": "*.site1.example.org", "forward": fwd},
+                  {"kind": "https", "domain": "*.other.example.org", "forward": fwd})
+        b = agent(srv, anything["token"],
+                  {"kind": "https", "domain": "a.site1.example.org",
+                   "forward": f"http://127.0.0.1:{specific}"},
+                  {"kind": "https", "domain": "*.nope.example.org", "forward": fwd},
+                  {"kind": "https", "domain": "*.edgeway.localhost", "forward": fwd})
+        try:
+            wild, outside = a.listeners
+            assert wild["url"] == f"https://*.site1.example.org:{srv.https_port}", wild
+            assert "ACL" in outside["error"]
+            exact, unreserved, base = b.listeners
+            assert exact["url"] == f"https://a.site1.example.org:{srv.https_port}", exact
+            assert "'*.nope.example.org' is not reserved" in unreserved["error"]
+            assert "base domain" in base["error"]
+            with EdgeClient(srv) as web:
+                for name in ("x", "y-2"):
+                    r = web.get(f"https://{name}.site1.example.org:{srv.https_port}/p")
+                    assert r.text == "svc /p"
+                r = web.get(f"https://a.site1.example.org:{srv.https_port}/p")
+                assert r.text == "specific /p"  # the more specific tunnel wins
+                with pytest.raises(httpx.ConnectError):  # a wildcard covers one label: no
+                    web.get(f"https://deep.x.site1.example.org:{srv.https_port}/p")  # cert
+        finally:
+            a.stop()
+            b.stop()
+    with EdgeClient(srv) as web:  # gone with its agent
+        r = web.get(f"https://x.site1.example.org:{srv.https_port}/p")
+        assert r.status_code == 404
+
+
 def test_pooled_binds_share_a_name(srv: Server, token: str) -> None:
     with srv.client() as api:
         reserve(api, "pool.example.net")
@@ -71,6 +111,23 @@ def test_pooled_binds_share_a_name(srv: Server, token: str) -> None:
         finally:
             a.stop()
             b.stop()
+
+
+def test_label_acls_with_wildcard_keys_and_values(srv: Server, service: int) -> None:
+    fwd = f"http://127.0.0.1:{service}"
+    with srv.client() as api:
+        token = api.post("/credentials", json={"acl": ["bind:*=one", "bind:team=*"]}).json()
+    cases = [({"site": "one"}, True), ({"team": "red", "zone": "one"}, True),
+             ({"site": "two"}, False), ({"site": "one", "zone": "x"}, False)]
+    a = agent(srv, token["token"], *[{"kind": "labeled", "labels": labels, "forward": fwd}
+                                     for labels, _ in cases])
+    try:
+        for (labels, allowed), got in zip(cases, a.listeners, strict=True):
+            assert ("error" not in got) is allowed, (labels, got)
+            if not allowed:
+                assert "ACL" in got["error"], got
+    finally:
+        a.stop()
 
 
 def test_acl_and_edge_names_limit_binds(srv: Server, service: int) -> None:

@@ -1,12 +1,13 @@
 """mutual_tls and tls_termination's min_version on an HTTPS edge, over real TLS: a client
 certificate from the configured authority gets through; none, or one from another authority,
 fails the handshake; a TLS server name that skips the check is refused (421); removing the
-module takes effect on the next connection; TLS 1.2 is refused when 1.3 is the minimum."""
+module takes effect on the next connection; min_version is the handshake floor, 1.0 to 1.3."""
 
 from __future__ import annotations
 
 import socket
 import ssl
+import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,6 +27,12 @@ HOST = "mtls.example.com"
 
 def authority(tmp: Path, name: str) -> tuple[str, ssl.SSLContext]:
     """A client CA (its PEM) and a client context holding a certificate it issued."""
+    pem, cert, key = authority_files(tmp, name)
+    return pem, client(cert, key)
+
+
+def authority_files(tmp: Path, name: str) -> tuple[str, Path, Path]:
+    """A client CA (its PEM), and the files of a client certificate it issued and its key."""
     now = datetime.now(UTC)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} CA")])
@@ -43,8 +50,8 @@ def authority(tmp: Path, name: str) -> tuple[str, ssl.SSLContext]:
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]),
                            critical=False)
             .sign(ca_key, hashes.SHA256()))
-    return ca.public_bytes(serialization.Encoding.PEM).decode(), client(
-        *write_pair(tmp, name, leaf, key))
+    return (ca.public_bytes(serialization.Encoding.PEM).decode(),
+            *write_pair(tmp, name, leaf, key))
 
 
 def client(cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
@@ -111,7 +118,23 @@ def test_client_certificates_are_required_and_checked(srv: Server, tmp_path: Pat
     assert get(srv, client()).endswith(b"behind mtls")
 
 
-@pytest.mark.parametrize("version", ["1.2", "1.3"])
+OLD = {"1.0": "TLSv1", "1.1": "TLSv1_1", "1.2": "TLSv1_2"}
+SHOWN = {"1.0": "TLSv1", "1.1": "TLSv1.1", "1.2": "TLSv1.2"}
+
+
+def capped(srv: Server, top: str) -> ssl.SSLContext:
+    """A client that speaks TLS 1.0 up to ``top`` only (an old client)."""
+    ctx = client()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ctx.minimum_version = ssl.TLSVersion[OLD["1.0"]]
+        ctx.maximum_version = ssl.TLSVersion[OLD[top]]
+    ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
+    ctx.load_verify_locations(srv.data_dir / "ca.pem")
+    return ctx
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2", "1.3"])
 def test_min_version_is_the_handshake_floor(srv: Server, version: str) -> None:
     host = f"tls{version.replace('.', '')}.example.com"
     with srv.client() as api:
@@ -121,16 +144,17 @@ def test_min_version_is_the_handshake_floor(srv: Server, version: str) -> None:
         route(api, edge["id"], "path_prefix", "/", answer["id"])
         r = api.put(f"/edges/https/{edge['id']}/tls_termination", json={"min_version": version})
         assert r.status_code == 200, r.text
-    old = client()
-    old.maximum_version = ssl.TLSVersion.TLSv1_2
-    old.load_verify_locations(srv.data_dir / "ca.pem")
-    with socket.create_connection(("127.0.0.1", srv.https_port), timeout=20) as raw:
-        if version == "1.3":
-            with pytest.raises(ssl.SSLError):
-                old.wrap_socket(raw, server_hostname=host)
-        else:
-            with old.wrap_socket(raw, server_hostname=host) as s:
-                assert s.version() == "TLSv1.2"
+    for top in OLD:
+        with socket.create_connection(("127.0.0.1", srv.https_port), timeout=20) as raw:
+            if top < version:
+                with pytest.raises(ssl.SSLError):
+                    capped(srv, top).wrap_socket(raw, server_hostname=host)
+                continue
+            with capped(srv, top).wrap_socket(raw, server_hostname=host) as s:
+                assert s.version() == SHOWN[top]
+                s.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+                          .encode())
+                assert read_all(s).endswith(b"ok")
     with socket.create_connection(("127.0.0.1", srv.https_port), timeout=20) as raw, \
             ca_context(srv).wrap_socket(raw, server_hostname=host) as s:
         assert s.version() == "TLSv1.3"
@@ -149,16 +173,25 @@ def test_tls_edges_check_client_certificates_only_when_terminating(
     trusted_pem, trusted = authority(tmp_path, "tls-trusted")
     with srv.client() as api:
         ca = made(api, "/certificate_authorities", {"ca_pem": trusted_pem})
+        mtls = {"certificate_authority_ids": [ca["id"]]}
         echo = made(api, "/backends/static", {"address": f"127.0.0.1:{echo_port}"})
-        for host, termination in (("term.example.com", {"terminate_at": "edge"}),
-                                  ("pass.example.com", None)):
-            made(api, "/reserved_domains", {"domain": host})
-            made(api, "/edges/tls", {"hostports": [f"{host}:443"],
-                                     "backend": {"backend_id": echo["id"]},
-                                     "tls_termination": termination,
-                                     "mutual_tls": {"certificate_authority_ids": [ca["id"]]}})
+        made(api, "/reserved_domains", {"domain": "term.example.com"})
+        edge = made(api, "/edges/tls", {"hostports": ["term.example.com:443"],
+                                        "backend": {"backend_id": echo["id"]},
+                                        "tls_termination": {"terminate_at": "edge"},
+                                        "mutual_tls": mtls})
+        # a pass-through edge never sees the handshake: mutual TLS there is refused, not inert
+        for refused in (api.post("/edges/tls", json={"mutual_tls": mtls}),
+                        api.post("/edges/tls", json={"mutual_tls": mtls, "tls_termination": {
+                            "terminate_at": "upstream"}}),
+                        api.delete(f"/edges/tls/{edge['id']}/tls_termination"),
+                        api.put(f"/edges/tls/{edge['id']}/tls_termination",
+                                json={"terminate_at": "upstream"})):
+            assert refused.status_code == 400, refused.text
+            assert "mutual_tls" in refused.json()["msg"] and "terminat" in refused.json()["msg"]
+        assert api.get(f"/edges/tls/{edge['id']}").json()["tls_termination"]["terminate_at"] \
+            == "edge"
     assert echo_over_tls(srv, trusted, "term.example.com") == b"ping"
-    for ctx, host in ((client(), "term.example.com"), (trusted, "pass.example.com")):
-        with pytest.raises((ssl.SSLError, ConnectionError)):
-            if not echo_over_tls(srv, ctx, host):  # refused after the handshake (TLS 1.3)
-                raise ConnectionResetError("closed")
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        if not echo_over_tls(srv, client(), "term.example.com"):  # refused after the handshake
+            raise ConnectionResetError("closed")

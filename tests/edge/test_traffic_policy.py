@@ -40,6 +40,8 @@ POLICY = {
          "actions": [{"type": "rate-limit", "config": {
              "name": "two a minute", "algorithm": "sliding_window", "capacity": 2,
              "rate": "60s", "bucket_key": ["conn.client_ip"]}}]},
+        {"name": "audit", "expressions": ["req.url.path == '/audited'"],
+         "actions": [{"type": "log", "config": {"metadata": {"audit": "marker123", "n": 1}}}]},
         {"name": "bye", "expressions": ["req.method == 'DELETE'"],
          "actions": [{"type": "close-connection"}]},
     ],
@@ -48,6 +50,8 @@ POLICY = {
          "actions": [{"type": "add-headers", "config": {"headers": {
              "X-Status": "${res.status_code}"}}},
                      {"type": "remove-headers", "config": {"headers": ["Server"]}}]},
+        {"expressions": ["req.url.path == '/audited'"],
+         "actions": [{"type": "log", "config": {"metadata": "answered ${res.status_code}"}}]},
     ],
 }
 
@@ -170,7 +174,8 @@ def test_policies_on_real_traffic(srv: Server, service: int, echo_port: int) -> 
             "hostports": [f"db.edgeway.localhost:{port}"], "backend": {"backend_id": echo["id"]},
             "traffic_policy": {"value": json.dumps({"on_tcp_connect": [
                 {"expressions": ["conn.client_ip == '127.0.0.1'"],
-                 "actions": [{"type": "deny"}]}]})}})
+                 "actions": [{"type": "log", "config": {"metadata": {"ip": "${conn.client_ip}"}}},
+                             {"type": "deny"}]}]})}})
     with EdgeClient(srv) as web:
         base = f"https://{HOST}"
         r = web.get(f"{base}/admin")
@@ -185,6 +190,7 @@ def test_policies_on_real_traffic(srv: Server, service: int, echo_port: int) -> 
         assert (r.status_code, r.text, r.headers["x-status"]) == (202, "fixed", "202")
         r = web.get(f"{base}/jwt/x")
         assert r.status_code == 503 and "jwt-validation" in r.text
+        assert web.get(f"{base}/audited").status_code == 200
     deadline = time.monotonic() + 10
     while True:  # the TCP edge's listener comes up with the snapshot; then refuses us
         try:
@@ -195,3 +201,7 @@ def test_policies_on_real_traffic(srv: Server, service: int, echo_port: int) -> 
         except ConnectionRefusedError:
             assert time.monotonic() < deadline
             time.sleep(0.1)
+    logged = [json.loads(x) for x in srv.log().splitlines() if '"policy_log"' in x]
+    assert [(x["phase"], x["metadata"]) for x in logged] == [
+        ("on_http_request", {"audit": "marker123", "n": 1}),
+        ("on_http_response", "answered 200"), ("on_tcp_connect", {"ip": "127.0.0.1"})]

@@ -27,4 +27,4 @@ def options(ids: tuple[str, ...], min_version: str | None,
     if any(p is None for p in pems):
         return None
     return TlsOptions("".join(p if p.endswith("\n") else p + "\n" for p in pems if p),
-                      "1.3" if min_version == "1.3" else "1.2")
+                      min_version or "1.2")

@@ -197,8 +197,14 @@ class Policy:
                 return True
             return False
         if kind == "log":
-            log.info("policy_log", metadata=cfg.get("metadata", ""))
+            self._log(REQ, cfg, env)
         return False
+
+    def _log(self, phase: str, cfg: dict[str, Any], env: dict[str, Any]) -> None:
+        """The ``log`` action: one JSON line with the action's ``metadata`` (an object stays
+        an object; ``${...}`` in its strings is interpolated)."""
+        log.info("policy_log", policy=self.key, phase=phase,
+                 metadata=_interpolated(cfg.get("metadata", {}), env))
 
     def on_response(self, env: dict[str, Any], headers: Headers) -> Headers:
         out = list(headers)
@@ -211,6 +217,8 @@ class Policy:
                 elif action.type == "remove-headers":
                     drop = {str(h).lower().encode() for h in cfg.get("headers") or []}
                     out = [(k, v) for k, v in out if k.lower() not in drop]
+                elif action.type == "log":
+                    self._log(RES, cfg, env)
         return out
 
     def on_tcp_connect(self, ip: str, port: int) -> bool:
@@ -218,6 +226,8 @@ class Policy:
         env = {"conn": {"client_ip": ip, "client_port": port}}
         for rule in self._matching(TCP, env):
             for action in rule.actions:
+                if action.type == "log":
+                    self._log(TCP, action.config, env)
                 if action.type in ("deny", "close-connection"):
                     return False
                 if action.type == "restrict-ips" and not ip_allowed(ip, action.config):
@@ -252,6 +262,16 @@ def _eval(expr: str, env: dict[str, Any]) -> Any:
 
 def interpolate(text: str, env: dict[str, Any]) -> str:
     return _INTERPOLATION.sub(lambda m: str(_eval(m[1], env)), text) if "${" in text else text
+
+
+def _interpolated(value: Any, env: dict[str, Any]) -> Any:
+    if isinstance(value, str):
+        return interpolate(value, env)
+    if isinstance(value, dict):
+        return {str(k): _interpolated(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolated(v, env) for v in value]
+    return value
 
 
 def _header_map(headers: Headers) -> dict[str, list[str]]:
