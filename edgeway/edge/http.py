@@ -170,6 +170,7 @@ class HttpEdge:
             if isinstance(checked, bool):
                 return checked
             req, body = checked
+        taken = body is not None  # the request's End was read (its body whole, or none)
         for attempt in range(RETRIES + 1):
             if isinstance(decision.target, Fixed):
                 if decision.breaker is not None:  # an http_response backend
@@ -183,8 +184,11 @@ class HttpEdge:
                     answer = replace(answer, headers=tuple(
                         (k.decode("latin-1"), v.decode("latin-1")) for k, v in changed))
                 keep = await fixed(writer, req, answer)
-                return keep and (body is not None
-                                 or await self._drain(parser, reader, deadline))
+                return keep and (taken or await self._drain(parser, reader, deadline))
+            if not taken and not req.body:  # once: a retry must not read the next request
+                if not isinstance(parser.next_event(), End):
+                    raise BadMessage(400, "a request without a body had one")
+                taken = True
             retry = attempt < RETRIES and _replayable(req, decision)
             try:
                 return await self._proxy(parser, reader, writer, req, decision, peer,
@@ -293,8 +297,6 @@ class HttpEdge:
         key = target.id if isinstance(target, Tunnel) else f"static:{target.host}:{target.port}"
         head = self._request_head(req, decision, peer) + (whole or b"")
         pump = req.body and whole is None
-        if not req.body and whole is None and not isinstance(parser.next_event(), End):
-            raise BadMessage(400, "a request without a body had one")  # (its End is here)
         upstream = self.pool.take(key)
         if upstream is not None:
             try:

@@ -242,6 +242,33 @@ def test_a_kept_alive_upstream_that_closed_is_retried_for_safe_requests(
         assert status == 502 and headers.get("edgeway-error-code") == "ERR_EDGEWAY_4502"
 
 
+def test_a_safe_request_retried_on_a_new_stream_keeps_its_connection_in_step(
+        one_srv: Server, scripted: Callable[..., tuple[Upstream, str]]) -> None:
+    """The agent's upstream closes without answering (as when the agent dies under a
+    request): a GET goes again on new streams, and the client's next request, pipelined
+    behind it, is answered after it (a retry once read it as the first one's end and closed
+    the connection unanswered); a service that never answers gets a 502 after the retries."""
+    failed: list[bytes] = []
+
+    def answer(head: bytes, n: int) -> bytes | None:
+        if b"/flaky" in head and not failed:
+            failed.append(head)
+            return None
+        return None if b"/never" in head else OK
+    up, host = scripted(answer)
+    with socket.create_connection(("127.0.0.1", one_srv.http_port), timeout=30) as s:
+        s.sendall(f"GET /flaky HTTP/1.1\r\nHost: {host}\r\n\r\n"
+                  f"GET /next HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        assert read_response(s)[0] == 200
+        assert read_response(s)[0] == 200
+        s.sendall(f"GET /never HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        status, headers = read_response(s)
+        assert status == 502 and headers.get("edgeway-error-code") == "ERR_EDGEWAY_4502"
+    paths = [h.split(b" ")[1] for h in up.requests]
+    # /never: on the stream kept alive after /next, then on a new one per attempt (3)
+    assert paths == [b"/flaky", b"/flaky", b"/next", *[b"/never"] * 4], paths
+
+
 def read_response(s: socket.socket) -> tuple[int, dict[str, str]]:
     """Status and headers of one response (its body read by Content-Length)."""
     buf = b""
