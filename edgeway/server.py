@@ -98,7 +98,8 @@ async def serve(cfg: ServerConfig) -> None:
         binder.edge_host = router.edge_host
         binder.check_bind, binder.tcp_admits = modules.bind_refusal, router.tcp_admits
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,
-                               http_port, https_port, sealer.mac(b"edgeway edge logins"))
+                               http_port, https_port, sealer.mac(b"edgeway edge logins"),
+                               platform.restrictions)
         platform.watchers += [router.changed, edge.changed, tunnels.changed]
         await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
         await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)

@@ -13,12 +13,11 @@ write says ``force: true``.
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
 from edgeway import catalog
 from edgeway.api.platform import Caller
-from edgeway.api.restrict import compile_all
+from edgeway.api.restrict import address, compile_all
 from edgeway.catalog.model import Kind
 from edgeway.errors import Conflict, Forbidden, Invalid
 from edgeway.store.repo import Repo
@@ -97,10 +96,7 @@ async def _an_admin_remains(repo: Repo) -> None:
 
 
 async def _caller_not_locked_out(repo: Repo, kind: Kind, client: str | None) -> None:
-    try:
-        addr = ipaddress.ip_address(client or "")
-    except ValueError:
-        addr = None  # (an in-process client): enforced restrictions refuse it
+    addr = address(client)  # None (an in-process client): enforced restrictions refuse it
     for r in await compile_all(repo):
         if r.enforced and (addr is None or not r.permits(addr)):
             how = ("set 'force': true to do it anyway" if kind is RESTRICTIONS else

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from edgeway.api.restrict import KINDS as RESTRICTION_KINDS
-from edgeway.api.restrict import ApiRestrictions
+from edgeway.api.restrict import Restrictions
 from edgeway.catalog.model import Settings
 from edgeway.pki.seal import Sealer
 from edgeway.store.db import Database
@@ -38,14 +38,14 @@ class Platform:
     # to api_keys, users or bot_users in this process clears the cache at once.
     auth_cache: dict[str, tuple[Caller, float]] = field(default_factory=dict)
     auth_ttl: float = 5.0
-    restrictions: ApiRestrictions = field(init=False)
+    restrictions: Restrictions = field(init=False)
     # the tunnel listener of this node, set by ``edgeway serve`` (agent commands go through it)
     agents: AgentCommands | None = None
     # called with the collection after each committed write (the edge's router listens)
     watchers: list[Callable[[str], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.restrictions = ApiRestrictions(self.db)
+        self.restrictions = Restrictions(self.db)
 
     def changed(self, collection: str) -> None:
         """A write to ``collection`` committed: drop what was compiled from it."""

@@ -1,10 +1,14 @@
-"""IP restrictions of type ``api``: enforced ones refuse management calls from addresses their
-policies do not allow; unenforced ones only log what they would refuse.
+"""IP restrictions: enforced ones refuse the traffic of their type from addresses their
+policies do not allow; unenforced ones only log what they would refuse. ``api``: management
+calls (403, ERR 220); ``agent``: agent sessions (refused at Auth); ``endpoints``: public
+connections to every edge and agent endpoint (403 for HTTP, closed for TCP and TLS);
+``dashboard``: kept for the dashboard.
 
 An address is allowed when it falls in an ``allow`` rule of the restriction's policies and in
-no ``deny`` rule (a deleted policy counts as a policy with no rules). The address is the TCP
-peer's; forwarding headers are never trusted. The compiled rules are cached for ``ttl`` seconds
-and dropped at once by any write to IP policies, rules or restrictions in this process.
+no ``deny`` rule (a deleted policy counts as a policy with no rules); every restriction of the
+type must allow it. The address is the TCP peer's (an IPv4-mapped IPv6 address counts as its
+IPv4 one); forwarding headers are never trusted. The compiled rules are cached for ``ttl``
+seconds and dropped at once by any write to IP policies, rules or restrictions in this process.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import structlog
 
 from edgeway import catalog
 from edgeway.errors import Forbidden
-from edgeway.store.db import Database
+from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -38,51 +42,84 @@ class Restriction:
         return any(addr in n for n in self.allow) and not any(addr in n for n in self.deny)
 
 
+def address(client: str | None) -> Address | None:
+    """The peer address (IPv4-mapped IPv6 as IPv4); None when there is none or it is not one."""
+    try:
+        addr = ipaddress.ip_address(client or "")
+    except ValueError:
+        return None
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    return addr
+
+
 @dataclass
-class ApiRestrictions:
+class Restrictions:
+    """The compiled restrictions of each type, cached (see the module's docstring)."""
     db: Database
     ttl: float = 5.0
-    _cached: tuple[Restriction, ...] | None = None
-    _expires: float = 0.0
+    _cached: dict[str, tuple[tuple[Restriction, ...], float]] = field(default_factory=dict)
+    _last: dict[str, tuple[Restriction, ...]] = field(default_factory=dict)
     _log_times: dict[str, float] = field(default_factory=dict)
 
     def invalidate(self) -> None:
-        self._cached = None
+        self._cached.clear()
 
-    async def _load(self) -> tuple[Restriction, ...]:
-        if self._cached is not None and self._expires > time.monotonic():
-            return self._cached
-        self._cached = await compile_all(Repo(self.db.reader()))
-        self._expires = time.monotonic() + self.ttl
-        return self._cached
-
-    async def check(self, client: str | None) -> None:
-        restrictions = await self._load()
-        if not restrictions:
-            return
+    async def of(self, kind: str) -> tuple[Restriction, ...]:
+        """The restrictions of type ``kind``; while the database is out of reach, the last
+        ones loaded keep applying (traffic does not wait for it)."""
+        hit = self._cached.get(kind)
+        if hit is not None and hit[1] > time.monotonic():
+            return hit[0]
         try:
-            addr = ipaddress.ip_address(client or "")
-        except ValueError:
-            addr = None
-        for r in restrictions:
+            found = await compile_all(Repo(self.db.reader()), kind)
+        except DatabaseUnavailable:
+            if kind not in self._last:
+                raise
+            log.warning("ip_restrictions_stale", type=kind)
+            found = self._last[kind]
+        self._cached[kind] = (found, time.monotonic() + self.ttl)
+        self._last[kind] = found
+        return found
+
+    async def refusing(self, kind: str, client: str | None) -> Restriction | None:
+        """The enforced restriction of ``kind`` that refuses ``client``, if any; unenforced
+        ones that would refuse it are logged (once a minute per restriction and address)."""
+        restrictions = self._cached.get(kind)
+        if restrictions is not None and not restrictions[0] \
+                and restrictions[1] > time.monotonic():
+            return None  # (the common case, without a coroutine switch)
+        addr = address(client)
+        for r in await self.of(kind):
             if addr is not None and r.permits(addr):
                 continue
             if r.enforced:
-                raise Forbidden(f"The address {client} is not allowed to call the API by IP "
-                                f"restriction '{r.id}'.", 220)
-            self._warn(r.id, client)
+                return r
+            self._warn(r.id, kind, client)
+        return None
 
-    def _warn(self, rid: str, client: str | None) -> None:
+    async def check(self, client: str | None) -> None:
+        """A management API call from ``client``: Forbidden (ERR 220) when refused."""
+        r = await self.refusing("api", client)
+        if r is not None:
+            raise Forbidden(f"The address {client} is not allowed to call the API by IP "
+                            f"restriction '{r.id}'.", 220)
+
+    def _warn(self, rid: str, kind: str, client: str | None) -> None:
         key = f"{rid}/{client}"
         if self._log_times.get(key, 0) < time.monotonic():
+            if len(self._log_times) > 10_000:
+                self._log_times.clear()
             self._log_times[key] = time.monotonic() + 60
-            log.warning("ip_restriction_would_refuse", restriction=rid, client=client)
+            log.warning("ip_restriction_would_refuse", restriction=rid, type=kind,
+                        client=client)
 
 
-async def compile_all(repo: Repo) -> tuple[Restriction, ...]:
-    """The ``api`` restrictions as ``repo`` sees them (a transaction: with its writes)."""
+async def compile_all(repo: Repo, kind: str = "api") -> tuple[Restriction, ...]:
+    """The restrictions of type ``kind`` as ``repo`` sees them (a transaction: with its
+    writes)."""
     docs = await repo.all_docs(catalog.BY_COLLECTION["ip_restrictions"])
-    found = [(id_, d) for id_, d in docs if d["type"] == "api"]
+    found = [(id_, d) for id_, d in docs if d["type"] == kind]
     policy_ids = sorted({p for _, d in found for p in d["ip_policy_ids"]})
     rules = await repo.docs_where(catalog.BY_COLLECTION["ip_policy_rules"],
                                   "ip_policy_id", policy_ids)

@@ -24,6 +24,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from edgeway.api.restrict import Restrictions
 from edgeway.catalog.modules.policy import REQ, RES
 from edgeway.edge import h1, wstcp
 from edgeway.edge.answers import (
@@ -80,8 +81,10 @@ def _replayable(req: Request, decision: Decision) -> bool:
 
 class HttpEdge:
     def __init__(self, router: Router, scheme: str, https_port: int = 443,
-                 login: OidcGate | None = None, pool: Pool | None = None) -> None:
+                 login: OidcGate | None = None, pool: Pool | None = None,
+                 restrictions: Restrictions | None = None) -> None:
         self.router, self.scheme, self.https_port = router, scheme, https_port
+        self.restrictions = restrictions  # IP restrictions of type endpoints
         self.login = login
         self.limits = traffic_policy.RateLimits()
         self.pool = pool or Pool()
@@ -98,6 +101,8 @@ class HttpEdge:
         parser = RequestParser()
         deadline = Deadline(writer.transport)
         wait = HEAD_TIMEOUT  # a new connection is for a request: its head within 30 s
+        refused = self.restrictions is not None and \
+            await self.restrictions.refusing("endpoints", peer[0]) is not None
         try:
             while True:
                 try:
@@ -108,6 +113,10 @@ class HttpEdge:
                     return
                 if not isinstance(event, Request):
                     return  # the client closed, or was too slow
+                if refused:  # (an IP restriction of type endpoints)
+                    await fixed(writer, event, page(403, "Forbidden", "Your IP address may "
+                                                    "not access this site.", 4003), close=True)
+                    return
                 if certified is not None and not covered(
                         certified, host := request_host(event.headers)):
                     answered = await fixed(writer, event, misdirected(host, certified))

@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from edgeway.api.restrict import Restrictions
 from edgeway.config import listen_socket
 from edgeway.edge.auth import OidcGate
 from edgeway.edge.http import HttpEdge
@@ -95,13 +96,16 @@ def _admits(edge: Edge, peer: tuple[str, int]) -> bool:
 
 class PublicListeners:
     def __init__(self, router: Router, certs: EdgeCerts, base_domain: str, tcp_host: str,
-                 http_port: int, https_port: int, login_key: bytes) -> None:
+                 http_port: int, https_port: int, login_key: bytes,
+                 restrictions: Restrictions | None = None) -> None:
         self.router, self.certs, self.tcp_host = router, certs, tcp_host
         self.base_domain = base_domain
+        self.restrictions = restrictions  # IP restrictions of type endpoints
         self.pool = Pool()  # idle upstreams, for requests from either listener
-        self.http = HttpEdge(router, "http", https_port, pool=self.pool)  # HTTPS edges (and
-        self.https = HttpEdge(router, "https", https_port, OidcGate(login_key),  # logins)
-                              self.pool)                                         # need TLS
+        self.http = HttpEdge(router, "http", https_port, pool=self.pool,  # HTTPS edges (and
+                             restrictions=restrictions)                   # logins) need TLS
+        self.https = HttpEdge(router, "https", https_port, OidcGate(login_key), self.pool,
+                              restrictions)
         self._servers: list[asyncio.Server] = []
         self._tls_socket: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -112,6 +116,8 @@ class PublicListeners:
     async def start(self, http: tuple[str, int] | None, https: tuple[str, int] | None,
                     reuse_port: bool = False) -> None:
         await self.router.current()
+        if self.restrictions is not None:
+            await self.restrictions.of("endpoints")  # (kept while the database is away)
         if http is not None:
             plain = listen_socket("public HTTP listener", *http, reuse_port)
             self._servers.append(await asyncio.start_server(self._http_client, sock=plain))
@@ -161,6 +167,11 @@ class PublicListeners:
             except Exception:  # a failed reload must not end the follower
                 log.exception("edge_reload_failed")
 
+    async def _refused(self, peer: tuple[str, int]) -> bool:
+        """An IP restriction of type endpoints refuses the public client at ``peer``."""
+        return self.restrictions is not None and \
+            await self.restrictions.refusing("endpoints", peer[0]) is not None
+
     # -- plain HTTP ------------------------------------------------------------------------
 
     async def _http_client(self, reader: asyncio.StreamReader,
@@ -193,6 +204,9 @@ class PublicListeners:
             snap = await self.router.current()
             edge = snap.tls.get(name)
             bound = [t for t in self.router.registry.for_host(name) if t.proto == "tls"]
+            if (edge is not None or bound) and await self._refused(peer):
+                sock.close()  # TLS edges and tunnels: closed (HTTPS gets a 403 page)
+                return
             if edge is not None:
                 await self._tls_edge(sock, peer, edge, name)
             elif bound:
@@ -274,7 +288,8 @@ class PublicListeners:
         peer = writer.get_extra_info("peername") or ("0.0.0.0", 0)
         snap = self.router.snapshot
         edge = snap.tcp.get(port)
-        if edge is None or not _admits(edge, (peer[0], peer[1])):
+        if edge is None or not _admits(edge, (peer[0], peer[1])) \
+                or await self._refused((peer[0], peer[1])):
             return
         target = self.router.target(snap, edge.plan)
         if isinstance(target, Fixed):

@@ -149,7 +149,8 @@ class Binder:
                           writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("", 0)
         if not restrict.allowed(tunnel.req, peer[0]) \
-                or not self.tcp_admits(tunnel, peer[0], peer[1]):
+                or not self.tcp_admits(tunnel, peer[0], peer[1]) \
+                or await self.platform.restrictions.refusing("endpoints", peer[0]):
             return  # closed: a TCP client gets no page
         try:
             stream = await tunnel.open(client_addr(peer), "tcp")

@@ -18,6 +18,7 @@ import structlog
 
 from edgeway import __version__, catalog, ids
 from edgeway.api.platform import Platform
+from edgeway.api.restrict import KINDS as RESTRICTION_KINDS
 from edgeway.config import listen_socket
 from edgeway.pki.platform_ca import EdgeCerts, TunnelTLS
 from edgeway.store.db import DatabaseUnavailable
@@ -55,7 +56,9 @@ RECHECK_EVERY = 10.0  # seconds: credentials changed through another node reach 
 
 
 class AuthFailed(Exception):
-    pass
+    def __init__(self, message: str, code: int = 107) -> None:
+        super().__init__(message)
+        self.code = code  # the ERR_NGROK_<code> line the SDKs show
 
 
 async def _warned(coro: Coroutine[Any, Any, None]) -> None:
@@ -103,6 +106,7 @@ class TunnelServer:
                     if doc.get("node") == self.node:
                         await Repo(tx).delete(kind, id_)
         await self.load_ingress_names()
+        await self.platform.restrictions.of("agent")  # (kept while the database is away)
         self._server = await asyncio.start_server(
             self._connection, sock=listen_socket("tunnel listener", host, port, reuse_port),
             ssl=self.context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
@@ -120,7 +124,7 @@ class TunnelServer:
             self._spawn(self.load_ingress_names())
         elif collection == "reserved_domains":
             self._spawn(self.binder.revalidate())
-        elif collection in ("credentials", "bot_users"):
+        elif collection in ("credentials", "bot_users", *RESTRICTION_KINDS):
             self._spawn(self.recheck())
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -141,6 +145,13 @@ class TunnelServer:
         apply a changed ACL to the others."""
         by_credential: dict[str, list[AgentSession]] = {}
         for session in list(self.sessions.values()):
+            try:
+                await self._address_allowed(session.peer)
+            except AuthFailed as exc:
+                log.info("agent_session_revoked", session=session.id, reason=str(exc))
+                session.revoked = True
+                await session.conn.close()
+                continue
             by_credential.setdefault(session.credential, []).append(session)
         for credential, sessions in by_credential.items():
             try:
@@ -253,6 +264,7 @@ class TunnelServer:
         try:
             if not version:
                 raise AuthFailed("no supported protocol version (this server speaks 3 and 2)")
+            await self._address_allowed(session.peer)
             if self.client_cas and not session.client_cert:
                 raise AuthFailed("this server requires an agent client certificate issued by "
                                  "its agent certificate authority (--agent-client-cas); the "
@@ -261,7 +273,7 @@ class TunnelServer:
             session.credential = credential
         except AuthFailed as exc:
             await rpc.reply(stream, {"Version": version or "3", "ClientId": "",
-                                     "Error": rpc.error_text(str(exc), 107)})
+                                     "Error": rpc.error_text(str(exc), exc.code)})
             await session.conn.close()
             return
         interval = int(extra.get("heartbeatinterval") or 10_000_000_000) / 1e9
@@ -276,6 +288,13 @@ class TunnelServer:
             "Version": __version__, "Region": self.platform.settings.regions[0],
             "Cookie": secrets.token_urlsafe(16), "AccountName": "edgeway",
             "SessionDuration": 0, "PlanName": "", "Banner": ""}})
+
+    async def _address_allowed(self, peer: str) -> None:
+        """IP restrictions of type ``agent``: AuthFailed (ERR 220) when one refuses ``peer``."""
+        r = await self.platform.restrictions.refusing("agent", peer)
+        if r is not None:
+            raise AuthFailed(f"the address {peer} may not start agent sessions: IP "
+                             f"restriction '{r.id}' refuses it", 220)
 
     async def _credential(self, token: str) -> tuple[str, list[str]]:
         if not token:
