@@ -22,7 +22,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from edgeway import __version__, catalog, ids
-from edgeway.api import crud, extras, guards, modules
+from edgeway.api import crud, extras, guards, listing, modules
 from edgeway.api.auth import authenticate
 from edgeway.api.http import check_version, error_response, json_response, operation_id
 from edgeway.api.openapi import document
@@ -35,7 +35,7 @@ log = structlog.get_logger()
 Handler = Callable[[Request, Platform, Caller], Awaitable[Response]]
 Endpoint = Callable[[Request], Awaitable[Response]]
 _CRUD: tuple[tuple[str, str, str, Any], ...] = (
-    ("create", "", "POST", crud.create), ("list", "", "GET", crud.list_),
+    ("create", "", "POST", crud.create), ("list", "", "GET", listing.list_),
     ("get", "/{id}", "GET", crud.get), ("update", "/{id}", "PATCH", crud.update),
     ("delete", "/{id}", "DELETE", crud.delete),
 )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,11 +16,9 @@ from edgeway.api.http import body_bytes, decode, json_response, no_content
 from edgeway.api.platform import Caller, Platform
 from edgeway.catalog.model import Context, Fetch, Kind
 from edgeway.catalog.shapes import shapes
-from edgeway.errors import ApiError, Conflict, Invalid, NotFound
+from edgeway.errors import Conflict, NotFound
 from edgeway.store.db import UniqueViolation
 from edgeway.store.repo import Repo
-
-MAX_PAGE = 100
 
 
 def now() -> datetime:
@@ -122,41 +119,6 @@ async def get(request: Request, platform: Platform, caller: Caller, kind: Kind) 
     id_, doc = await load(repo, request, kind)
     return json_response(200, await present.one(repo, kind, id_, doc,
                                                 platform.settings.public_url))
-
-
-def page_params(request: Request, kind: Kind) -> tuple[str | None, int]:
-    seen: dict[str, str] = {}
-    for key, value in parse_qsl(request.url.query, keep_blank_values=True):
-        if key not in ("before_id", "limit"):
-            raise ApiError(f"Unknown query parameter '{key}'; supported: before_id, limit.",
-                           231)
-        if key in seen:
-            raise ApiError(f"The query parameter '{key}' was given more than once.", 232)
-        seen[key] = value
-    limit_text = seen.get("limit", str(MAX_PAGE))
-    if not (limit_text.isascii() and limit_text.isdigit()):
-        raise Invalid("limit", f"'{limit_text}' is not a whole number", 244)
-    limit = int(limit_text)
-    if not 1 <= limit <= MAX_PAGE:
-        raise Invalid("limit", f"page size limit must be between 1 and {MAX_PAGE}", 233)
-    before = seen.get("before_id")
-    if before is not None:
-        validate.id_in_path(kind, before)
-    return before, limit
-
-
-async def list_(request: Request, platform: Platform, caller: Caller, kind: Kind) -> Response:
-    await body_bytes(request, False)
-    before, limit = page_params(request, kind)
-    repo = Repo(platform.db.reader())
-    items = await repo.page(kind, before, limit + 1)
-    base = platform.settings.public_url
-    uri = f"{base}{kind.url}"
-    more = len(items) > limit
-    items = items[:limit]
-    nxt = f"{uri}?before_id={items[-1].id}&limit={limit}" if more else None
-    return json_response(200, {kind.list_key: await present.many(repo, kind, items, base),
-                               "uri": uri, "next_page_uri": nxt})
 
 
 async def apply(repo: Repo, kind: Kind, id_: str, old: dict[str, Any],

@@ -8,6 +8,8 @@ from typing import Any
 import msgspec
 
 from edgeway import catalog
+from edgeway.api import filters
+from edgeway.api.listing import MAX_PAGE, SELECTORS, URL_PATTERN
 from edgeway.api.modules import ATTACHED
 from edgeway.catalog import jsonschema, rules
 from edgeway.catalog.model import Kind
@@ -58,9 +60,21 @@ def id_param(kind: Kind, name: str = "id") -> dict[str, Any]:
 
 def _page_params(kind: Kind) -> list[dict[str, Any]]:
     before = id_param(kind, "before_id")
-    return [{**before, "in": "query", "required": False},
-            {"name": "limit", "in": "query", "required": False,
-             "schema": {"type": "integer", "minimum": 1, "maximum": 100}}]
+    out = [{**before, "in": "query", "required": False},
+           {"name": "limit", "in": "query", "required": False,
+            "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}},
+           {"name": "filter", "in": "query", "required": False,
+            "description": "a CEL expression over each resource (obj), e.g. "
+                           "obj.metadata.contains(\"x\")",
+            "schema": {"type": "string", "maxLength": filters.MAX_LENGTH}}]
+    for name, member in SELECTORS.get(kind.collection, {}).items():
+        pattern = id_param(kind)["schema"]["pattern"] if member == "id" else URL_PATTERN
+        out.append({"name": name, "in": "query", "required": False, "explode": True,
+                    "description": f"only the resources whose {member} is one of these "
+                                   "(repeatable)",
+                    "schema": {"type": "array", "items": {"type": "string",
+                                                          "pattern": pattern}}})
+    return out
 
 
 def _tagged(kind: Kind, paths: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

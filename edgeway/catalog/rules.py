@@ -66,6 +66,8 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
                                           "rsa keys only"),
     (7131, ("match",), "a route matching a host names a domain name"),
     (215, ("hostports[*]",), "a host name of at most 253 characters"),
+    (250, ("filter",), "a CEL expression over obj (the listed resource) and time.now that "
+                       "parses, names members the resource has, and is true or false"),
     (446, ("",), "a resource still referenced by another cannot be deleted"),
     (261, ("",), "at least one working admin API key remains"),
     (262, ("force", ""), "a write that would make an enforced api IP restriction refuse the "

@@ -280,3 +280,29 @@ def test_the_operators_own_tunnel_certificate(tmp_path: Path) -> None:
         assert served == ssl.PEM_cert_to_DER_cert(cert.read_text())
     finally:
         assert own.stop() == 0
+
+
+def test_the_endpoints_list_selects_by_id_url_and_filter(srv: Server, token: str,
+                                                         service: int) -> None:
+    a = agent(srv, token, {"kind": "http", "forward": f"http://127.0.0.1:{service}"},
+              {"kind": "https", "forward": f"http://127.0.0.1:{service}"})
+    try:
+        with srv.client() as api:
+            by_url = {e["url"]: e for e in api.get("/endpoints").json()["endpoints"]}
+            http, https = (by_url[u] for u in a.urls)
+
+            def ids(params: list[tuple[str, str]]) -> list[str]:
+                r = api.get("/endpoints", params=params)
+                assert r.status_code == 200, r.text
+                return [e["id"] for e in r.json()["endpoints"]]
+
+            assert ids([("url", http["url"])]) == [http["id"]]
+            assert sorted(ids([("urls", http["url"]), ("urls", https["url"])])) == \
+                sorted([http["id"], https["id"]])
+            assert ids([("id", https["id"]), ("id", "ep_2VnUzuSHL6ybSxxhrVjJD2hcN7o")]) == \
+                [https["id"]]
+            assert ids([("ids", http["id"]), ("url", https["url"])]) == []  # both must hold
+            assert ids([("filter", f'obj.proto == "https" && obj.url == "{https["url"]}"')]) \
+                == [https["id"]]
+    finally:
+        a.stop()
