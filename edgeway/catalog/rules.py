@@ -45,10 +45,8 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
     (7105, ("hostports[*]",), "TCP edges: not a port of this server's listeners, of the agent "
                               "TCP range, or a privileged one it may not bind"),
     (7122, ("",), "a hostport (for TCP edges: a port) is served by one edge only"),
-    (7027, ("*webhook_verification.secret",), "required for every provider but those that "
-                                              "sign without a shared secret"),
-    (7026, ("*webhook_verification.secret",), "empty for providers that sign with a "
-                                              "certificate (sns)"),
+    (7027, ("*webhook_verification.secret",), "required (the provider's signing secret or "
+                                              "verification key)"),
     (7036, ("*oauth.provider",), "exactly one identity provider"),
     (7037, ("*oauth.provider",), "exactly one identity provider"),
     (383, ("*oauth.provider.*.client_secret",), "client_id and client_secret go together"),

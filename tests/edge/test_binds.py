@@ -291,7 +291,7 @@ def test_the_endpoints_list_selects_by_id_url_and_filter(srv: Server, token: str
             by_url = {e["url"]: e for e in api.get("/endpoints").json()["endpoints"]}
             http, https = (by_url[u] for u in a.urls)
 
-            def ids(params: list[tuple[str, str]]) -> list[str]:
+            def ids(params: list[tuple[str, str | int | float | bool | None]]) -> list[str]:
                 r = api.get("/endpoints", params=params)
                 assert r.status_code == 200, r.text
                 return [e["id"] for e in r.json()["endpoints"]]

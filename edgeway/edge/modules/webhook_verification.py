@@ -3,8 +3,10 @@ of its provider over the exact body received (the edge reads the body whole firs
 ``MAX_BODY``). Signatures with a timestamp must be within ``TOLERANCE`` seconds of now.
 
 Providers are verified by one of a few schemes (an HMAC of the body, of a timestamped
-message, a shared token, Svix's signed id); ``compile`` returns None for a provider not in
-the table, whose routes are then refused rather than served unverified.
+message, a shared token, Svix's signed id, SendGrid's ECDSA signature); the API accepts only
+the providers of this table (``edgeway.catalog.modules.webhook``). ``compile`` returns None
+for a provider not in it (one stored before it was refused, or an agent's bind), whose
+routes are then refused rather than served unverified.
 """
 
 from __future__ import annotations
@@ -12,9 +14,15 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from edgeway.edge.modules.request_headers import header
 
@@ -116,6 +124,96 @@ def svix(secret: bytes, headers: Headers, body: bytes, now: float) -> bool:
                for k, v in _pairs(header(headers, b"svix-signature"), b" ", b","))
 
 
+def prefixed_stamp(sig_name: bytes, ts_name: bytes, version: bytes) -> Check:
+    """``sig_name: <version>=<hex hmac(secret, "<version>:<ts>:<body>")>`` with the Unix
+    time in ``ts_name`` (Zoom, Frame.io, Orb)."""
+    def check(secret: bytes, headers: Headers, body: bytes, now: float) -> bool:
+        stamp = header(headers, ts_name)
+        if not _fresh(stamp, now):
+            return False
+        want = version + b"=" + _mac("sha256", secret, version + b":" + stamp + b":" + body
+                                     ).hex().encode()
+        return _same(header(headers, sig_name).strip(), want)
+    return check
+
+
+def box(secret: bytes, headers: Headers, body: bytes, now: float) -> bool:
+    """``box-signature-primary`` (or ``-secondary``, for a rotated key): base64 of
+    hmac(secret, body + box-delivery-timestamp), an RFC 3339 time within 10 minutes."""
+    stamp = header(headers, b"box-delivery-timestamp")
+    try:
+        sent = datetime.fromisoformat(stamp.decode().replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return False
+    if abs(now - sent) > 600:
+        return False
+    want = base64.b64encode(_mac("sha256", secret, body + stamp))
+    return any(_same(header(headers, name), want)
+               for name in (b"box-signature-primary", b"box-signature-secondary"))
+
+
+def tiktok(secret: bytes, headers: Headers, body: bytes, now: float) -> bool:
+    """``tiktok-signature: t=<unix time>,s=<hex hmac(secret, "<t>.<body>")>``."""
+    pairs = _pairs(header(headers, b"tiktok-signature"))
+    stamp = next((v for k, v in pairs if k == b"t"), b"")
+    if not _fresh(stamp, now):
+        return False
+    want = _mac("sha256", secret, stamp + b"." + body).hex().encode()
+    return any(k == b"s" and _same(v, want) for k, v in pairs)
+
+
+def teams(secret: bytes, headers: Headers, body: bytes, _now: float) -> bool:
+    """Microsoft Teams outgoing webhooks: ``authorization: HMAC <base64 hmac(key, body)>``
+    keyed with the base64-decoded security token."""
+    try:
+        key = base64.b64decode(secret, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    want = b"HMAC " + base64.b64encode(_mac("sha256", key, body))
+    return _same(header(headers, b"authorization").strip(), want)
+
+
+def mailgun(secret: bytes, _headers: Headers, body: bytes, now: float) -> bool:
+    """Mailgun's JSON webhooks sign in the body: ``signature: {timestamp, token,
+    signature}``, the hex hmac(signing key, timestamp + token)."""
+    try:
+        sig = json.loads(body)["signature"]
+        stamp, tok, got = (str(sig[k]).encode() for k in ("timestamp", "token", "signature"))
+    except (ValueError, KeyError, TypeError):
+        return False
+    return _fresh(stamp, now) and _same(got, _mac("sha256", secret, stamp + tok).hex().encode())
+
+
+def sendgrid(secret: bytes, headers: Headers, body: bytes, now: float) -> bool:
+    """SendGrid's signed event webhook: an ECDSA (P-256, SHA-256) signature, base64 DER, over
+    the timestamp header and the body; the secret is the verification key SendGrid shows
+    (base64 DER, or PEM)."""
+    stamp = header(headers, b"x-twilio-email-event-webhook-timestamp")
+    if not _fresh(stamp, now):
+        return False
+    try:
+        text = secret.decode().strip()
+        key = (serialization.load_pem_public_key(text.encode()) if "-----BEGIN" in text
+               else serialization.load_der_public_key(base64.b64decode(text)))
+        signature = base64.b64decode(header(headers, b"x-twilio-email-event-webhook-signature"),
+                                     validate=True)
+        if not isinstance(key, ec.EllipticCurvePublicKey):
+            return False
+        key.verify(signature, stamp + body, ec.ECDSA(hashes.SHA256()))
+    except (ValueError, binascii.Error, InvalidSignature, UnicodeDecodeError):
+        return False
+    return True
+
+
+def standard(secret: bytes, headers: Headers, body: bytes, now: float) -> bool:
+    """Standard Webhooks (Brex): ``webhook-signature: v1,<base64>`` over
+    ``<webhook-id>.<webhook-timestamp>.<body>``, keyed with the base64 secret (``whsec_``
+    prefix optional)."""
+    renamed = [(k.lower().replace(b"webhook-", b"svix-"), v) for k, v in headers
+               if k.lower().startswith(b"webhook-")]
+    return svix(secret, renamed, body, now)
+
+
 _META = body_hmac(b"x-hub-signature-256", "sha256", "hex", b"sha256=")
 PROVIDERS: dict[str, Check] = {
     "github": _META,
@@ -143,6 +241,30 @@ PROVIDERS: dict[str, Check] = {
     "zendesk": zendesk,
     "svix": svix,
     "clerk": svix,
+    "brex": standard,
+    "xero": body_hmac(b"x-xero-signature", "sha256", "b64"),
+    "heroku": body_hmac(b"heroku-webhook-hmac-sha256", "sha256", "b64"),
+    "mongodb": body_hmac(b"x-mms-signature", "sha1", "b64"),
+    "docusign": body_hmac(b"x-docusign-signature-1", "sha256", "b64"),
+    "webex": body_hmac(b"x-spark-signature", "sha1", "hex"),
+    "alchemy": body_hmac(b"x-alchemy-signature", "sha256", "hex"),
+    "chargify": body_hmac(b"x-chargify-webhook-signature-hmac-sha-256", "sha256", "hex"),
+    "coinbase": body_hmac(b"x-cc-webhook-signature", "sha256", "hex"),
+    "modern_treasury": body_hmac(b"x-signature", "sha256", "hex"),
+    "pusher": body_hmac(b"x-pusher-signature", "sha256", "hex"),
+    "clearbit": body_hmac(b"x-request-signature", "sha1", "hex", b"sha1="),
+    "castle": body_hmac(b"x-castle-signature", "sha256", "b64"),
+    "bolt": body_hmac(b"x-bolt-hmac-sha256", "sha256", "b64"),
+    "worldline": body_hmac(b"x-gcs-signature", "sha256", "b64"),
+    "autodesk": body_hmac(b"x-adsk-signature", "sha1", "hex", b"sha1hash="),
+    "zoom": prefixed_stamp(b"x-zm-signature", b"x-zm-request-timestamp", b"v0"),
+    "frameio": prefixed_stamp(b"x-frameio-signature", b"x-frameio-request-timestamp", b"v0"),
+    "orb": prefixed_stamp(b"x-orb-signature", b"x-orb-timestamp", b"v1"),
+    "box": box,
+    "tiktok": tiktok,
+    "microsoft_teams": teams,
+    "mailgun": mailgun,
+    "sendgrid": sendgrid,
 }
 
 
