@@ -175,7 +175,8 @@ class HttpEdge:
             decision = replace(decision, set_headers=renew)
         body: bytes | None = None  # read whole already (webhook verification)
         if decision.plan.webhook is not None:
-            checked = await self._verify(parser, reader, writer, req, decision.plan.webhook)
+            checked = await self._verify(parser, reader, writer, req, decision.plan.webhook,
+                                         deadline)
             if isinstance(checked, bool):
                 return checked
             req, body = checked
@@ -215,10 +216,14 @@ class HttpEdge:
         return False  # not reached: the last attempt does not retry
 
     async def _verify(self, parser: RequestParser, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter, req: Request, webhook: Verifier
-                      ) -> tuple[Request, bytes] | bool:
+                      writer: asyncio.StreamWriter, req: Request, webhook: Verifier,
+                      deadline: Deadline) -> tuple[Request, bytes] | bool:
         """Read the body whole and check its webhook signature: the request to forward and its
         body, or (answered here) whether the connection may carry another request."""
+        challenged = webhook.answer(req.method, req.target)
+        if challenged is not None:  # the sender's set-up request: answered here
+            keep = await fixed(writer, req, Fixed(*challenged))
+            return keep and await self._drain(parser, reader, deadline)
         length = header(req.headers, b"content-length")
         too_long = length.isdigit() and int(length) > MAX_WEBHOOK_BODY  # known before reading
         if req.body and not too_long and not req.http10 \
@@ -230,7 +235,8 @@ class HttpEdge:
                 413, "Payload too large", "Webhook bodies are verified whole, up to "
                 f"{MAX_WEBHOOK_BODY} bytes.", 4013), close=True)
             return False
-        if not webhook.verify(req.headers, body, time.time()):
+        url = b"%b://%b%b" % (self.scheme.encode(), header(req.headers, b"host"), req.target)
+        if not webhook.verify(req.headers, body, time.time(), req.method, url):
             return await fixed(writer, req, page(
                 403, "Forbidden", f"The request does not carry a valid {webhook.provider} "
                 "webhook signature.", 3204))

@@ -107,7 +107,7 @@ def test_oauth_echoes_every_member(api: httpx.Client, route_url: str) -> None:
     ({"secret": "s"}, "provider", "_7029"),
     ({"provider": "stripe"}, "secret", "_7027"),
     ({"provider": "SNS"}, "provider", "_7030"),  # signing certificates: not verified here
-    ({"provider": "twilio", "secret": "s"}, "provider", "_7030"),  # signs the URL it used
+    ({"provider": "airship", "secret": "s"}, "provider", "_7030"),  # no scheme here
 ])
 def test_webhook_verification_rules(api: httpx.Client, route_url: str, body: Any,
                                     member: str, suffix: str) -> None:

@@ -104,14 +104,14 @@ def test_what_cannot_be_enforced_is_refused_at_bind(srv: Server, token: str,
                                                         "config": {}}]}]})
     a = agent(srv, token,
               {"kind": "https", "forward": forward, "policy": jwt},
-              {"kind": "https", "forward": forward, "webhook": ["twilio", "x"]},
+              {"kind": "https", "forward": forward, "webhook": ["airship", "x"]},
               {"kind": "https", "forward": forward, "deny_ua": ["(unclosed"]},
               {"kind": "http", "forward": forward, "oidc": [issuer, "c", "s"]},
               {"kind": "https", "forward": forward, "policy": "{not: [valid"})
     try:
         errors = [ln.get("error", "") for ln in a.listeners]
         assert "'jwt-validation' in on_http_request" in errors[0]
-        assert "provider 'twilio'" in errors[1]
+        assert "provider 'airship'" in errors[1]
         assert "not a valid regular expression" in errors[2]
         assert "need an https tunnel" in errors[3]
         assert "traffic policy is not valid" in errors[4]

@@ -78,10 +78,10 @@ def test_unenforced_modules_refuse_and_headers_change() -> None:
         "add": {"X-A": "1"}, "remove": ["X-Secret"]}}, {})
     refusal = plan.refuse("127.0.0.1", "", "", None)
     assert refusal is not None and refusal.status == 503 and b"saml" in refusal.body
-    twilio = modules.compile_doc({"webhook_verification": {"provider": "twilio",
-                                                           "secret": "s"}}, {})
-    refusal = twilio.refuse("127.0.0.1", "", "", None)
-    assert refusal is not None and b"provider &#x27;twilio&#x27;" in refusal.body
+    airship = modules.compile_doc({"webhook_verification": {"provider": "airship",
+                                                            "secret": "s"}}, {})
+    refusal = airship.refuse("127.0.0.1", "", "", None)
+    assert refusal is not None and b"provider &#x27;airship&#x27;" in refusal.body
     enforced = modules.compile_doc({"oidc": {"issuer": "https://idp.example.com",
                                              "client_id": "c", "client_secret": "s"},
                                     "webhook_verification": {"provider": "github",

@@ -205,12 +205,89 @@ def test_sendgrid_verifies_an_ecdsa_signature_with_its_public_key() -> None:
 
 
 def test_the_api_accepts_exactly_the_providers_the_edge_verifies() -> None:
-    assert set(wv.PROVIDERS) == set(webhook.PROVIDERS)
+    assert set(wv.NAMES) == set(webhook.PROVIDERS)
 
 
 def test_providers_without_a_scheme_here_compile_to_none() -> None:
-    assert wv.compile({"provider": "twilio", "secret": SECRET}) is None
+    assert wv.compile({"provider": "airship", "secret": SECRET}) is None
     assert wv.compile({"provider": "sns"}) is None
+
+
+# -- schemes that sign the URL the sender called, and the set-up challenges -----------------
+
+URL = b"https://hooks.example.com/sms?x=1"
+FORM = b"To=%2B15551234567&Body=hello+there&From=%2B15557654321&AccountSid=AC1"
+FORM_HEADERS = [(b"Content-Type", b"application/x-www-form-urlencoded")]
+
+
+def form_signed(key: bytes, url: bytes, algo: str) -> bytes:
+    """Twilio's and Mandrill's documented recipe: the URL, then each POST parameter sorted
+    by name, its name and value appended."""
+    params = sorted([("To", "+15551234567"), ("Body", "hello there"),
+                     ("From", "+15557654321"), ("AccountSid", "AC1")])
+    data = url + "".join(k + v for k, v in params).encode()
+    return base64.b64encode(hmac.new(key, data, algo).digest())
+
+
+def test_twilio_signs_the_url_and_the_sorted_form() -> None:
+    verifier = wv.compile({"provider": "twilio", "secret": SECRET})
+    assert verifier is not None
+    sig = [(b"X-Twilio-Signature", form_signed(SECRET.encode(), URL, "sha1"))]
+    assert verifier.verify(FORM_HEADERS + sig, FORM, NOW, b"POST", URL)
+    assert not verifier.verify(FORM_HEADERS + sig, FORM + b"&x=2", NOW, b"POST", URL)
+    assert not verifier.verify(FORM_HEADERS + sig, FORM, NOW, b"POST", URL + b"&y")
+    # a JSON body: the URL carries its SHA-256
+    body = b'{"a":1}'
+    url = b"https://hooks.example.com/j?bodySHA256=" + hashlib.sha256(body).hexdigest().encode()
+    sig = [(b"X-Twilio-Signature", base64.b64encode(hmac.new(SECRET.encode(), url,
+                                                              "sha1").digest()))]
+    assert verifier.verify(sig, body, NOW, b"POST", url)
+    assert not verifier.verify(sig, body + b" ", NOW, b"POST", url)
+
+
+def test_mailchimp_square_and_hubspot_sign_the_url() -> None:
+    key = SECRET.encode()
+    mandrill = wv.compile({"provider": "mailchimp", "secret": SECRET})
+    assert mandrill is not None
+    sig = [(b"X-Mandrill-Signature", form_signed(key, URL, "sha1"))]
+    assert mandrill.verify(FORM_HEADERS + sig, FORM, NOW, b"POST", URL)
+    assert not mandrill.verify(FORM_HEADERS + sig, FORM, NOW, b"POST", b"https://other/sms?x=1")
+    sq = wv.compile({"provider": "square", "secret": SECRET})
+    assert sq is not None
+    sig = [(b"x-square-hmacsha256-signature",
+            base64.b64encode(hmac.new(key, URL + BODY, "sha256").digest()))]
+    assert sq.verify(sig, BODY, NOW, b"POST", URL)
+    assert not sq.verify(sig, BODY, NOW, b"POST", URL + b"2")
+    hub = wv.compile({"provider": "hubspot", "secret": SECRET})
+    assert hub is not None
+    ms = str(NOW * 1000).encode()
+    sig = [(b"X-HubSpot-Request-Timestamp", ms), (b"X-HubSpot-Signature-v3", base64.b64encode(
+        hmac.new(key, b"POST" + URL + BODY + ms, "sha256").digest()))]
+    assert hub.verify(sig, BODY, NOW, b"POST", URL)
+    assert not hub.verify(sig, BODY, NOW, b"PUT", URL)
+    assert not hub.verify(sig, BODY, NOW + 400, b"POST", URL)
+
+
+def test_twitter_and_dropbox_challenges_are_answered_by_the_edge() -> None:
+    tw = wv.compile({"provider": "twitter", "secret": SECRET})
+    assert tw is not None
+    status, headers, body = tw.answer(b"GET", b"/tw?crc_token=abc123") or (0, (), b"")
+    assert dict(headers)["Content-Type"] == "application/json"
+    want = "sha256=" + base64.b64encode(hmac.new(SECRET.encode(), b"abc123",
+                                                 "sha256").digest()).decode()
+    assert status == 200 and json.loads(body) == {"response_token": want}
+    assert tw.answer(b"POST", b"/tw?crc_token=abc123") is None and tw.answer(b"GET", b"/tw") \
+        is None
+    sig = [(b"X-Twitter-Webhooks-Signature", b"sha256=" + base64.b64encode(
+        hmac.new(SECRET.encode(), BODY, "sha256").digest()))]
+    assert tw.verify(sig, BODY, NOW) and not tw.verify(sig, BODY + b" ", NOW)
+    db = wv.compile({"provider": "dropbox", "secret": SECRET})
+    assert db is not None
+    assert db.answer(b"GET", b"/d?challenge=xyz%20") == (200, (
+        ("Content-Type", "text/plain"), ("X-Content-Type-Options", "nosniff")), b"xyz ")
+    sig = [(b"X-Dropbox-Signature", hmac.new(SECRET.encode(), BODY, "sha256").hexdigest()
+            .encode())]
+    assert db.verify(sig, BODY, NOW) and not db.verify(sig, BODY + b" ", NOW)
 
 
 # -- end to end: an HTTPS edge route with the module, in front of the upstream service --------
@@ -226,6 +303,10 @@ def hooks(srv: Server, service: int) -> str:
         svc = made(api, "/backends/static", {"address": f"127.0.0.1:{service}"})
         route(api, edge["id"], "path_prefix", "/", svc["id"],
               webhook_verification={"provider": "GitHub", "secret": SECRET})
+        route(api, edge["id"], "path_prefix", "/sms", svc["id"],
+              webhook_verification={"provider": "twilio", "secret": SECRET})
+        route(api, edge["id"], "path_prefix", "/tw", svc["id"],
+              webhook_verification={"provider": "twitter", "secret": SECRET})
     return f"https://{HOOKS}"
 
 
@@ -249,6 +330,24 @@ def test_signed_webhooks_reach_the_upstream_whole(srv: Server, hooks: str) -> No
             assert r.status_code == 403
             assert r.headers["edgeway-error-code"] == "ERR_EDGEWAY_3204"
             assert "github webhook signature" in r.text
+
+
+def test_url_signatures_and_challenges_through_the_edge(srv: Server, hooks: str) -> None:
+    """Twilio signs the public URL it called (https, the Host, the path and query); the edge
+    rebuilds it from the request. Twitter's CRC is answered by the edge itself."""
+    url = f"{hooks}/sms?x=1".encode()
+    with EdgeClient(srv) as web:
+        headers = {"Content-Type": "application/x-www-form-urlencoded",
+                   "X-Twilio-Signature": form_signed(SECRET.encode(), url, "sha1").decode()}
+        r = web.request("POST", url.decode(), headers=headers, content=FORM)
+        assert r.status_code == 200 and r.text == "svc /sms", r.text
+        r = web.request("POST", f"{hooks}/sms?x=2", headers=headers, content=FORM)
+        assert r.status_code == 403 and "twilio webhook signature" in r.text
+        r = web.get(f"{hooks}/tw?crc_token=t0k")
+        want = "sha256=" + base64.b64encode(hmac.new(SECRET.encode(), b"t0k",
+                                                     "sha256").digest()).decode()
+        assert r.status_code == 200 and r.json() == {"response_token": want}
+        assert web.get(f"{hooks}/tw").status_code == 403  # not a CRC: a signature is due
 
 
 def test_expect_continue_and_the_size_limit(srv: Server, hooks: str) -> None:

@@ -11,16 +11,16 @@ from edgeway.catalog.modules import Module
 from edgeway.errors import Invalid
 
 # The providers whose signatures the edge verifies (edgeway.edge.modules.webhook_verification
-# has a scheme for each). Others the reference lists (airship, contentful, dropbox, go1,
-# graphcms, hostedhooks, hubspot, mailchimp, orbit, pinwheel, plivo, signal_sciences, sns,
-# square, trendmicro_conformity, twilio, twitter, vmware) are refused: their schemes need the
-# URL the sender signed, a certificate fetched from the sender, or a challenge answered.
+# has a scheme for each). Others the reference lists (airship, contentful, go1, graphcms,
+# hostedhooks, orbit, pinwheel, plivo, signal_sciences, sns, trendmicro_conformity, vmware)
+# are refused: SNS needs its signing certificate fetched from AWS; the others have no scheme
+# here.
 _NAMES = """
 aftership alchemy autodesk bitbucket bolt box brex buildkite calendly castle chargify circleci
-clearbit clerk coinbase docusign facebook_graph_api facebook_messenger frameio github gitlab
-heroku instagram intercom launch_darkly mailgun microsoft_teams modern_treasury mongodb mux orb
-pagerduty pusher sendgrid sentry shopify slack sonatype stripe svix terraform tiktok typeform
-webex whatsapp worldline xero zendesk zoom
+clearbit clerk coinbase docusign dropbox facebook_graph_api facebook_messenger frameio github
+gitlab heroku hubspot instagram intercom launch_darkly mailchimp mailgun microsoft_teams
+modern_treasury mongodb mux orb pagerduty pusher sendgrid sentry shopify slack sonatype square
+stripe svix terraform tiktok twilio twitter typeform webex whatsapp worldline xero zendesk zoom
 """
 PROVIDERS = frozenset(_NAMES.split())
 
