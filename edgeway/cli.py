@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import dataclasses
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -84,6 +85,9 @@ def parser() -> argparse.ArgumentParser:
                        metavar="CA_ID[,CA_ID]",
                        help="require agents to present a client certificate issued by one of "
                             "these certificate authorities (ids of /certificate_authorities)")
+    serve.add_argument("--sns-cert-hosts", default=_env("SNS_CERT_HOSTS", ""), metavar="REGEX",
+                       help="host names (a regular expression) SNS signing certificates may be "
+                            "fetched from (default: sns.<region>.amazonaws.com[.cn])")
     serve.add_argument("--tcp-host", default=_env("TCP_HOST", "127.0.0.1"),
                        help="address TCP tunnels listen on and are published as "
                             "(default: %(default)s)")
@@ -135,6 +139,14 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _regex(option: str, text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"{option} {text!r} is not a regular expression: {exc}") from None
+    return text
+
+
 def server_config(args: argparse.Namespace) -> ServerConfig:
     host, port = parse_addr(args.api_addr)
     regions = split_list(args.regions)
@@ -183,6 +195,7 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                         http_addr=public(args.http_addr), https_addr=public(args.https_addr),
                         reuse_port=args.reuse_port,
                         cors_origins=cors_origins(split_list(args.api_cors_origins)),
+                        sns_cert_hosts=_regex("--sns-cert-hosts", args.sns_cert_hosts),
                         tunnel_cert=(Path(args.tunnel_cert), Path(args.tunnel_key))
                         if args.tunnel_cert else None)
 

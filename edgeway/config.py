@@ -72,6 +72,7 @@ class ServerConfig:
     reuse_port: bool = False
     tunnel_cert: tuple[Path, Path] | None = None  # a certificate and key of the operator's
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the management API
+    sns_cert_hosts: str = ""  # hosts SNS signing certificates are fetched from ("": AWS's)
 
 
 def cors_origins(given: tuple[str, ...]) -> tuple[str, ...]:

@@ -17,6 +17,8 @@ from edgeway.api.platform import Platform
 from edgeway.config import ServerConfig, listen_socket
 from edgeway.edge import modules
 from edgeway.edge.listeners import PublicListeners
+from edgeway.edge.modules import sns
+from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.router import Router
 from edgeway.pki import platform_ca, seal
 from edgeway.store.db import Database
@@ -99,7 +101,8 @@ async def serve(cfg: ServerConfig) -> None:
         binder.check_bind, binder.tcp_admits = modules.bind_refusal, router.tcp_admits
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,
                                http_port, https_port, sealer.mac(b"edgeway edge logins"),
-                               platform.restrictions)
+                               platform.restrictions,
+                               SnsVerifier(cfg.sns_cert_hosts or sns.CERT_HOSTS))
         platform.watchers += [router.changed, edge.changed, tunnels.changed]
         await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
         await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)

@@ -80,6 +80,7 @@ def test_sigint_is_a_clean_shutdown(tmp_path: Path) -> None:
     (["--api-cors-origins", "https://ok.example.com,console.example.com"],
      "'console.example.com' is not an origin"),
     (["--api-cors-origins", "https://a.example.com/app"], "is not an origin"),
+    (["--sns-cert-hosts", "sns.(unclosed"], "is not a regular expression"),
     (["--agent-client-cas", "agents"], "'agents' is not a certificate authority id"),
     (["--agent-client-cas", "ca_" + "A" * 27], "no certificate authority ca_AAA"),
 ])

@@ -46,7 +46,9 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
                               "TCP range, or a privileged one it may not bind"),
     (7122, ("",), "a hostport (for TCP edges: a port) is served by one edge only"),
     (7027, ("*webhook_verification.secret",), "required (the provider's signing secret or "
-                                              "verification key)"),
+                                              "verification key), but for sns"),
+    (7026, ("*webhook_verification.secret",), "empty for sns, whose messages are verified "
+                                              "with its signing certificate"),
     (7036, ("*oauth.provider",), "exactly one identity provider"),
     (7037, ("*oauth.provider",), "exactly one identity provider"),
     (383, ("*oauth.provider.*.client_secret",), "client_id and client_secret go together"),

@@ -43,6 +43,7 @@ from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser
 from edgeway.edge.hosts import covered, misdirected, request_host
 from edgeway.edge.modules import traffic_policy
 from edgeway.edge.modules.request_headers import header
+from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.modules.webhook_verification import MAX_BODY as MAX_WEBHOOK_BODY
 from edgeway.edge.modules.webhook_verification import Verifier
 from edgeway.edge.pages import Fixed, page
@@ -82,8 +83,10 @@ def _replayable(req: Request, decision: Decision) -> bool:
 class HttpEdge:
     def __init__(self, router: Router, scheme: str, https_port: int = 443,
                  login: OidcGate | None = None, pool: Pool | None = None,
-                 restrictions: Restrictions | None = None) -> None:
+                 restrictions: Restrictions | None = None,
+                 sns: SnsVerifier | None = None) -> None:
         self.router, self.scheme, self.https_port = router, scheme, https_port
+        self.sns = sns or SnsVerifier()  # (SNS signatures: certificates fetched and cached)
         self.restrictions = restrictions  # IP restrictions of type endpoints
         self.login = login
         self.limits = traffic_policy.RateLimits()
@@ -236,7 +239,9 @@ class HttpEdge:
                 f"{MAX_WEBHOOK_BODY} bytes.", 4013), close=True)
             return False
         url = b"%b://%b%b" % (self.scheme.encode(), header(req.headers, b"host"), req.target)
-        if not webhook.verify(req.headers, body, time.time(), req.method, url):
+        valid = await self.sns.verify(body) if webhook.provider == "sns" else \
+            webhook.verify(req.headers, body, time.time(), req.method, url)
+        if not valid:
             return await fixed(writer, req, page(
                 403, "Forbidden", f"The request does not carry a valid {webhook.provider} "
                 "webhook signature.", 3204))

@@ -24,6 +24,7 @@ from edgeway.config import listen_socket
 from edgeway.edge.auth import OidcGate
 from edgeway.edge.http import HttpEdge
 from edgeway.edge.modules.mutual_tls import TlsOptions
+from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.pages import Fixed
 from edgeway.edge.pool import Pool
 from edgeway.edge.router import Edge, Router, Static, Target
@@ -97,15 +98,17 @@ def _admits(edge: Edge, peer: tuple[str, int]) -> bool:
 class PublicListeners:
     def __init__(self, router: Router, certs: EdgeCerts, base_domain: str, tcp_host: str,
                  http_port: int, https_port: int, login_key: bytes,
-                 restrictions: Restrictions | None = None) -> None:
+                 restrictions: Restrictions | None = None,
+                 sns: SnsVerifier | None = None) -> None:
         self.router, self.certs, self.tcp_host = router, certs, tcp_host
         self.base_domain = base_domain
         self.restrictions = restrictions  # IP restrictions of type endpoints
         self.pool = Pool()  # idle upstreams, for requests from either listener
+        sns = sns or SnsVerifier()
         self.http = HttpEdge(router, "http", https_port, pool=self.pool,  # HTTPS edges (and
-                             restrictions=restrictions)                   # logins) need TLS
+                             restrictions=restrictions, sns=sns)          # logins) need TLS
         self.https = HttpEdge(router, "https", https_port, OidcGate(login_key), self.pool,
-                              restrictions)
+                              restrictions, sns)
         self._servers: list[asyncio.Server] = []
         self._tls_socket: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()

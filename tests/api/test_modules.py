@@ -106,7 +106,7 @@ def test_oauth_echoes_every_member(api: httpx.Client, route_url: str) -> None:
     ({"provider": "nobody", "secret": "s"}, "provider", "_7030"),
     ({"secret": "s"}, "provider", "_7029"),
     ({"provider": "stripe"}, "secret", "_7027"),
-    ({"provider": "SNS"}, "provider", "_7030"),  # signing certificates: not verified here
+    ({"provider": "SNS", "secret": "s"}, "secret", "_7026"),  # signed by its certificate
     ({"provider": "airship", "secret": "s"}, "provider", "_7030"),  # no scheme here
 ])
 def test_webhook_verification_rules(api: httpx.Client, route_url: str, body: Any,
@@ -114,9 +114,10 @@ def test_webhook_verification_rules(api: httpx.Client, route_url: str, body: Any
     refused(api, route_url + "/webhook_verification", body, member, suffix)
 
 
-def test_webhook_provider_case(api: httpx.Client, route_url: str) -> None:
+def test_webhook_provider_case_and_sns(api: httpx.Client, route_url: str) -> None:
     url = route_url + "/webhook_verification"
     assert api.put(url, json={"provider": "ZOOM", "secret": "s"}).json()["provider"] == "zoom"
+    assert api.put(url, json={"provider": "sns"}).json()["secret"] == ""
 
 
 @pytest.mark.parametrize(("body", "member"), [

@@ -210,7 +210,7 @@ def test_the_api_accepts_exactly_the_providers_the_edge_verifies() -> None:
 
 def test_providers_without_a_scheme_here_compile_to_none() -> None:
     assert wv.compile({"provider": "airship", "secret": SECRET}) is None
-    assert wv.compile({"provider": "sns"}) is None
+    assert wv.compile({"provider": "plivo", "secret": SECRET}) is None
 
 
 # -- schemes that sign the URL the sender called, and the set-up challenges -----------------
