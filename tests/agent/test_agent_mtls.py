@@ -8,29 +8,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.agent.test_agent import Agent, run_agent, wait_for_line, write_config
 from tests.edge import upstream
-from tests.edge.agents import EdgeClient
+from tests.edge.agents import EdgeClient, sdk_connect
 from tests.edge.test_mutual_tls import authority_files
 from tests.server import Server, free_port, start
-
-SDK = textwrap.dedent("""
-    import asyncio, sys, ngrok
-    async def main():
-        try:
-            await (ngrok.SessionBuilder().authtoken(sys.argv[1]).server_addr(sys.argv[2])
-                   .ca_cert(bytearray(open(sys.argv[3], "rb").read())).connect())
-        except Exception as exc:
-            print("refused:", exc)
-            return
-        print("connected")
-    asyncio.run(main())
-""")
 
 
 @pytest.fixture
@@ -80,10 +66,8 @@ def test_agents_need_a_client_certificate_of_the_agent_ca(
                     Agent(proc, "").stop()
                 assert "requires an agent client certificate" in line, (name, line)
                 assert name == "without" or str(other_cert) in line, line
-        sdk = subprocess.run([sys.executable, "-c", SDK, token, f"localhost:{srv.tunnel_port}",
-                              str(srv.data_dir / "ca.pem")], capture_output=True, text=True,
-                             timeout=60)
-        assert sdk.stdout.startswith("refused:") and "certificate" in sdk.stdout, sdk.stdout
+        said = sdk_connect(srv, token)
+        assert said.startswith("refused:") and "agent client certificate" in said, said
         with srv.client() as api:
             ca = next(c["id"] for c in api.get("/certificate_authorities").json()[
                 "certificate_authorities"])

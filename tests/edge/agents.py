@@ -113,6 +113,28 @@ def agent(srv: Server, token: str, *listeners: dict[str, Any]) -> Agent:
     return Agent(proc, json.loads(line))
 
 
+CONNECT = textwrap.dedent("""
+    import asyncio, sys, ngrok
+    async def main():
+        try:
+            await (ngrok.SessionBuilder().authtoken(sys.argv[1]).server_addr(sys.argv[2])
+                   .ca_cert(bytearray(open(sys.argv[3], "rb").read())).connect())
+        except Exception as exc:
+            print("refused:", exc)
+            return
+        print("connected")
+    asyncio.run(main())
+""")
+
+
+def sdk_connect(srv: Server, token: str) -> str:
+    """What an SDK session start says: ``connected``, or ``refused: <the SDK's error>``."""
+    out = subprocess.run([sys.executable, "-c", CONNECT, token, f"localhost:{srv.tunnel_port}",
+                          str(srv.data_dir / "ca.pem")], capture_output=True, text=True,
+                         timeout=60)
+    return out.stdout
+
+
 def ca_context(srv: Server) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=str(srv.data_dir / "ca.pem"))
 

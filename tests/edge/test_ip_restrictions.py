@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import socket
 import ssl
-import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,25 +16,11 @@ from pathlib import Path
 import httpx
 
 from tests.edge import tls_upstream
-from tests.edge.agents import agent, ca_context
+from tests.edge.agents import agent, ca_context, sdk_connect
 from tests.edge.test_edges import made
 from tests.server import Server, free_port
 
 OTHER = "127.0.0.2"  # a client address the policies below do not allow (127.0.0.1 they do)
-
-SDK = textwrap.dedent("""
-    import asyncio, sys, ngrok
-    async def main():
-        try:
-            await (ngrok.SessionBuilder().authtoken(sys.argv[1]).server_addr(sys.argv[2])
-                   .ca_cert(bytearray(open(sys.argv[3], "rb").read())).connect())
-        except Exception as exc:
-            print("refused:", exc)
-            return
-        print("connected")
-    asyncio.run(main())
-""")
-
 
 def wait_for(condition: Callable[[], bool], seconds: float = 20) -> None:
     deadline = time.monotonic() + seconds
@@ -64,13 +47,6 @@ def logged(srv: Server, rid: str, kind: str) -> bool:
     """The server logged that restriction ``rid`` of ``kind`` would refuse a client."""
     return any("ip_restriction_would_refuse" in line and rid in line
                and f'"type":"{kind}"' in line for line in srv.log().splitlines())
-
-
-def sdk_connect(srv: Server, token: str) -> str:
-    out = subprocess.run([sys.executable, "-c", SDK, token, f"localhost:{srv.tunnel_port}",
-                          str(srv.data_dir / "ca.pem")], capture_output=True, text=True,
-                         timeout=60)
-    return out.stdout
 
 
 def test_agent_restrictions_refuse_sessions_from_other_addresses(
