@@ -28,7 +28,7 @@ from edgeway.api.http import check_version, error_response, json_response, opera
 from edgeway.api.openapi import document
 from edgeway.api.platform import Caller, Platform
 from edgeway.api.router import Router
-from edgeway.errors import ApiError, NotFound, Unavailable
+from edgeway.errors import ApiError, Forbidden, NotFound, Unavailable
 from edgeway.store.db import DatabaseUnavailable, OutcomeUnknown
 
 log = structlog.get_logger()
@@ -54,7 +54,10 @@ def endpoint(handler: Handler) -> Endpoint:
     async def run(request: Request) -> Response:
         platform: Platform = request.app.state.platform
         try:
-            await platform.restrictions.check(request.client.host if request.client else None)
+            client = request.client.host if request.client else None
+            if (r := await platform.restrictions.refusing("api", client)) is not None:
+                raise Forbidden(f"The address {client} is not allowed to call the API by IP "
+                                f"restriction '{r.id}'.", 220)
             caller = await authenticate(request, platform)
             guards.authorize(caller, request.method, request.url.path)
             check_version(request)

@@ -17,9 +17,9 @@ from typing import Any
 
 from edgeway import catalog
 from edgeway.api.platform import Caller
-from edgeway.api.restrict import address, compile_all
 from edgeway.catalog.model import Kind
 from edgeway.errors import Conflict, Forbidden, Invalid
+from edgeway.restrictions import address, compile_all
 from edgeway.store.repo import Repo
 
 ROLES = ("admin", "operator", "read_only")

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from edgeway.api.restrict import KINDS as RESTRICTION_KINDS
-from edgeway.api.restrict import Restrictions
 from edgeway.catalog.model import Settings
 from edgeway.pki.seal import Sealer
+from edgeway.restrictions import KINDS as RESTRICTION_KINDS
+from edgeway.restrictions import Restrictions
 from edgeway.store.db import Database
 
 AUTH_KINDS = frozenset({"api_keys", "users", "bot_users"})

@@ -24,7 +24,6 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from edgeway.api.restrict import Restrictions
 from edgeway.catalog.modules.policy import REQ, RES
 from edgeway.edge import h1, wstcp
 from edgeway.edge.answers import (
@@ -49,6 +48,7 @@ from edgeway.edge.modules.webhook_verification import Verifier
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pool import Pool, Upstream
 from edgeway.edge.router import Decision, Edge, Router, Static
+from edgeway.restrictions import Restrictions
 from edgeway.tunnel.muxado.aio import StreamClosed
 from edgeway.tunnel.muxado.session import StreamError
 from edgeway.tunnel.pipes import SocketPipe, StreamPipe, UpstreamGone

@@ -19,7 +19,6 @@ from typing import Any
 
 import structlog
 
-from edgeway.api.restrict import Restrictions
 from edgeway.config import listen_socket
 from edgeway.edge.auth import OidcGate
 from edgeway.edge.http import HttpEdge
@@ -30,6 +29,7 @@ from edgeway.edge.pool import Pool
 from edgeway.edge.router import Edge, Router, Static, Target
 from edgeway.edge.sni import ClientHello, NotTLS, parse_client_hello
 from edgeway.pki.platform_ca import EdgeCerts
+from edgeway.restrictions import Restrictions
 from edgeway.tunnel.muxado.aio import StreamClosed
 from edgeway.tunnel.muxado.session import StreamError
 from edgeway.tunnel.pipes import Pipe, SocketPipe, StreamPipe, UpstreamGone, splice

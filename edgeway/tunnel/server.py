@@ -18,9 +18,9 @@ import structlog
 
 from edgeway import __version__, catalog, ids
 from edgeway.api.platform import Platform
-from edgeway.api.restrict import KINDS as RESTRICTION_KINDS
 from edgeway.config import listen_socket
 from edgeway.pki.platform_ca import EdgeCerts, TunnelTLS
+from edgeway.restrictions import KINDS as RESTRICTION_KINDS
 from edgeway.store.db import DatabaseUnavailable
 from edgeway.store.repo import Repo
 from edgeway.tunnel import rpc

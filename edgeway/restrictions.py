@@ -1,8 +1,9 @@
 """IP restrictions: enforced ones refuse the traffic of their type from addresses their
 policies do not allow; unenforced ones only log what they would refuse. ``api``: management
-calls (403, ERR 220); ``agent``: agent sessions (refused at Auth); ``endpoints``: public
-connections to every edge and agent endpoint (403 for HTTP, closed for TCP and TLS);
-``dashboard``: kept for the dashboard.
+calls (the API answers 403, ERR 220); ``agent``: agent sessions (refused at Auth);
+``endpoints``: public connections to every edge and agent endpoint (403 for HTTP, closed for
+TCP and TLS); ``dashboard``: kept for the dashboard. Below the API, the tunnel listener and
+the edge, which share one ``Restrictions``.
 
 An address is allowed when it falls in an ``allow`` rule of the restriction's policies and in
 no ``deny`` rule (a deleted policy counts as a policy with no rules); every restriction of the
@@ -21,7 +22,6 @@ from typing import Any
 import structlog
 
 from edgeway import catalog
-from edgeway.errors import Forbidden
 from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
 
@@ -97,13 +97,6 @@ class Restrictions:
                 return r
             self._warn(r.id, kind, client)
         return None
-
-    async def check(self, client: str | None) -> None:
-        """A management API call from ``client``: Forbidden (ERR 220) when refused."""
-        r = await self.refusing("api", client)
-        if r is not None:
-            raise Forbidden(f"The address {client} is not allowed to call the API by IP "
-                            f"restriction '{r.id}'.", 220)
 
     def _warn(self, rid: str, kind: str, client: str | None) -> None:
         key = f"{rid}/{client}"
