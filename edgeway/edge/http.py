@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from dataclasses import replace
 from functools import partial
@@ -54,7 +53,6 @@ from edgeway.tunnel.muxado.session import StreamError
 from edgeway.tunnel.pipes import SocketPipe, StreamPipe, UpstreamGone
 from edgeway.tunnel.registry import Busy, Tunnel
 
-log = logging.getLogger("edgeway.edge")
 HEAD_TIMEOUT = 30.0  # to receive a whole request head, from its first byte (or the connection)
 IDLE_TIMEOUT = 75.0  # between requests on a kept-alive connection
 BODY_TIMEOUT = 60.0  # between two reads of a request body
