@@ -13,7 +13,6 @@ import uvicorn
 
 from edgeway import bootstrap, catalog, ids, logs
 from edgeway.api.app import build
-from edgeway.api.platform import Platform
 from edgeway.config import ServerConfig, listen_socket
 from edgeway.edge import modules
 from edgeway.edge.listeners import PublicListeners
@@ -21,6 +20,7 @@ from edgeway.edge.modules import sns
 from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.router import Router
 from edgeway.pki import platform_ca, seal
+from edgeway.platform import Platform
 from edgeway.store.db import Database
 from edgeway.store.migrate import open_database
 from edgeway.store.repo import Repo

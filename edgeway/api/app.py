@@ -26,9 +26,10 @@ from edgeway.api import crud, extras, guards, listing, modules
 from edgeway.api.auth import authenticate
 from edgeway.api.http import check_version, error_response, json_response, operation_id
 from edgeway.api.openapi import document
-from edgeway.api.platform import Caller, Platform
+from edgeway.api.platform import AuthCache, Caller
 from edgeway.api.router import Router
 from edgeway.errors import ApiError, Forbidden, NotFound, Unavailable
+from edgeway.platform import Platform
 from edgeway.store.db import DatabaseUnavailable, OutcomeUnknown
 
 log = structlog.get_logger()
@@ -58,7 +59,7 @@ def endpoint(handler: Handler) -> Endpoint:
             if (r := await platform.restrictions.refusing("api", client)) is not None:
                 raise Forbidden(f"The address {client} is not allowed to call the API by IP "
                                 f"restriction '{r.id}'.", 220)
-            caller = await authenticate(request, platform)
+            caller = await authenticate(request, platform, request.app.state.auth_cache)
             guards.authorize(caller, request.method, request.url.path)
             check_version(request)
             return await handler(request, platform, caller)
@@ -99,6 +100,8 @@ async def root(request: Request) -> Response:
 class _State:
     def __init__(self, platform: Platform) -> None:
         self.platform = platform
+        self.auth_cache = AuthCache()
+        platform.watchers.append(self.auth_cache.changed)
 
 
 class OperationIds:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from edgeway import catalog, ids
-from edgeway.api.platform import Caller, Platform
+from edgeway.api.platform import AuthCache, Caller
 from edgeway.errors import Forbidden
+from edgeway.platform import Platform
 from edgeway.store.repo import Repo
 
 _TOKEN_SHAPE = "a token shaped FIRSTPART_SECONDPART"
@@ -32,10 +33,10 @@ def _bearer(request: Request) -> str:
     return token
 
 
-async def authenticate(request: Request, platform: Platform) -> Caller:
+async def authenticate(request: Request, platform: Platform, cache: AuthCache) -> Caller:
     token = _bearer(request)
     digest = ids.token_hash(token)
-    cached = platform.cached_caller(digest)
+    cached = cache.get(digest)
     if cached is not None:
         return cached
     repo = Repo(platform.db.reader())
@@ -54,5 +55,5 @@ async def authenticate(request: Request, platform: Platform) -> Caller:
         user = await repo.get(catalog.BY_COLLECTION["users"], owner)
         is_admin = bool(user and user.get("admin"))
     caller = Caller(item.id, owner, is_admin, str(item.doc.get("role") or "admin"))
-    platform.remember(digest, caller)
+    cache.put(digest, caller)
     return caller

@@ -13,10 +13,11 @@ from starlette.responses import Response
 from edgeway import catalog, ids
 from edgeway.api import guards, hostports, present, validate
 from edgeway.api.http import body_bytes, decode, json_response, no_content
-from edgeway.api.platform import Caller, Platform
+from edgeway.api.platform import Caller
 from edgeway.catalog.model import Context, Fetch, Kind
 from edgeway.catalog.shapes import shapes
 from edgeway.errors import Conflict, NotFound
+from edgeway.platform import Platform
 from edgeway.store.db import UniqueViolation
 from edgeway.store.repo import Repo
 

@@ -13,9 +13,10 @@ from starlette.responses import Response
 from edgeway import catalog
 from edgeway.api import validate
 from edgeway.api.http import body_bytes, decode, json_response, no_content
-from edgeway.api.platform import Caller, Platform
+from edgeway.api.platform import Caller
 from edgeway.catalog.events import SourceIn, source_type
 from edgeway.errors import ApiError, Conflict, NotFound
+from edgeway.platform import Platform
 from edgeway.store.repo import Repo
 
 Handler = Callable[[Request, Platform, Caller], Any]

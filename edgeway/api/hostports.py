@@ -5,22 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeway import catalog
 from edgeway.catalog.model import Kind
 from edgeway.errors import Conflict, Invalid
+from edgeway.store.domains import covering
 from edgeway.store.repo import Claimed, Repo
 
-DOMAINS = catalog.BY_COLLECTION["reserved_domains"]
 TCP_PORT = "tcp-port"  # the claim of a port by a TCP edge
-
-
-async def covering(repo: Repo, host: str) -> dict[str, str]:
-    """Reserved domain id by name, for the names that could cover ``host``."""
-    names = [host]
-    if "." in host:
-        names.append("*." + host.split(".", 1)[1])
-    found = await repo.docs_where(DOMAINS, "domain", names)
-    return {doc["domain"]: id_ for id_, doc in found}
 
 
 async def bind(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any]) -> list[tuple[str, str]]:

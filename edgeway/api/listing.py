@@ -19,9 +19,10 @@ from starlette.responses import Response
 from edgeway.api import present, validate
 from edgeway.api.filters import Filter
 from edgeway.api.http import body_bytes, json_response
-from edgeway.api.platform import Caller, Platform
+from edgeway.api.platform import Caller
 from edgeway.catalog.model import Kind
 from edgeway.errors import ApiError, Invalid
+from edgeway.platform import Platform
 from edgeway.store.repo import Repo
 
 MAX_PAGE = 100

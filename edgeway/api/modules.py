@@ -14,10 +14,11 @@ from starlette.responses import Response
 from edgeway import catalog
 from edgeway.api import crud, present, validate
 from edgeway.api.http import body_bytes, decode, json_response, no_content
-from edgeway.api.platform import Caller, Platform
+from edgeway.api.platform import Caller
 from edgeway.catalog.model import Kind
 from edgeway.catalog.modules import REGISTRY, On
 from edgeway.errors import NotFound
+from edgeway.platform import Platform
 from edgeway.store.repo import Repo
 
 ATTACHED: dict[str, On] = {"edges/https": "https_edge", "edges/https/routes": "route",

@@ -21,8 +21,8 @@ from typing import Any
 import structlog
 
 from edgeway import catalog, ids
-from edgeway.api import hostports
-from edgeway.api.platform import Platform
+from edgeway.platform import Platform
+from edgeway.store import domains
 from edgeway.store.repo import Repo
 from edgeway.tunnel import binds, restrict, rpc
 from edgeway.tunnel.binds import BindRefused
@@ -176,7 +176,7 @@ class Binder:
             raise BindRefused(f"'{host}' would take every name of the platform's base domain: "
                               "bind a wildcard of a domain you reserved")
         if not _generated(host, base):
-            cover = await hostports.covering(Repo(self.platform.db.reader()), host)
+            cover = await domains.covering(Repo(self.platform.db.reader()), host)
             if not cover:
                 raise BindRefused(f"the domain '{host}' is not reserved: reserve it (POST "
                                   "/reserved_domains), or a wildcard domain covering it, first")
@@ -345,7 +345,7 @@ class Binder:
             host = tunnel.host
             if not host or _generated(host, base):
                 continue
-            if not _covered(await hostports.covering(repo, host), host):
+            if not _covered(await domains.covering(repo, host), host):
                 await self.stop_tunnel(tunnel.id, f"the reserved domain for {host} was "
                                        "deleted", 8001)
 
@@ -365,7 +365,7 @@ class Binder:
 
 
 def _covered(cover: dict[str, str], host: str) -> bool:
-    """Whether reserved domains ``cover`` (see ``hostports.covering``) let ``host`` be bound:
+    """Whether reserved domains ``cover`` (see ``domains.covering``) let ``host`` be bound:
     a wildcard name only by itself (a wildcard covers one label, not another wildcard)."""
     return host in cover if host.startswith("*.") else bool(cover)
 

@@ -17,9 +17,9 @@ from typing import Any
 import structlog
 
 from edgeway import __version__, catalog, ids
-from edgeway.api.platform import Platform
 from edgeway.config import listen_socket
 from edgeway.pki.platform_ca import EdgeCerts, TunnelTLS
+from edgeway.platform import Platform
 from edgeway.restrictions import KINDS as RESTRICTION_KINDS
 from edgeway.store.db import DatabaseUnavailable
 from edgeway.store.repo import Repo

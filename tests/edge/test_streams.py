@@ -265,8 +265,10 @@ def test_a_safe_request_retried_on_a_new_stream_keeps_its_connection_in_step(
         status, headers = read_response(s)
         assert status == 502 and headers.get("edgeway-error-code") == "ERR_EDGEWAY_4502"
     paths = [h.split(b" ")[1] for h in up.requests]
-    # /never: on the stream kept alive after /next, then on a new one per attempt (3)
-    assert paths == [b"/flaky", b"/flaky", b"/next", *[b"/never"] * 4], paths
+    assert paths[:3] == [b"/flaky", b"/flaky", b"/next"], paths
+    # /never: a new stream per attempt (3), after the stream kept alive from /next when it
+    # is still pooled
+    assert paths[3:] in ([b"/never"] * 3, [b"/never"] * 4), paths
 
 
 def read_response(s: socket.socket) -> tuple[int, dict[str, str]]:
