@@ -18,7 +18,7 @@ from edgeway.edge import modules
 from edgeway.edge.listeners import PublicListeners
 from edgeway.edge.modules import sns
 from edgeway.edge.modules.sns import SnsVerifier
-from edgeway.edge.router import Router
+from edgeway.edge.router import EdgeRouter
 from edgeway.pki import platform_ca, seal
 from edgeway.platform import Platform
 from edgeway.store.db import Database
@@ -95,7 +95,7 @@ async def serve(cfg: ServerConfig) -> None:
                                node_id(cfg.data_dir), http_port, https_port, cfg.tcp_grace,
                                await _agent_client_cas(db, cfg.settings.agent_client_cas))
         tunnels.certs = certs = platform_ca.EdgeCerts(cfg.data_dir, sealer, tls)
-        router = Router(db, tunnels.registry)
+        router = EdgeRouter(db, tunnels.registry)
         binder = tunnels.binder
         binder.edge_host = router.edge_host
         binder.check_bind, binder.tcp_admits = modules.bind_refusal, router.tcp_admits

@@ -34,8 +34,8 @@ from edgeway.agent.session import (
     LOCAL_TLS,
     AgentSession,
     BindFailed,
+    LocalTunnel,
     NotConnected,
-    Tunnel,
     unsupported,
 )
 
@@ -58,7 +58,7 @@ def _metrics(count: int) -> dict[str, Any]:
     return {"conns": {"count": count, "gauge": 0, **zero}, "http": {"count": count, **zero}}
 
 
-def tunnel_json(t: Tunnel) -> dict[str, Any]:
+def tunnel_json(t: LocalTunnel) -> dict[str, Any]:
     c = t.config
     return {"name": c.name, "ID": t.id, "uri": f"/api/tunnels/{c.name}",
             "public_url": t.url, "proto": t.proto or c.proto,
@@ -207,7 +207,7 @@ class LocalApi:
         self._replays.add(task)
         task.add_done_callback(self._replays.discard)
 
-    async def start(self, body: bytes) -> Tunnel:
+    async def start(self, body: bytes) -> LocalTunnel:
         try:
             doc = json.loads(body or b"{}")
         except ValueError as exc:

@@ -46,7 +46,7 @@ class NotConnected(Exception):
 
 
 @dataclass
-class Tunnel:
+class LocalTunnel:
     config: TunnelConfig
     from_config: bool
     id: str = ""
@@ -63,7 +63,7 @@ def unsupported(config: TunnelConfig) -> str:
     return ""
 
 
-def _bind_message(t: Tunnel) -> tuple[int, dict[str, Any]]:
+def _bind_message(t: LocalTunnel) -> tuple[int, dict[str, Any]]:
     c = t.config
     if c.labels:
         return StreamType.START_TUNNEL_WITH_LABEL, {
@@ -125,7 +125,7 @@ class AgentSession:
                  on_change: Callable[[], None] | None = None) -> None:
         self.config = config
         self.resolve = resolve or {}
-        self.tunnels: dict[str, Tunnel] = {}
+        self.tunnels: dict[str, LocalTunnel] = {}
         self.status = "connecting"
         self.error = ""
         self.session_id = ""
@@ -145,7 +145,7 @@ class AgentSession:
     async def run(self, names: list[str]) -> None:
         """Connect (and reconnect) until ``stop``; bind the named config tunnels each time."""
         for name in names:
-            self.tunnels[name] = Tunnel(self.config.tunnels[name], from_config=True)
+            self.tunnels[name] = LocalTunnel(self.config.tunnels[name], from_config=True)
         delay = 0.5
         while not self._stop.is_set():
             started = asyncio.get_running_loop().time()
@@ -184,13 +184,13 @@ class AgentSession:
             await asyncio.wait_for(self._online.wait(), timeout)
         return self._online.is_set()
 
-    async def start_tunnel(self, config: TunnelConfig, from_config: bool = False) -> Tunnel:
+    async def start_tunnel(self, config: TunnelConfig, from_config: bool = False) -> LocalTunnel:
         """Bind a tunnel now (the local API). BindFailed with the server's reason."""
         if not self._online.is_set() or self._conn is None:
             raise NotConnected("a successful tunnel session has not yet been established")
         if config.name in self.tunnels:
             raise BindFailed(f"a tunnel named '{config.name}' is already running")
-        tunnel = Tunnel(config, from_config)
+        tunnel = LocalTunnel(config, from_config)
         await self._bind(self._conn, tunnel)
         self.tunnels[config.name] = tunnel
         self._on_change()
@@ -280,7 +280,7 @@ class AgentSession:
         self.session_id = str(answer.get("clientid") or "")
         self.cookie = str((answer.get("extra") or {}).get("cookie") or "")
 
-    async def _bind(self, conn: MuxConnection, tunnel: Tunnel) -> None:
+    async def _bind(self, conn: MuxConnection, tunnel: LocalTunnel) -> None:
         problem = unsupported(tunnel.config)
         if problem:
             raise BindFailed(problem)

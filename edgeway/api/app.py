@@ -27,7 +27,7 @@ from edgeway.api.auth import authenticate
 from edgeway.api.http import check_version, error_response, json_response, operation_id
 from edgeway.api.openapi import document
 from edgeway.api.platform import AuthCache, Caller
-from edgeway.api.router import Router
+from edgeway.api.router import PathRouter
 from edgeway.errors import ApiError, Forbidden, NotFound, Unavailable
 from edgeway.platform import Platform
 from edgeway.store.db import DatabaseUnavailable, OutcomeUnknown
@@ -123,7 +123,7 @@ class Api:
 
     def __init__(self, platform: Platform) -> None:
         self.state = _State(platform)
-        self.router = Router()
+        self.router = PathRouter()
         for path, method, fn in routes():
             self.router.add(path, [method], fn)
         self._op = OperationIds()

@@ -19,7 +19,7 @@ class _Node:
     methods: dict[str, tuple[Any, tuple[str, ...]]] = field(default_factory=dict)
 
 
-class Router:
+class PathRouter:
     def __init__(self) -> None:
         self._root = _Node()
 

@@ -11,9 +11,8 @@ import structlog
 
 from edgeway.edge import h1
 from edgeway.edge.client import ClientWatch
-from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, Response
+from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, Response, header
 from edgeway.edge.modules import compression
-from edgeway.edge.modules.request_headers import header
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pool import Upstream
 from edgeway.edge.router import Decision

@@ -19,14 +19,17 @@ from typing import Final
 
 import httptools
 
-from edgeway.edge.modules.request_headers import header
-
 Headers = list[tuple[bytes, bytes]]
 MAX_HEAD = 64 * 1024
 NEED_DATA: Final = None  # next_event(): nothing complete yet
 HOP_BY_HOP = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding",
                         b"te", b"trailer", b"upgrade"))
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+
+
+def header(headers: Headers, name: bytes) -> bytes:
+    """The first value of header ``name`` (lower case), b"" if absent."""
+    return next((v for k, v in headers if k.lower() == name), b"")
 
 
 class BadMessage(Exception):

@@ -6,8 +6,7 @@ Host chosen to reach another tunnel), answered 421 Misdirected Request (RFC 9110
 
 from __future__ import annotations
 
-from edgeway.edge.h1 import Headers
-from edgeway.edge.modules.request_headers import header
+from edgeway.edge.h1 import Headers, header
 from edgeway.edge.pages import Fixed, page
 
 

@@ -35,18 +35,17 @@ from edgeway.edge.answers import (
     fixed,
     relay_response,
 )
-from edgeway.edge.auth import OidcGate
 from edgeway.edge.client import ClientWatch, Deadline, next_event, read_body
-from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser
+from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, header
 from edgeway.edge.hosts import covered, misdirected, request_host
 from edgeway.edge.modules import traffic_policy
-from edgeway.edge.modules.request_headers import header
 from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.modules.webhook_verification import MAX_BODY as MAX_WEBHOOK_BODY
 from edgeway.edge.modules.webhook_verification import Verifier
+from edgeway.edge.oidc_login import OidcGate
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pool import Pool, Upstream
-from edgeway.edge.router import Decision, Edge, Router, Static
+from edgeway.edge.router import Decision, Edge, EdgeRouter, Static
 from edgeway.restrictions import Restrictions
 from edgeway.tunnel.muxado.aio import StreamClosed
 from edgeway.tunnel.muxado.session import StreamError
@@ -79,7 +78,7 @@ def _replayable(req: Request, decision: Decision) -> bool:
 
 
 class HttpEdge:
-    def __init__(self, router: Router, scheme: str, https_port: int = 443,
+    def __init__(self, router: EdgeRouter, scheme: str, https_port: int = 443,
                  login: OidcGate | None = None, pool: Pool | None = None,
                  restrictions: Restrictions | None = None,
                  sns: SnsVerifier | None = None) -> None:

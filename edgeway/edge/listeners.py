@@ -20,13 +20,13 @@ from typing import Any
 import structlog
 
 from edgeway.config import listen_socket
-from edgeway.edge.auth import OidcGate
 from edgeway.edge.http import HttpEdge
 from edgeway.edge.modules.mutual_tls import TlsOptions
 from edgeway.edge.modules.sns import SnsVerifier
+from edgeway.edge.oidc_login import OidcGate
 from edgeway.edge.pages import Fixed
 from edgeway.edge.pool import Pool
-from edgeway.edge.router import Edge, Router, Static, Target
+from edgeway.edge.router import Edge, EdgeRouter, Static, Target
 from edgeway.edge.sni import ClientHello, NotTLS, parse_client_hello
 from edgeway.pki.platform_ca import EdgeCerts
 from edgeway.restrictions import Restrictions
@@ -96,7 +96,7 @@ def _admits(edge: Edge, peer: tuple[str, int]) -> bool:
 
 
 class PublicListeners:
-    def __init__(self, router: Router, certs: EdgeCerts, base_domain: str, tcp_host: str,
+    def __init__(self, router: EdgeRouter, certs: EdgeCerts, base_domain: str, tcp_host: str,
                  http_port: int, https_port: int, login_key: bytes,
                  restrictions: Restrictions | None = None,
                  sns: SnsVerifier | None = None) -> None:

@@ -23,11 +23,10 @@ import structlog
 
 from edgeway import catalog
 from edgeway.edge import modules
-from edgeway.edge.h1 import Request
+from edgeway.edge.h1 import Request, header
 from edgeway.edge.hosts import request_host
 from edgeway.edge.modules import Plan, circuit_breaker, mutual_tls, oidc
 from edgeway.edge.modules.circuit_breaker import Breaker
-from edgeway.edge.modules.request_headers import header
 from edgeway.edge.pages import Fixed, page
 from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
@@ -143,7 +142,7 @@ class Decision:
     respond: Callable[[int, list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]] | None = None
 
 
-class Router:
+class EdgeRouter:
     def __init__(self, db: Database, registry: Registry, max_age: float = 5.0) -> None:
         self.db, self.registry, self.max_age = db, registry, max_age
         self.snapshot = Snapshot()

@@ -17,8 +17,7 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 
 from edgeway.edge import h1
-from edgeway.edge.h1 import Request
-from edgeway.edge.modules.request_headers import header
+from edgeway.edge.h1 import Request, header
 from edgeway.tunnel.pipes import Pipe, UpstreamGone
 
 MAX_MESSAGE = 16 << 20

@@ -41,7 +41,7 @@ LISTEN_TRIES = 16  # free ports tried when the system refuses one (another proce
 
 
 @dataclass
-class AgentSession:
+class AgentConnection:
     conn: MuxConnection
     peer: str
     id: str = ""
@@ -82,19 +82,19 @@ class Binder:
         # whether a TCP tunnel's traffic policy admits a connection from (ip, port).
         self.check_bind: Callable[[binds.BindRequest], str | None] = lambda _req: None
         self.tcp_admits: Callable[[Tunnel, str, int], bool] = lambda _t, _ip, _port: True
-        self.sessions: dict[str, AgentSession] = {}
+        self.sessions: dict[str, AgentConnection] = {}
 
     @staticmethod
     def _now() -> float:
         return asyncio.get_running_loop().time()
 
-    def _stable(self, session: AgentSession, tunnel_id: str) -> int:
+    def _stable(self, session: AgentConnection, tunnel_id: str) -> int:
         """A number derived from the credential and tunnel id: a re-bind after a restart of
         this server gets the same generated name and, when free, the same port."""
         digest = self.platform.sealer.mac(f"{session.credential}/{tunnel_id}".encode())
         return int.from_bytes(digest[:8], "big")
 
-    def tunnel_id(self, session: AgentSession, asked: str) -> str:
+    def tunnel_id(self, session: AgentConnection, asked: str) -> str:
         """The id of a bind: a new one bound to the session's credential, or the one asked
         for when that credential was issued it."""
         mac = self.platform.sealer.mac
@@ -107,7 +107,7 @@ class Binder:
 
     # -- TCP ----------------------------------------------------------------------------
 
-    async def _listen(self, session: AgentSession, tunnel: Tunnel) -> None:
+    async def _listen(self, session: AgentConnection, tunnel: Tunnel) -> None:
         now, ports = self._now(), self.ports
         asked = binds.requested_port(tunnel.req.addr, self.tcp_host) or \
             ports.held(tunnel.id, now)
@@ -160,7 +160,7 @@ class Binder:
 
     # -- HTTP(S) and TLS names ---------------------------------------------------------------
 
-    async def _domain(self, session: AgentSession, req: binds.BindRequest,
+    async def _domain(self, session: AgentConnection, req: binds.BindRequest,
                       tunnel_id: str) -> tuple[str, str]:
         """The public host name of an HTTP or TLS bind and the reserved domain it uses."""
         base = self.platform.settings.base_domain
@@ -205,7 +205,7 @@ class Binder:
 
     # -- binding -----------------------------------------------------------------------------
 
-    async def bind(self, session: AgentSession, stream: MuxStream, labeled: bool) -> None:
+    async def bind(self, session: AgentConnection, stream: MuxStream, labeled: bool) -> None:
         message = await rpc.read_message(stream)
         folded = rpc.folded(message)
         opts = next((v for k, v in message.items() if k.lower() == "opts"), None) or {}
@@ -242,7 +242,7 @@ class Binder:
             await rpc.reply(stream, {"Id": tunnel_id, "URL": tunnel.url, "Proto": req.proto,
                                      "Opts": req.opts, "Extra": {"Token": ""}})
 
-    async def _take_over(self, session: AgentSession, tunnel_id: str) -> None:
+    async def _take_over(self, session: AgentConnection, tunnel_id: str) -> None:
         """A re-bind of a tunnel id still held by an older session of the same credential (the
         agent reconnected before that session timed out) moves the tunnel to the new one."""
         old = self.registry.by_id.get(tunnel_id)
@@ -254,7 +254,7 @@ class Binder:
         if holder is not None:
             await self.drop(holder, tunnel_id, clean=False)
 
-    async def _record_tunnel(self, session: AgentSession, tunnel: Tunnel,
+    async def _record_tunnel(self, session: AgentConnection, tunnel: Tunnel,
                              domain_id: str) -> None:
         base = self.platform.settings.public_url
         req = tunnel.req
@@ -296,12 +296,12 @@ class Binder:
 
     # -- ending tunnels ----------------------------------------------------------------------
 
-    async def unbind(self, session: AgentSession, stream: MuxStream) -> None:
+    async def unbind(self, session: AgentConnection, stream: MuxStream) -> None:
         tunnel_id = str(rpc.folded(await rpc.read_message(stream)).get("id") or "")
         await self.drop(session, tunnel_id, clean=True)
         await rpc.reply(stream, {})
 
-    async def drop(self, session: AgentSession, tunnel_id: str, clean: bool) -> None:
+    async def drop(self, session: AgentConnection, tunnel_id: str, clean: bool) -> None:
         """End one tunnel of ``session``: a clean end frees its TCP port at once, otherwise
         the port waits the grace period for the agent to re-bind it."""
         tunnel = session.tunnels.pop(tunnel_id, None)
@@ -349,7 +349,7 @@ class Binder:
                 await self.stop_tunnel(tunnel.id, f"the reserved domain for {host} was "
                                        "deleted", 8001)
 
-    async def reauthorize(self, session: AgentSession, acl: list[str]) -> None:
+    async def reauthorize(self, session: AgentConnection, acl: list[str]) -> None:
         """The session's credential has a new ACL: it applies to later binds, and the
         tunnels it no longer allows are stopped."""
         session.acl = acl

@@ -24,7 +24,7 @@ from edgeway.restrictions import KINDS as RESTRICTION_KINDS
 from edgeway.store.db import DatabaseUnavailable
 from edgeway.store.repo import Repo
 from edgeway.tunnel import rpc
-from edgeway.tunnel.binder import AgentSession, Binder, now_text
+from edgeway.tunnel.binder import AgentConnection, Binder, now_text
 from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
 from edgeway.tunnel.muxado.session import StreamError
 from edgeway.tunnel.rpc import StreamType
@@ -80,7 +80,7 @@ class TunnelServer:
         self.binder = Binder(platform, tcp_host, tcp_ports, tcp_grace, node, http_port,
                              https_port)
         self.registry = self.binder.registry
-        self.sessions: dict[str, AgentSession] = self.binder.sessions
+        self.sessions: dict[str, AgentConnection] = self.binder.sessions
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self.context.load_cert_chain(tls.cert, tls.key)
@@ -143,7 +143,7 @@ class TunnelServer:
     async def recheck(self) -> None:
         """End the sessions whose credential (or its bot user) was deleted or deactivated;
         apply a changed ACL to the others."""
-        by_credential: dict[str, list[AgentSession]] = {}
+        by_credential: dict[str, list[AgentConnection]] = {}
         for session in list(self.sessions.values()):
             try:
                 await self._address_allowed(session.peer)
@@ -206,7 +206,7 @@ class TunnelServer:
         rules = conn.session
         rules.max_peer_streams, rules.max_frame = PRE_AUTH_STREAMS, PRE_AUTH_FRAME
         rules.max_refused = PRE_AUTH_STREAMS
-        session = AgentSession(conn, str(peer[0]))
+        session = AgentConnection(conn, str(peer[0]))
         session.client_cert = bool(writer.get_extra_info("peercert"))
         watchdog = asyncio.create_task(self._watch(session))
         try:
@@ -218,7 +218,7 @@ class TunnelServer:
             watchdog.cancel()
             await self._ended(session)
 
-    async def _stream(self, session: AgentSession, stream: MuxStream) -> None:
+    async def _stream(self, session: AgentConnection, stream: MuxStream) -> None:
         kind = -1
         try:
             kind = await asyncio.wait_for(rpc.read_type(stream), RPC_TIMEOUT)
@@ -240,7 +240,7 @@ class TunnelServer:
                                              "the server cannot reach its database; retry"})
             await session.conn.close()
 
-    async def _call(self, session: AgentSession, stream: MuxStream, kind: int) -> None:
+    async def _call(self, session: AgentConnection, stream: MuxStream, kind: int) -> None:
         """One RPC the agent opened a stream for (its type read already)."""
         if kind == StreamType.AUTH:
             await self._auth(session, stream)
@@ -257,7 +257,7 @@ class TunnelServer:
             await rpc.reply(stream, {"Error": rpc.error_text(
                 f"stream type {kind} is not supported by this server", 9999)})
 
-    async def _auth(self, session: AgentSession, stream: MuxStream) -> None:
+    async def _auth(self, session: AgentConnection, stream: MuxStream) -> None:
         req = rpc.folded(await rpc.read_message(stream))
         extra = req.get("extra") or {}
         version = next((v for v in req.get("version") or [] if v in PROTOCOL_VERSIONS), "")
@@ -307,7 +307,7 @@ class TunnelServer:
         await self._owner_active(repo, str(item.doc.get("owner_id") or ""))
         return item.id, list(item.doc.get("acl") or [])
 
-    async def _record(self, session: AgentSession, credential: str,
+    async def _record(self, session: AgentConnection, credential: str,
                       extra: dict[str, Any]) -> str:
         sid = ids.new_id(SESSIONS.prefix)
         doc = {"agent_version": str(extra.get("version") or ""), "credential": {
@@ -342,7 +342,7 @@ class TunnelServer:
         return str(answer.get("error") or "")
 
     @staticmethod
-    async def _ends(session: AgentSession, within: float = 2.0) -> bool:
+    async def _ends(session: AgentConnection, within: float = 2.0) -> bool:
         """Whether the session's connection is gone, or goes within ``within`` seconds."""
         try:
             await asyncio.wait_for(session.conn.closed.wait(), within)
@@ -350,14 +350,14 @@ class TunnelServer:
             return False
         return True
 
-    async def _heartbeat(self, session: AgentSession, stream: MuxStream) -> None:
+    async def _heartbeat(self, session: AgentConnection, stream: MuxStream) -> None:
         loop = asyncio.get_running_loop()
         while True:
             beat = await stream.readexactly(4)
             session.last_beat = loop.time()
             await stream.write(beat)
 
-    async def _watch(self, session: AgentSession) -> None:
+    async def _watch(self, session: AgentConnection) -> None:
         """Drop a session whose heartbeats stopped (or that never authenticated)."""
         loop = asyncio.get_running_loop()
         session.last_beat = loop.time()
@@ -368,7 +368,7 @@ class TunnelServer:
                 await session.conn.close()
                 return
 
-    async def _ended(self, session: AgentSession) -> None:
+    async def _ended(self, session: AgentConnection) -> None:
         for task in list(session.tasks):
             task.cancel()
         # Its ports are free at once when the agent said goodbye (GOAWAY) or its credential

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import zlib
 
-from edgeway.edge.modules.request_headers import header
+from edgeway.edge.h1 import header
 
 COMPRESSIBLE = ("text/", "application/json", "application/javascript", "application/xml",
                 "application/x-javascript", "image/svg+xml", "application/ld+json")

@@ -1,7 +1,7 @@
 """The oidc module, sans I/O: its configuration, the signed values the login flow keeps in
 cookies and the ``state`` parameter, and the check of the provider's ID token (a JWT signed
 with RS256 or ES256 by a key of the provider's JWKS; issuer, audience, expiry and nonce).
-The flow itself (discovery, redirects, the code exchange) is ``edge/auth.py``."""
+The flow itself (discovery, redirects, the code exchange) is ``edge/oidc_login.py``."""
 
 from __future__ import annotations
 

@@ -7,11 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 
-def header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
-    """The first value of header ``name`` (lower case), b"" if absent."""
-    return next((v for k, v in headers if k.lower() == name), b"")
-
-
 @dataclass(frozen=True)
 class HeaderChange:
     add: tuple[tuple[bytes, bytes], ...] = ()

@@ -16,7 +16,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from edgeway.edge.modules.request_headers import header
+from edgeway.edge.h1 import header
 
 TOLERANCE = 180.0
 Headers = list[tuple[bytes, bytes]]

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from urllib.parse import parse_qsl, urlsplit
 
-from edgeway.edge.modules.request_headers import header
+from edgeway.edge.h1 import header
 from edgeway.edge.modules.webhook_schemes import Check, Headers, body_hmac, mac, same
 
 # -- schemes that sign the URL the sender called (``url``: scheme://host[:port]/path?query) -----

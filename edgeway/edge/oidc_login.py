@@ -24,10 +24,9 @@ import httpx
 import structlog
 
 from edgeway.edge import h1
-from edgeway.edge.h1 import Request
+from edgeway.edge.h1 import Request, header
 from edgeway.edge.modules import oidc
 from edgeway.edge.modules.oidc import BadToken, Config
-from edgeway.edge.modules.request_headers import header
 from edgeway.edge.pages import Fixed, page
 
 log = structlog.get_logger()
