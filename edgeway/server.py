@@ -14,7 +14,7 @@ import uvicorn
 from edgeway import bootstrap, catalog, ids, logs
 from edgeway.api.app import build
 from edgeway.config import ServerConfig, listen_socket
-from edgeway.edge import modules
+from edgeway.edge import pipeline
 from edgeway.edge.listeners import PublicListeners
 from edgeway.edge.modules import sns
 from edgeway.edge.modules.sns import SnsVerifier
@@ -98,7 +98,7 @@ async def serve(cfg: ServerConfig) -> None:
         router = EdgeRouter(db, tunnels.registry)
         binder = tunnels.binder
         binder.edge_host = router.edge_host
-        binder.check_bind, binder.tcp_admits = modules.bind_refusal, router.tcp_admits
+        binder.check_bind, binder.tcp_admits = pipeline.bind_refusal, router.tcp_admits
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,
                                http_port, https_port, sealer.mac(b"edgeway edge logins"),
                                platform.restrictions,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,10 +23,26 @@ PG_URL = os.environ.get("EDGEWAY_TEST_DATABASE_URL", "postgresql://postgres@127.
 HEADERS = {"Edgeway-Version": "2"}
 
 
+# Ports for test listeners come from below the kernel's ephemeral range (32768 and up), where
+# no outgoing connection of a busy suite can take one between this check and the server's bind,
+# and above the server's default TCP tunnel range (20000-20999). Each process walks the range
+# from its own random start, so two suites on one machine rarely meet either.
+_PORTS = range(21000, 32768)
+_next_port = random.randrange(len(_PORTS))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    global _next_port
+    for _ in range(len(_PORTS)):
+        port = _PORTS[_next_port % len(_PORTS)]
+        _next_port += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port in 21000-32767")
 
 
 @dataclass

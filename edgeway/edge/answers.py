@@ -5,6 +5,7 @@ optionally gzipped, and the switch to a raw splice after a 101)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Literal
 
 import structlog
@@ -12,10 +13,10 @@ import structlog
 from edgeway.edge import h1
 from edgeway.edge.client import ClientWatch
 from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, Response, header
-from edgeway.edge.modules import compression
+from edgeway.edge.hooks import Exchange
 from edgeway.edge.pages import Fixed, page
+from edgeway.edge.pipeline import Plan
 from edgeway.edge.pool import Upstream
-from edgeway.edge.router import Decision
 from edgeway.tunnel.pipes import UpstreamGone, splice
 
 log = structlog.get_logger()
@@ -62,8 +63,25 @@ async def bad_gateway(writer: asyncio.StreamWriter, req: Request, why: str) -> N
         "answering this request.", 4502, (("Connection", "close"),)))
 
 
+def local_answer(x: Exchange, plan: Plan, answer: Fixed) -> Fixed:
+    """A backend's fixed answer (http_response) through the response hooks, like an
+    upstream's."""
+    outcome(x, plan, answer.status >= 500)
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
+    for hook in plan.responses:
+        headers = hook.response(x, answer.status, headers)
+    body = x.gzip.data(answer.body) + x.gzip.end() if x.gzip is not None else answer.body
+    return replace(answer, body=body, headers=tuple(
+        (k.decode("latin-1"), v.decode("latin-1")) for k, v in headers))
+
+
+def outcome(x: Exchange, plan: Plan, failed: bool) -> None:
+    for hook in plan.outcomes:
+        hook.outcome(x, failed)
+
+
 async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
-                         reader: asyncio.StreamReader, req: Request, decision: Decision,
+                         reader: asyncio.StreamReader, x: Exchange, plan: Plan,
                          upstream: Upstream, body: asyncio.Task[None] | None, retry: bool,
                          watch: ClientWatch | None = None) -> tuple[bool, Fate]:
     """Relay the upstream's answer: (keep the public connection, what became of the upstream:
@@ -73,11 +91,11 @@ async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
     written. A request body that fails (malformed, or the client left mid-upload) aborts the
     upstream (``body``, the task sending it), and so does a client that leaves while a
     bodiless request waits (``watch``): that ends the wait for the answer here."""
+    req = x.req
     up = upstream.parser
     up.expect(req.method == b"HEAD")
     out = bytearray()
     started = False  # bytes of the answer went to the client
-    gzip: compression.Gzip | None = None
     framer = Framer(False)
     final: Response | None = None
     keep = False
@@ -85,7 +103,7 @@ async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
         try:
             event = up.next_event()
             if event is None:
-                if gzip is not None and (pending := gzip.flush()):
+                if x.gzip is not None and (pending := x.gzip.flush()):
                     out += framer.data(pending)
                 if out:
                     writer.write(out)
@@ -119,8 +137,7 @@ async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
                 return False, FAILED
             if retry:
                 raise Retry from None
-            if decision.breaker is not None:
-                decision.breaker.record(True)
+            outcome(x, plan, True)
             await bad_gateway(writer, req, str(exc))
             return False, FAILED
         if isinstance(event, Response):
@@ -128,8 +145,7 @@ async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
                 await switch(parser, writer, reader, event, upstream, body)
                 return False, DONE
             if event.status == 101:  # to a request that did not ask to upgrade
-                if decision.breaker is not None:
-                    decision.breaker.record(True)
+                outcome(x, plan, True)
                 writer.write(out)
                 await bad_gateway(writer, req, "the upstream switched protocols "
                                         "unasked")
@@ -140,20 +156,19 @@ async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
                                    h1.end_to_end(event.headers))
                 continue
             final = event
-            if decision.breaker is not None:
-                decision.breaker.record(event.status >= 500)
-            keep, framer, gzip, head = response_head(req, decision, event)
+            outcome(x, plan, event.status >= 500)
+            keep, framer, head = response_head(x, plan, event)
             out += head
         elif isinstance(event, bytes):
-            out += framer.data(gzip.data(event) if gzip else event)
+            out += framer.data(x.gzip.data(event) if x.gzip else event)
             if len(out) >= FLUSH_AT:
                 writer.write(out)
                 out.clear()
                 started = True
                 await writer.drain()
         elif isinstance(event, End):
-            if gzip is not None:
-                out += framer.data(gzip.end())
+            if x.gzip is not None:
+                out += framer.data(x.gzip.end())
             out += framer.end(event.trailers)
             writer.write(out)
             await writer.drain()
@@ -166,32 +181,25 @@ async def relay_response(parser: RequestParser, writer: asyncio.StreamWriter,
             return keep, REUSE if reuse and up.idle else DONE
 
 
-def response_head(req: Request, decision: Decision, resp: Response
-                   ) -> tuple[bool, Framer, compression.Gzip | None, bytes]:
-    """The client's response head for ``resp``: (keep the connection, the body's framer,
-    the gzip stream if compressing, the head)."""
-    plan = decision.plan
-    headers = plan.response_headers.apply(h1.end_to_end(resp.headers))
-    headers += [(k.encode(), v.encode()) for k, v in decision.set_headers]
-    if decision.respond is not None:
-        headers = decision.respond(resp.status, headers)
+def response_head(x: Exchange, plan: Plan, resp: Response) -> tuple[bool, Framer, bytes]:
+    """The client's response head for ``resp``, through the response hooks: (keep the
+    connection, the body's framer, the head); ``x.gzip`` is set if compressing."""
+    req = x.req
+    headers = h1.end_to_end(resp.headers)
+    for hook in plan.responses:
+        headers = hook.response(x, resp.status, headers)
     keep = req.keep_alive and not req.http10
-    gzip: compression.Gzip | None = None
     chunked = False
-    if not h1.bodiless(resp.status, req.method):
-        if plan.compression and compression.wanted(req.headers, resp.status, headers,
-                                                   False):
-            headers, gzip = compression.rewrite(headers), compression.Gzip()
-        if gzip is not None or resp.length is None:
-            if req.http10:
-                keep = False  # the end of the body is the end of the connection
-            else:
-                chunked = True
-                headers.append((b"Transfer-Encoding", b"chunked"))
+    if not h1.bodiless(resp.status, req.method) and (x.gzip is not None or resp.length is None):
+        if req.http10:
+            keep = False  # the end of the body is the end of the connection
+        else:
+            chunked = True
+            headers.append((b"Transfer-Encoding", b"chunked"))
     if not keep:
         headers.append((b"Connection", b"close"))
     start = b"HTTP/1.1 %d %b\r\n" % (resp.status, resp.reason or h1.reason(resp.status))
-    return keep, Framer(chunked), gzip, h1.head(start, headers)
+    return keep, Framer(chunked), h1.head(start, headers)
 
 
 async def switch(parser: RequestParser, writer: asyncio.StreamWriter,

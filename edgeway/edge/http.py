@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from dataclasses import replace
 from functools import partial
-from typing import Any
 
-from edgeway.catalog.modules.policy import REQ, RES
-from edgeway.edge import h1, wstcp
+from edgeway.edge import h1
 from edgeway.edge.answers import (
     DONE,
     FAILED,
@@ -33,15 +30,15 @@ from edgeway.edge.answers import (
     Retry,
     bad_gateway,
     fixed,
+    local_answer,
     relay_response,
 )
 from edgeway.edge.client import ClientWatch, Deadline, next_event, read_body
 from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, header
+from edgeway.edge.hooks import Close, Exchange, Services, Takeover
 from edgeway.edge.hosts import covered, misdirected, request_host
-from edgeway.edge.modules import traffic_policy
+from edgeway.edge.modules.policy_actions import RateLimits
 from edgeway.edge.modules.sns import SnsVerifier
-from edgeway.edge.modules.webhook_verification import MAX_BODY as MAX_WEBHOOK_BODY
-from edgeway.edge.modules.webhook_verification import Verifier
 from edgeway.edge.oidc_login import OidcGate
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pool import Pool, Upstream
@@ -61,11 +58,6 @@ FORWARDED = frozenset((b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-h
 Headers = h1.Headers
 
 
-def _respond(policy: traffic_policy.Policy, env: dict[str, Any], status: int,
-             headers: Headers) -> Headers:
-    return policy.on_response(traffic_policy.response_env(env, status, headers), headers)
-
-
 class AgentBusy(UpstreamGone):
     """The agent session has no stream free (all in flight) and none became free in time."""
 
@@ -83,10 +75,11 @@ class HttpEdge:
                  restrictions: Restrictions | None = None,
                  sns: SnsVerifier | None = None) -> None:
         self.router, self.scheme, self.https_port = router, scheme, https_port
-        self.sns = sns or SnsVerifier()  # (SNS signatures: certificates fetched and cached)
         self.restrictions = restrictions  # IP restrictions of type endpoints
         self.login = login
-        self.limits = traffic_policy.RateLimits()
+        # what hooks reach: the login flow, SNS certificates (fetched and cached), the
+        # traffic policies' rate-limit windows
+        self.services = Services(login, sns or SnsVerifier(), RateLimits())
         self.pool = pool or Pool()
 
     # -- one public connection -------------------------------------------------------------
@@ -137,112 +130,68 @@ class HttpEdge:
     async def _answer(self, parser: RequestParser, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, req: Request, peer: tuple[str, int],
                       deadline: Deadline, tls_edge: Edge | None) -> bool:
-        """Answer one request; whether the public connection may carry another."""
+        """Answer one request; whether the public connection may carry another. The route's
+        request hooks run in order (``edge/pipeline.py``); the first verdict answers."""
         decision = await self._decide(req, peer, tls_edge)
-        if decision.plan.websocket_tcp and wstcp.wants(req) \
-                and isinstance(decision.target, Tunnel | Static):
-            try:
-                pipe = (await self._open(decision, peer)).pipe
-            except UpstreamGone as exc:
-                await bad_gateway(writer, req, str(exc))
+        x = Exchange(req, peer[0], peer[1], self.scheme, self.services,
+                     partial(read_body, parser, reader), writer.write)
+        for hook in decision.plan.requests:
+            verdict = await hook.request(x)
+            if verdict is None:
+                continue
+            if isinstance(verdict, Takeover):
+                if not isinstance(decision.target, Tunnel | Static):
+                    continue  # (a fixed answer has no pipe to carry a connection to)
+                return await self._takeover(verdict, parser, reader, writer, x.req, decision,
+                                            peer)
+            if isinstance(verdict, Close):
                 return False
-            await wstcp.convert(reader, writer, req, parser.upgraded, pipe)
+            keep = await fixed(writer, x.req, verdict)
+            return keep and (x.body is not None or await self._drain(parser, reader, deadline))
+        return await self._forward(parser, reader, writer, x, decision, peer, deadline,
+                                   tls_edge)
+
+    async def _takeover(self, verdict: Takeover, parser: RequestParser,
+                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        req: Request, decision: Decision, peer: tuple[str, int]) -> bool:
+        try:
+            pipe = (await self._open(decision, peer)).pipe
+        except UpstreamGone as exc:
+            await bad_gateway(writer, req, str(exc))
             return False
-        policy = decision.plan.policy
-        if policy is not None:
-            env = traffic_policy.request_env(
-                req.method, req.target, req.headers, header(req.headers, b"host").decode(
-                    "latin-1"), self.scheme, peer[0], peer[1], req.http10)
-            if policy.has(REQ):
-                out = policy.on_request(env, req.headers, req.target, self.limits,
-                                        time.monotonic())
-                if out.close:
-                    return False
-                if out.status:
-                    keep = await fixed(writer, req, Fixed(out.status, tuple(
-                        out.answer_headers), out.body))
-                    return keep and await self._drain(parser, reader, deadline)
-                req = replace(req, headers=out.headers, target=out.target)
-            if policy.has(RES):
-                decision = replace(decision, respond=partial(_respond, policy, env))
-        if decision.plan.oidc is not None:  # (only HTTPS edges have routes, and a login)
-            outcome = await self.login.check(decision.plan.oidc, req) if self.login else \
-                page(503, "Not available", "Logins need HTTPS.", 4008)
-            if isinstance(outcome, Fixed):
-                keep = await fixed(writer, req, outcome)
-                return keep and await self._drain(parser, reader, deadline)
-            req, renew = outcome
-            decision = replace(decision, set_headers=renew)
-        body: bytes | None = None  # read whole already (webhook verification)
-        if decision.plan.webhook is not None:
-            checked = await self._verify(parser, reader, writer, req, decision.plan.webhook,
-                                         deadline)
-            if isinstance(checked, bool):
-                return checked
-            req, body = checked
-        taken = body is not None  # the request's End was read (its body whole, or none)
+        await verdict.run(reader, writer, req, parser.upgraded, pipe)
+        return False
+
+    async def _forward(self, parser: RequestParser, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter, x: Exchange, decision: Decision,
+                       peer: tuple[str, int], deadline: Deadline, tls_edge: Edge | None
+                       ) -> bool:
+        """The request to its target: a fixed answer, or an upstream (again on another live
+        tunnel when its agent vanished before answering a safe request)."""
+        plan = decision.plan  # (its response hooks stay this request's across retries)
+        taken = x.body is not None  # the request's End was read (its body whole, or none)
         for attempt in range(RETRIES + 1):
             if isinstance(decision.target, Fixed):
-                if decision.breaker is not None:  # an http_response backend
-                    decision.breaker.record(decision.target.status >= 500)
-                answer = decision.target
-                if decision.set_headers:
-                    answer = replace(answer, headers=answer.headers + decision.set_headers)
-                if decision.respond is not None:  # the policy's on_http_response
-                    changed = decision.respond(answer.status, [
-                        (k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers])
-                    answer = replace(answer, headers=tuple(
-                        (k.decode("latin-1"), v.decode("latin-1")) for k, v in changed))
-                keep = await fixed(writer, req, answer)
+                keep = await fixed(writer, x.req, local_answer(x, plan, decision.target))
                 return keep and (taken or await self._drain(parser, reader, deadline))
-            if not taken and not req.body:  # once: a retry must not read the next request
+            if not taken and not x.req.body:  # once: a retry must not read the next request
                 if not isinstance(parser.next_event(), End):
                     raise BadMessage(400, "a request without a body had one")
                 taken = True
-            retry = attempt < RETRIES and _replayable(req, decision)
+            retry = attempt < RETRIES and _replayable(x.req, decision)
             try:
-                return await self._proxy(parser, reader, writer, req, decision, peer,
-                                         deadline, retry, body)
+                return await self._proxy(parser, reader, writer, x, decision, peer, deadline,
+                                         retry)
             except Retry:  # that tunnel's agent is gone: ask the router again, and answer
                 # what it says now (another tunnel, or its page when no backend is left:
-                # 4009); what the policy and the login add to the response stays
-                decision = replace(await self._decide(req, peer, tls_edge),
-                                   set_headers=decision.set_headers, respond=decision.respond)
+                # 4009)
+                decision = replace(await self._decide(x.req, peer, tls_edge), plan=plan)
                 if isinstance(decision.target, Fixed) and decision.target.status == 404:
                     # the name's only tunnel vanished under this request: "agent lost", not
                     # "nothing bound"
-                    await bad_gateway(writer, req, "the tunnel's agent went away")
+                    await bad_gateway(writer, x.req, "the tunnel's agent went away")
                     return False
         return False  # not reached: the last attempt does not retry
-
-    async def _verify(self, parser: RequestParser, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter, req: Request, webhook: Verifier,
-                      deadline: Deadline) -> tuple[Request, bytes] | bool:
-        """Read the body whole and check its webhook signature: the request to forward and its
-        body, or (answered here) whether the connection may carry another request."""
-        challenged = webhook.answer(req.method, req.target)
-        if challenged is not None:  # the sender's set-up request: answered here
-            keep = await fixed(writer, req, Fixed(*challenged))
-            return keep and await self._drain(parser, reader, deadline)
-        length = header(req.headers, b"content-length")
-        too_long = length.isdigit() and int(length) > MAX_WEBHOOK_BODY  # known before reading
-        if req.body and not too_long and not req.http10 \
-                and header(req.headers, b"expect").lower() == b"100-continue":
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = None if too_long else await read_body(parser, reader, MAX_WEBHOOK_BODY)
-        if body is None:
-            await fixed(writer, req, page(
-                413, "Payload too large", "Webhook bodies are verified whole, up to "
-                f"{MAX_WEBHOOK_BODY} bytes.", 4013), close=True)
-            return False
-        url = b"%b://%b%b" % (self.scheme.encode(), header(req.headers, b"host"), req.target)
-        valid = await self.sns.verify(body) if webhook.provider == "sns" else \
-            webhook.verify(req.headers, body, time.time(), req.method, url)
-        if not valid:
-            return await fixed(writer, req, page(
-                403, "Forbidden", f"The request does not carry a valid {webhook.provider} "
-                "webhook signature.", 3204))
-        return h1.with_length(req, len(body)), body
 
     async def _drain(self, parser: RequestParser, reader: asyncio.StreamReader,
                      deadline: Deadline) -> bool:
@@ -284,7 +233,8 @@ class HttpEdge:
         pipe = await SocketPipe.dial(target.host, target.port, target.tls)
         return Upstream(f"static:{target.host}:{target.port}", pipe)
 
-    def _request_head(self, req: Request, decision: Decision, peer: tuple[str, int]) -> bytes:
+    def _request_head(self, x: Exchange, decision: Decision) -> bytes:
+        req = x.req
         forwarded_for = b""
         for name, value in req.headers:
             if name.lower() == b"x-forwarded-for":
@@ -294,17 +244,17 @@ class HttpEdge:
             out.append((b"Transfer-Encoding", b"chunked"))
         if req.upgrade:
             out += [(b"Connection", b"Upgrade"), (b"Upgrade", header(req.headers, b"upgrade"))]
-        out += [(b"X-Forwarded-For", forwarded_for + peer[0].encode()),
+        out += [(b"X-Forwarded-For", forwarded_for + x.ip.encode()),
                 (b"X-Forwarded-Proto", self.scheme.encode()),
                 (b"X-Forwarded-Host", header(req.headers, b"host"))]
-        out = decision.plan.request_headers.apply(out)
+        for hook in decision.plan.upstreams:
+            out = hook.upstream(x, out)
         return h1.head(b"%b %b HTTP/1.1\r\n" % (req.method, req.target), out)
 
     async def _proxy(self, parser: RequestParser, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter, req: Request, decision: Decision,
-                     peer: tuple[str, int], deadline: Deadline, retry: bool,
-                     whole: bytes | None = None) -> bool:
-        """Forward the request (its body from the client as it comes, or ``whole``, read
+                     writer: asyncio.StreamWriter, x: Exchange, decision: Decision,
+                     peer: tuple[str, int], deadline: Deadline, retry: bool) -> bool:
+        """Forward the request (its body from the client as it comes, or ``x.body``, read
         already) on an idle upstream of the target or a new one, and relay the answer. A
         kept-alive upstream that closed meanwhile (its idle timeout) fails before answering:
         the request goes again on a new one when it was not delivered or is safe to repeat.
@@ -312,12 +262,13 @@ class HttpEdge:
         target = decision.target
         assert isinstance(target, Tunnel | Static)
         key = target.id if isinstance(target, Tunnel) else f"static:{target.host}:{target.port}"
-        head = self._request_head(req, decision, peer) + (whole or b"")
-        pump = req.body and whole is None
+        req = x.req
+        head = self._request_head(x, decision) + (x.body or b"")
+        pump = req.body and x.body is None
         upstream = self.pool.take(key)
         if upstream is not None:
             try:
-                return await self._exchange(parser, reader, writer, req, decision, upstream,
+                return await self._exchange(parser, reader, writer, x, decision, upstream,
                                             head, pump, deadline, _replayable(req, decision),
                                             True)
             except Retry:
@@ -334,17 +285,18 @@ class HttpEdge:
                 raise Retry from None
             await bad_gateway(writer, req, str(exc))
             return False
-        return await self._exchange(parser, reader, writer, req, decision, upstream, head,
+        return await self._exchange(parser, reader, writer, x, decision, upstream, head,
                                     pump, deadline, retry, False)
 
     async def _exchange(self, parser: RequestParser, reader: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter, req: Request, decision: Decision,
+                        writer: asyncio.StreamWriter, x: Exchange, decision: Decision,
                         upstream: Upstream, head: bytes, pump: bool, deadline: Deadline,
                         retry: bool, reused: bool) -> bool:
         """One request and its answer on ``upstream``, which is then pooled, ended or
         aborted. ``Retry`` if it failed before anything was delivered to the client and the
         request may go again (``retry``; a head not even written on a ``reused`` one)."""
         fate: Fate = FAILED
+        req = x.req
         body = watch = None
         try:
             try:
@@ -359,8 +311,8 @@ class HttpEdge:
                                                            deadline))
             elif not req.upgrade:  # (after a 101 the splice reads the client)
                 watch = ClientWatch(parser, reader, upstream.pipe)
-            keep, fate = await relay_response(parser, writer, reader, req, decision, upstream,
-                                              body, retry, watch)
+            keep, fate = await relay_response(parser, writer, reader, x, decision.plan,
+                                              upstream, body, retry, watch)
             return keep
         finally:
             if watch is not None:

@@ -90,9 +90,7 @@ async def peek_hello(sock: socket.socket) -> ClientHello | None:
 def _admits(edge: Edge, peer: tuple[str, int]) -> bool:
     """TCP and TLS edges: the IP restriction, the traffic policy's on_tcp_connect, and no
     module this edge cannot enforce."""
-    plan = edge.plan
-    return (plan.ip is None or plan.ip.allows(peer[0])) and plan.unenforced is None \
-        and (plan.policy is None or plan.policy.on_tcp_connect(*peer))
+    return edge.plan.admits(*peer)
 
 
 class PublicListeners:

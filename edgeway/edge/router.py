@@ -14,7 +14,6 @@ import asyncio
 import ipaddress
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -22,12 +21,14 @@ from weakref import WeakKeyDictionary
 import structlog
 
 from edgeway import catalog
-from edgeway.edge import modules
-from edgeway.edge.h1 import Request, header
+from edgeway.edge import pipeline
+from edgeway.edge.h1 import Request
+from edgeway.edge.hooks import Compiling
 from edgeway.edge.hosts import request_host
-from edgeway.edge.modules import Plan, circuit_breaker, mutual_tls, oidc
-from edgeway.edge.modules.circuit_breaker import Breaker
+from edgeway.edge.modules import mutual_tls, oidc
+from edgeway.edge.modules.circuit_breaker import Breakers
 from edgeway.edge.pages import Fixed, page
+from edgeway.edge.pipeline import Plan
 from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
 from edgeway.tunnel.registry import Registry, Tunnel
@@ -82,6 +83,7 @@ class Snapshot:
     rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
     domains: set[str] = field(default_factory=set)  # reserved domain names
     cas: dict[str, str] = field(default_factory=dict)  # certificate authority id -> PEM
+    breakers: Breakers = field(default_factory=Breakers)  # the routes' circuit breakers
     loaded: float = 0.0
 
 
@@ -93,9 +95,11 @@ def _hosts(doc: dict[str, Any]) -> list[tuple[str, int]]:
     return out
 
 
-async def load(db: Database) -> Snapshot:
+async def load(db: Database, breakers: Breakers | None = None) -> Snapshot:
+    """The snapshot now in the store; circuit breakers keep their counts from ``breakers``
+    (the last snapshot's) while their configuration stays the same."""
     repo = Repo(db.reader())
-    snap = Snapshot(loaded=time.monotonic())
+    snap = Snapshot(loaded=time.monotonic(), breakers=Breakers(breakers))
     for _id, doc in await repo.all_docs(catalog.BY_COLLECTION["ip_policy_rules"]):
         snap.rules.setdefault(doc.get("ip_policy_id", ""), []).append(
             (doc.get("action", "deny"), ipaddress.ip_network(doc["cidr"], strict=False)))
@@ -107,7 +111,7 @@ async def load(db: Database) -> Snapshot:
     for collection, kind in (("edges/https", "https"), ("edges/tls", "tls"),
                              ("edges/tcp", "tcp")):
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
-            plan = modules.compile_doc(doc, snap.rules, id_)
+            plan = pipeline.compile_doc(doc, Compiling(snap.rules, id_, snap.breakers))
             edge = by_id[id_] = Edge(id_, kind, doc, plan, tls=mutual_tls.options(
                 plan.client_cas, plan.min_tls_version, snap.cas))
             for host, port in _hosts(doc):
@@ -123,7 +127,8 @@ async def load(db: Database) -> Snapshot:
         host, path = ("", match) if match.startswith("/") else \
             (match.split("/", 1)[0], "/" + match.split("/", 1)[1] if "/" in match else "/")
         parent.routes.append(Route(id_, doc.get("match_type") == "exact_path", host, path,
-                                   modules.compile_doc(doc, snap.rules, id_)))
+                                   pipeline.compile_doc(doc, Compiling(snap.rules, id_,
+                                                                       snap.breakers))))
     for collection in BACKEND_COLLECTIONS:
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
             snap.backends[id_] = (collection, doc)
@@ -135,11 +140,7 @@ class Decision:
     target: Target
     proto: str = "http"  # the ProxyHeader's Proto
     edge: str = ""  # "https" when an HTTPS edge routed it
-    plan: modules.Plan = field(default_factory=modules.Plan)
-    breaker: Breaker | None = None
-    set_headers: tuple[tuple[str, str], ...] = ()  # added to the response (a renewed login)
-    # the traffic policy's on_http_response, bound to this request: (status, headers) -> headers
-    respond: Callable[[int, list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]] | None = None
+    plan: Plan = field(default_factory=Plan)
 
 
 class EdgeRouter:
@@ -150,7 +151,6 @@ class EdgeRouter:
         self._wanted = 1  # bumped by every change; the snapshot records what it reflects
         self._loaded = 0
         self._retry_at = 0.0  # after a reload failed: no new attempt before this time
-        self._breakers: dict[str, Breaker] = {}  # route id -> its counts
         self._bind_plans: WeakKeyDictionary[Tunnel, Plan] = WeakKeyDictionary()
 
     def changed(self, collection: str) -> None:
@@ -176,7 +176,7 @@ class EdgeRouter:
     async def _load(self) -> None:
         wanted = self._wanted
         try:
-            self.snapshot = await load(self.db)
+            self.snapshot = await load(self.db, self.snapshot.breakers)
         except DatabaseUnavailable as exc:
             self._retry_at = time.monotonic() + STALE_RETRY
             log.warning("edge_snapshot_stale", error=str(exc),
@@ -251,12 +251,7 @@ class EdgeRouter:
                    tls_edge: Edge | None = None) -> Decision:
         """Who answers an HTTP request arriving on the ``scheme`` listener (over TLS whose
         server name chose ``tls_edge``, if it named an HTTPS edge)."""
-        headers = req.headers
-
-        def text(name: bytes) -> str:
-            return header(headers, name).decode("latin-1")
-
-        host = request_host(headers)
+        host = request_host(req.headers)
         path = req.target.decode("latin-1").split("?", 1)[0]
         if req.method == b"CONNECT":
             return Decision(page(405, "Method not allowed", "CONNECT is not proxied.", 4005))
@@ -271,19 +266,18 @@ class EdgeRouter:
         if edge is not None:
             route = self.route(edge, host, path)
             if path in (oidc.CALLBACK, oidc.LOGOUT):  # the login route's, wherever it matches
-                route = next((r for r in edge.routes if r.plan.oidc is not None), route)
+                route = next((r for r in edge.routes if r.plan.find(oidc.Login)), route)
             if route is None:
                 return Decision(page(404, "No route", f"The edge for {host} has no route "
                                      f"matching {path}.", 4004))
-            breaker = self._breaker(route.id, route.plan.breaker)
-            refusal = self._refusal(route.plan, ip, text, breaker)
+            refusal = route.plan.check(ip, req.headers)
             if refusal is not None:
                 return Decision(refusal)
             target = self.target(snap, route.plan)
             if target is None:
                 return Decision(page(502, "No tunnel", f"No live tunnel or backend serves "
                                      f"{host}{path} right now.", 4009))
-            return Decision(target, "https", "https", route.plan, breaker)
+            return Decision(target, "https", "https", route.plan)
         tunnel = self.agent_tunnel(host)
         if tunnel is None:
             return Decision(page(404, "Tunnel not found", f"No tunnel is bound to {host}.",
@@ -297,42 +291,21 @@ class EdgeRouter:
             return Decision(page(404, "Tunnel not found", f"{host} is served over plain HTTP "
                                  "only.", 4004))
         plan = self.bind_plan(tunnel)
-        refusal = self._refusal(plan, ip, text, None)
+        refusal = plan.check(ip, req.headers)
         if refusal is not None:
             return Decision(refusal)
         return Decision(tunnel, tunnel.proto, "", plan)
-
-    @staticmethod
-    def _refusal(plan: Plan, ip: str, text: Callable[[bytes], str],
-                 breaker: Breaker | None) -> Fixed | None:
-        """The request-phase modules' answer; headers looked up only for modules that read
-        them."""
-        return plan.refuse(ip, text(b"user-agent") if plan.user_agents else "",
-                           text(b"authorization") if plan.basic_auth else "", breaker)
-
-    def _breaker(self, route_id: str, config: circuit_breaker.Config | None
-                 ) -> Breaker | None:
-        """The route's breaker, kept across requests (and snapshots) while its configuration
-        stays the same."""
-        if config is None:
-            self._breakers.pop(route_id, None)
-            return None
-        kept = self._breakers.get(route_id)
-        if kept is None or kept.config != config:
-            kept = self._breakers[route_id] = Breaker(config)
-        return kept
 
     def bind_plan(self, tunnel: Tunnel) -> Plan:
         """The plan of a tunnel's bind options (compiled once per tunnel)."""
         plan = self._bind_plans.get(tunnel)
         if plan is None:
-            plan = self._bind_plans[tunnel] = modules.for_bind(tunnel.req, tunnel.id)
+            plan = self._bind_plans[tunnel] = pipeline.for_bind(tunnel.req, tunnel.id)
         return plan
 
     def tcp_admits(self, tunnel: Tunnel, ip: str, port: int) -> bool:
-        """A TCP tunnel's traffic policy (on_tcp_connect) on a new connection."""
-        policy = self.bind_plan(tunnel).policy
-        return policy is None or policy.on_tcp_connect(ip, port)
+        """A TCP tunnel's hooks (its traffic policy's on_tcp_connect) on a new connection."""
+        return self.bind_plan(tunnel).admits(ip, port)
 
     def agent_tunnel(self, host: str) -> Tunnel | None:
         return self.registry.pick(self.registry.for_host(host))

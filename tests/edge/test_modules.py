@@ -7,14 +7,22 @@ import base64
 import gzip
 import ipaddress
 
-from edgeway.edge import modules
+from edgeway.edge.hooks import Compiling
 from edgeway.edge.modules import circuit_breaker, compression
 from edgeway.edge.modules.basic_auth import allows
 from edgeway.edge.modules.circuit_breaker import Breaker
+from edgeway.edge.modules.oidc import Login
+from edgeway.edge.modules.request_headers import HeaderChange
+from edgeway.edge.modules.webhook_verification import Verifier
+from edgeway.edge.pipeline import compile_doc
+
+
+def ua(agent: str) -> list[tuple[bytes, bytes]]:
+    return [(b"User-Agent", agent.encode())]
 
 
 def test_breaker_trips_on_the_error_share_and_reopens_after_the_trip() -> None:
-    b = Breaker(circuit_breaker.compile({"volume_threshold": 4, "tripped_duration": 30,
+    b = Breaker(circuit_breaker.config({"volume_threshold": 4, "tripped_duration": 30,
                                          "error_threshold_percentage": 0.5,
                                          "rolling_window": 10, "num_buckets": 10}))
     for t, error in ((0.0, False), (1.0, True), (2.0, False)):
@@ -29,7 +37,7 @@ def test_breaker_trips_on_the_error_share_and_reopens_after_the_trip() -> None:
 
 
 def test_breaker_forgets_requests_older_than_the_window() -> None:
-    b = Breaker(circuit_breaker.compile({"volume_threshold": 3, "rolling_window": 10,
+    b = Breaker(circuit_breaker.config({"volume_threshold": 3, "rolling_window": 10,
                                          "num_buckets": 10}))
     b.record(True, now=0.0)
     b.record(True, now=1.0)
@@ -60,35 +68,37 @@ def test_ip_and_user_agent_rules() -> None:
     rules = {"ipp_1": [("deny", ipaddress.ip_network("10.1.0.0/16")),
                        ("allow", ipaddress.ip_network("10.0.0.0/8"))],
              "ipp_empty": []}
-    plan = modules.compile_doc({"ip_restriction": {"ip_policy_ids": ["ipp_1"]},
-                                "user_agent_filter": {"deny": ["(?i)bot"]}}, rules)
-    assert plan.refuse("10.2.3.4", "Firefox", "", None) is None
-    assert plan.refuse("10.1.3.4", "Firefox", "", None).status == 403  # type: ignore[union-attr]
-    assert plan.refuse("192.0.2.1", "Firefox", "", None) is not None  # not allowed
-    assert plan.refuse("10.2.3.4", "GoodBot/1", "", None) is not None
-    nothing = modules.compile_doc({"ip_restriction": {"ip_policy_ids": ["ipp_empty"]}}, rules)
-    assert nothing.refuse("10.2.3.4", "", "", None) is not None  # no rules: nothing allowed
-    off = modules.compile_doc({"ip_restriction": {"enabled": False,
-                                                  "ip_policy_ids": ["ipp_empty"]}}, rules)
-    assert off.refuse("10.2.3.4", "", "", None) is None
+    ctx = Compiling(rules)
+    plan = compile_doc({"ip_restriction": {"ip_policy_ids": ["ipp_1"]},
+                        "user_agent_filter": {"deny": ["(?i)bot"]}}, ctx)
+    assert plan.check("10.2.3.4", ua("Firefox")) is None
+    assert plan.check("10.1.3.4", ua("Firefox")).status == 403  # type: ignore[union-attr]
+    assert plan.check("192.0.2.1", ua("Firefox")) is not None  # not allowed
+    assert plan.check("10.2.3.4", ua("GoodBot/1")) is not None
+    assert plan.admits("10.2.3.4", 1) and not plan.admits("10.1.3.4", 1)
+    nothing = compile_doc({"ip_restriction": {"ip_policy_ids": ["ipp_empty"]}}, ctx)
+    assert nothing.check("10.2.3.4", []) is not None  # no rules: nothing allowed
+    off = compile_doc({"ip_restriction": {"enabled": False,
+                                          "ip_policy_ids": ["ipp_empty"]}}, ctx)
+    assert off.check("10.2.3.4", []) is None
 
 
 def test_unenforced_modules_refuse_and_headers_change() -> None:
-    plan = modules.compile_doc({"saml": {"idp_metadata": "x"}, "request_headers": {
-        "add": {"X-A": "1"}, "remove": ["X-Secret"]}}, {})
-    refusal = plan.refuse("127.0.0.1", "", "", None)
+    plan = compile_doc({"saml": {"idp_metadata": "x"}, "request_headers": {
+        "add": {"X-A": "1"}, "remove": ["X-Secret"]}})
+    refusal = plan.check("127.0.0.1", [])
     assert refusal is not None and refusal.status == 503 and b"saml" in refusal.body
-    airship = modules.compile_doc({"webhook_verification": {"provider": "airship",
-                                                            "secret": "s"}}, {})
-    refusal = airship.refuse("127.0.0.1", "", "", None)
+    assert not plan.admits("127.0.0.1", 1)
+    airship = compile_doc({"webhook_verification": {"provider": "airship", "secret": "s"}})
+    refusal = airship.check("127.0.0.1", [])
     assert refusal is not None and b"provider &#x27;airship&#x27;" in refusal.body
-    enforced = modules.compile_doc({"oidc": {"issuer": "https://idp.example.com",
-                                             "client_id": "c", "client_secret": "s"},
-                                    "webhook_verification": {"provider": "github",
-                                                             "secret": "s"}}, {})
-    assert enforced.refuse("127.0.0.1", "", "", None) is None
-    assert enforced.oidc is not None and enforced.webhook is not None
-    assert plan.request_headers.apply([(b"x-secret", b"s"), (b"Host", b"h")]) == [
+    enforced = compile_doc({"oidc": {"issuer": "https://idp.example.com",
+                                     "client_id": "c", "client_secret": "s"},
+                            "webhook_verification": {"provider": "github", "secret": "s"}})
+    assert enforced.check("127.0.0.1", []) is None
+    assert enforced.find(Login) is not None and enforced.find(Verifier) is not None
+    change = plan.find(HeaderChange)
+    assert change is not None and change.apply([(b"x-secret", b"s"), (b"Host", b"h")]) == [
         (b"Host", b"h"), (b"X-A", b"1")]
 
 

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from edgeway.edge.modules import oidc
 
-CFG = oidc.compile({"issuer": "https://idp.example.com/", "client_id": "app",
+CFG = oidc.config({"issuer": "https://idp.example.com/", "client_id": "app",
                     "client_secret": "s", "scopes": ["email"]})
 NOW = 1_800_000_000
 GOOD = {"iss": "https://idp.example.com", "aud": "app", "sub": "u1", "exp": NOW + 300,

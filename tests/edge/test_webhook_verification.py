@@ -114,7 +114,7 @@ STAMPED = ["stripe", "mux", "calendly", "buildkite", "slack", "zoom", "frameio",
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_each_provider_accepts_its_signature_and_nothing_else(provider: str) -> None:
-    verifier = wv.compile({"provider": provider.upper(), "secret": SECRET})
+    verifier = wv.verifier({"provider": provider.upper(), "secret": SECRET})
     assert verifier is not None and verifier.provider == provider
     assert verifier.verify(signed(provider), BODY, NOW)
     if provider != "gitlab":  # a shared token, not a signature of the body
@@ -125,7 +125,7 @@ def test_each_provider_accepts_its_signature_and_nothing_else(provider: str) -> 
 
 @pytest.mark.parametrize("provider", STAMPED)
 def test_timestamps_must_be_recent(provider: str) -> None:
-    verifier = wv.compile({"provider": provider, "secret": SECRET})
+    verifier = wv.verifier({"provider": provider, "secret": SECRET})
     assert verifier is not None
     assert verifier.verify(signed(provider, now=NOW - 170), BODY, NOW)
     assert not verifier.verify(signed(provider, now=NOW - 200), BODY, NOW)
@@ -136,17 +136,17 @@ def test_svix_signatures_with_a_whsec_secret() -> None:
     raw = b"0123456789abcdef0123456789abcdef"
     secret = "whsec_" + base64.b64encode(raw).decode()
     for provider in ("svix", "clerk"):
-        verifier = wv.compile({"provider": provider, "secret": secret})
+        verifier = wv.verifier({"provider": provider, "secret": secret})
         assert verifier is not None
         assert verifier.verify(svix_headers(raw, BODY, NOW), BODY, NOW)
         assert not verifier.verify(svix_headers(raw, BODY, NOW - 600), BODY, NOW)
         assert not verifier.verify(svix_headers(b"x" * 32, BODY, NOW), BODY, NOW)
-    broken = wv.compile({"provider": "svix", "secret": "whsec_not base64!"})
+    broken = wv.verifier({"provider": "svix", "secret": "whsec_not base64!"})
     assert broken is not None and not broken.verify(svix_headers(raw, BODY, NOW), BODY, NOW)
 
 
 def test_box_allows_ten_minutes() -> None:
-    verifier = wv.compile({"provider": "box", "secret": SECRET})
+    verifier = wv.verifier({"provider": "box", "secret": SECRET})
     assert verifier is not None
     assert verifier.verify(signed("box", now=NOW - 590), BODY, NOW)
     assert not verifier.verify(signed("box", now=NOW - 610), BODY, NOW)
@@ -154,7 +154,7 @@ def test_box_allows_ten_minutes() -> None:
 
 def test_standard_webhooks_for_brex() -> None:
     raw = b"0123456789abcdef0123456789abcdef"
-    verifier = wv.compile({"provider": "brex", "secret": base64.b64encode(raw).decode()})
+    verifier = wv.verifier({"provider": "brex", "secret": base64.b64encode(raw).decode()})
     assert verifier is not None
     headers = [(k.replace(b"svix-", b"Webhook-"), v) for k, v in svix_headers(raw, BODY, NOW)]
     assert verifier.verify(headers, BODY, NOW)
@@ -164,7 +164,7 @@ def test_standard_webhooks_for_brex() -> None:
 
 def test_microsoft_teams_keys_with_the_decoded_token() -> None:
     token = base64.b64encode(b"teams security token").decode()
-    verifier = wv.compile({"provider": "microsoft_teams", "secret": token})
+    verifier = wv.verifier({"provider": "microsoft_teams", "secret": token})
     assert verifier is not None
     sig = base64.b64encode(hmac.new(b"teams security token", BODY, "sha256").digest())
     assert verifier.verify([(b"Authorization", b"HMAC " + sig)], BODY, NOW)
@@ -173,7 +173,7 @@ def test_microsoft_teams_keys_with_the_decoded_token() -> None:
 
 
 def test_mailgun_signs_in_the_body() -> None:
-    verifier = wv.compile({"provider": "mailgun", "secret": SECRET})
+    verifier = wv.verifier({"provider": "mailgun", "secret": SECRET})
     assert verifier is not None
 
     def body(stamp: int, key: str = SECRET) -> bytes:
@@ -190,7 +190,7 @@ def test_sendgrid_verifies_an_ecdsa_signature_with_its_public_key() -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     public = base64.b64encode(key.public_key().public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)).decode()
-    verifier = wv.compile({"provider": "sendgrid", "secret": public})
+    verifier = wv.verifier({"provider": "sendgrid", "secret": public})
     assert verifier is not None
     t = str(NOW).encode()
     sig = base64.b64encode(key.sign(t + BODY, ec.ECDSA(hashes.SHA256())))
@@ -209,8 +209,8 @@ def test_the_api_accepts_exactly_the_providers_the_edge_verifies() -> None:
 
 
 def test_providers_without_a_scheme_here_compile_to_none() -> None:
-    assert wv.compile({"provider": "airship", "secret": SECRET}) is None
-    assert wv.compile({"provider": "plivo", "secret": SECRET}) is None
+    assert wv.verifier({"provider": "airship", "secret": SECRET}) is None
+    assert wv.verifier({"provider": "plivo", "secret": SECRET}) is None
 
 
 # -- schemes that sign the URL the sender called, and the set-up challenges -----------------
@@ -230,7 +230,7 @@ def form_signed(key: bytes, url: bytes, algo: str) -> bytes:
 
 
 def test_twilio_signs_the_url_and_the_sorted_form() -> None:
-    verifier = wv.compile({"provider": "twilio", "secret": SECRET})
+    verifier = wv.verifier({"provider": "twilio", "secret": SECRET})
     assert verifier is not None
     sig = [(b"X-Twilio-Signature", form_signed(SECRET.encode(), URL, "sha1"))]
     assert verifier.verify(FORM_HEADERS + sig, FORM, NOW, b"POST", URL)
@@ -247,18 +247,18 @@ def test_twilio_signs_the_url_and_the_sorted_form() -> None:
 
 def test_mailchimp_square_and_hubspot_sign_the_url() -> None:
     key = SECRET.encode()
-    mandrill = wv.compile({"provider": "mailchimp", "secret": SECRET})
+    mandrill = wv.verifier({"provider": "mailchimp", "secret": SECRET})
     assert mandrill is not None
     sig = [(b"X-Mandrill-Signature", form_signed(key, URL, "sha1"))]
     assert mandrill.verify(FORM_HEADERS + sig, FORM, NOW, b"POST", URL)
     assert not mandrill.verify(FORM_HEADERS + sig, FORM, NOW, b"POST", b"https://other/sms?x=1")
-    sq = wv.compile({"provider": "square", "secret": SECRET})
+    sq = wv.verifier({"provider": "square", "secret": SECRET})
     assert sq is not None
     sig = [(b"x-square-hmacsha256-signature",
             base64.b64encode(hmac.new(key, URL + BODY, "sha256").digest()))]
     assert sq.verify(sig, BODY, NOW, b"POST", URL)
     assert not sq.verify(sig, BODY, NOW, b"POST", URL + b"2")
-    hub = wv.compile({"provider": "hubspot", "secret": SECRET})
+    hub = wv.verifier({"provider": "hubspot", "secret": SECRET})
     assert hub is not None
     ms = str(NOW * 1000).encode()
     sig = [(b"X-HubSpot-Request-Timestamp", ms), (b"X-HubSpot-Signature-v3", base64.b64encode(
@@ -269,7 +269,7 @@ def test_mailchimp_square_and_hubspot_sign_the_url() -> None:
 
 
 def test_twitter_and_dropbox_challenges_are_answered_by_the_edge() -> None:
-    tw = wv.compile({"provider": "twitter", "secret": SECRET})
+    tw = wv.verifier({"provider": "twitter", "secret": SECRET})
     assert tw is not None
     status, headers, body = tw.answer(b"GET", b"/tw?crc_token=abc123") or (0, (), b"")
     assert dict(headers)["Content-Type"] == "application/json"
@@ -281,7 +281,7 @@ def test_twitter_and_dropbox_challenges_are_answered_by_the_edge() -> None:
     sig = [(b"X-Twitter-Webhooks-Signature", b"sha256=" + base64.b64encode(
         hmac.new(SECRET.encode(), BODY, "sha256").digest()))]
     assert tw.verify(sig, BODY, NOW) and not tw.verify(sig, BODY + b" ", NOW)
-    db = wv.compile({"provider": "dropbox", "secret": SECRET})
+    db = wv.verifier({"provider": "dropbox", "secret": SECRET})
     assert db is not None
     assert db.answer(b"GET", b"/d?challenge=xyz%20") == (200, (
         ("Content-Type", "text/plain"), ("X-Content-Type-Options", "nosniff")), b"xyz ")

@@ -4,8 +4,11 @@ of the relay is a sync flush, so server-sent events still arrive as they are wri
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
-from edgeway.edge.h1 import header
+from edgeway.edge import h1
+from edgeway.edge.h1 import Headers, header
+from edgeway.edge.hooks import Compiling, Exchange, Hook
 
 COMPRESSIBLE = ("text/", "application/json", "application/javascript", "application/xml",
                 "application/x-javascript", "image/svg+xml", "application/ld+json")
@@ -53,3 +56,18 @@ class Gzip:
 
     def end(self) -> bytes:
         return self._z.flush(zlib.Z_FINISH)
+
+
+class Compression(Hook):
+    name = "compression"
+
+    def response(self, x: Exchange, status: int, headers: Headers) -> Headers:
+        if h1.bodiless(status, x.req.method) or not wanted(x.req.headers, status, headers,
+                                                            False):
+            return headers
+        x.gzip = Gzip()
+        return rewrite(headers)
+
+
+def compile(module: dict[str, Any], ctx: Compiling) -> Compression:
+    return Compression()

@@ -17,6 +17,10 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
+from edgeway.edge.h1 import Headers
+from edgeway.edge.hooks import Compiling, Exchange, Hook, Verdict
+from edgeway.edge.pages import Fixed, page
+
 CALLBACK = "/.edgeway/oidc/callback"
 LOGOUT = "/.edgeway/oidc/logout"
 IDENTITY = (b"edgeway-auth-user-id", b"edgeway-auth-user-email", b"edgeway-auth-user-name")
@@ -56,7 +60,7 @@ class Config:
         return self.prefix + "oidc_state"
 
 
-def compile(module: dict[str, Any]) -> Config:
+def config(module: dict[str, Any]) -> Config:
     scopes = [str(s) for s in module.get("scopes") or ["profile", "email"]]
     return Config(
         str(module.get("issuer", "")).rstrip("/"), str(module.get("client_id", "")),
@@ -68,6 +72,32 @@ def compile(module: dict[str, Any]) -> Config:
         bool(module.get("options_passthrough")),
         tuple(str(e).lower() for e in module.get("allow_emails") or []),
         tuple(str(d).lower().lstrip("@") for d in module.get("allow_domains") or []))
+
+
+@dataclass(frozen=True)
+class Login(Hook):
+    """The login on traffic: a request without a valid session is sent to the provider; the
+    callback and logout paths are answered by the edge; a signed-in user's request goes on
+    with their identity (and a renewed session cookie on its response)."""
+    name = "oidc"
+    config: Config
+
+    async def request(self, x: Exchange) -> Verdict:
+        gate = x.services.login
+        if gate is None:  # (only HTTPS edges have routes, and a login)
+            return page(503, "Not available", "Logins need HTTPS.", 4008)
+        outcome = await gate.check(self.config, x.req)
+        if isinstance(outcome, Fixed):
+            return outcome
+        x.req, x.renew = outcome
+        return None
+
+    def response(self, x: Exchange, status: int, headers: Headers) -> Headers:
+        return headers + [(k.encode(), v.encode()) for k, v in x.renew] if x.renew else headers
+
+
+def compile(module: dict[str, Any], ctx: Compiling) -> Login:
+    return Login(config(module))
 
 
 def _b64(data: bytes) -> str:

@@ -1,12 +1,27 @@
-"""The response_headers module: the same shape as request_headers, applied to responses."""
+"""The response_headers module: the shape of request_headers, applied to the response head."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from edgeway.edge.modules import request_headers
-from edgeway.edge.modules.request_headers import HeaderChange
+from edgeway.edge.h1 import Headers
+from edgeway.edge.hooks import Compiling, Exchange, Hook
+from edgeway.edge.modules.request_headers import change
 
 
-def compile(module: dict[str, Any]) -> HeaderChange:
-    return request_headers.compile(module)
+@dataclass(frozen=True)
+class ResponseHeaders(Hook):
+    name = "response_headers"
+    add: tuple[tuple[bytes, bytes], ...] = ()
+    remove: frozenset[bytes] = frozenset()
+
+    def response(self, x: Exchange, status: int, headers: Headers) -> Headers:
+        kept = [(k, v) for k, v in headers if k.lower() not in self.remove]
+        return kept + list(self.add)
+
+
+def compile(module: dict[str, Any], ctx: Compiling | None = None) -> ResponseHeaders | None:
+    out = ResponseHeaders(change(module),
+                          frozenset(str(h).lower().encode() for h in module.get("remove") or []))
+    return out if out.add or out.remove else None

@@ -1,5 +1,5 @@
 """The user_agent_filter module: regular expressions compiled when the snapshot is built; a
-deny match refuses, and when there are allow patterns one of them must match."""
+deny match refuses (403), and when there are allow patterns one of them must match."""
 
 from __future__ import annotations
 
@@ -7,9 +7,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from edgeway.edge.h1 import Headers, header
+from edgeway.edge.hooks import Compiling, Hook
+from edgeway.edge.pages import Fixed, page
+
 
 @dataclass(frozen=True)
-class UserAgents:
+class UserAgents(Hook):
+    name = "user_agent_filter"
     allow: tuple[re.Pattern[str], ...]
     deny: tuple[re.Pattern[str], ...]
 
@@ -18,7 +23,12 @@ class UserAgents:
             return False
         return not self.allow or any(p.search(user_agent) for p in self.allow)
 
+    def check(self, ip: str, headers: Headers) -> Fixed | None:
+        if self.allows(header(headers, b"user-agent").decode("latin-1")):
+            return None
+        return page(403, "Forbidden", "Your user agent may not access this site.", 4007)
 
-def compile(module: dict[str, Any]) -> UserAgents:
+
+def compile(module: dict[str, Any], ctx: Compiling | None = None) -> UserAgents:
     return UserAgents(tuple(re.compile(p) for p in module.get("allow") or []),
                       tuple(re.compile(p) for p in module.get("deny") or []))

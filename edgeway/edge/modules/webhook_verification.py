@@ -5,16 +5,20 @@ of its provider over the exact body received (the edge reads the body whole firs
 Providers are verified by the schemes of ``webhook_schemes`` (the body and headers),
 ``webhook_urls`` (the URL the sender called, and the set-up challenges the edge answers) and
 ``sns`` (a certificate the sender serves). The API accepts exactly these providers
-(``edgeway.catalog.modules.webhook``). ``compile`` returns None for any other (one stored
-before it was refused, or an agent's bind), whose routes are then refused rather than
-served unverified.
+(``edgeway.catalog.modules.webhook``). Any other (one stored before it was refused, or an
+agent's bind) compiles to an ``Unenforced`` hook: its routes are refused rather than served
+unverified.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from edgeway.edge import h1
+from edgeway.edge.h1 import header
+from edgeway.edge.hooks import Compiling, Exchange, Hook, Unenforced, Verdict
 from edgeway.edge.modules.webhook_schemes import PROVIDERS, Headers
 from edgeway.edge.modules.webhook_urls import (
     CHALLENGES,
@@ -24,6 +28,7 @@ from edgeway.edge.modules.webhook_urls import (
     UrlCheck,
     body_only,
 )
+from edgeway.edge.pages import Fixed, page
 
 MAX_BODY = 10 << 20
 CERTIFIED = frozenset({"sns"})  # signed by a certificate the sender serves: edgeway.edge.sns
@@ -31,22 +36,56 @@ NAMES = frozenset(PROVIDERS) | frozenset(URL_SCHEMES) | CERTIFIED  # what the AP
 
 
 @dataclass(frozen=True)
-class Verifier:
+class Verifier(Hook):
+    name = "webhook_verification"
     provider: str
     secret: bytes
-    check: UrlCheck
+    signed: UrlCheck  # the provider's scheme: (secret, headers, body, now, method, url)
     challenge: Challenge | None = None
 
     def verify(self, headers: Headers, body: bytes, now: float, method: bytes = b"POST",
                url: bytes = b"") -> bool:
-        return self.check(self.secret, headers, body, now, method, url)
+        return self.signed(self.secret, headers, body, now, method, url)
 
     def answer(self, method: bytes, target: bytes) -> Answer | None:
         """The edge's own answer to the sender's set-up challenge, if this is one."""
         return self.challenge(self.secret, method, target) if self.challenge else None
 
+    async def request(self, x: Exchange) -> Verdict:
+        """Answer the sender's set-up challenge, or read the body whole (``x.body``) and
+        refuse it unless its signature is valid."""
+        req = x.req
+        challenged = self.answer(req.method, req.target)
+        if challenged is not None:
+            return Fixed(*challenged)
+        length = header(req.headers, b"content-length")
+        too_long = length.isdigit() and int(length) > MAX_BODY  # known before reading
+        if req.body and not too_long and not req.http10 \
+                and header(req.headers, b"expect").lower() == b"100-continue":
+            x.interim(b"HTTP/1.1 100 Continue\r\n\r\n")
+        body = None if too_long else await x.read_body(MAX_BODY)
+        if body is None:
+            return page(413, "Payload too large", "Webhook bodies are verified whole, up to "
+                        f"{MAX_BODY} bytes.", 4013, (("Connection", "close"),))
+        x.body = body
+        url = b"%b://%b%b" % (x.scheme.encode(), header(req.headers, b"host"), req.target)
+        valid = await x.services.sns.verify(body) if self.provider == "sns" else \
+            self.verify(req.headers, body, time.time(), req.method, url)
+        if not valid:
+            return page(403, "Forbidden", f"The request does not carry a valid {self.provider} "
+                        "webhook signature.", 3204)
+        x.req = h1.with_length(req, len(body))
+        return None
 
-def compile(module: dict[str, Any]) -> Verifier | None:
+
+def compile(module: dict[str, Any], ctx: Compiling) -> Verifier | Unenforced:
+    """The module's verifier; ``Unenforced`` when its provider is not one this edge
+    verifies."""
+    return verifier(module) or Unenforced(
+        f"webhook_verification (provider '{module.get('provider')}')")
+
+
+def verifier(module: dict[str, Any]) -> Verifier | None:
     """The module's verifier; None when its provider is not one this edge verifies."""
     provider = str(module.get("provider", "")).lower()
     if provider in CERTIFIED:  # (the edge checks these itself, with the sender's certificate)

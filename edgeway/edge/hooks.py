@@ -1,0 +1,142 @@
+"""What an edge module is on traffic: a ``Hook``, compiled once from the module's configuration
+(``compile(config, Compiling) -> Hook | None`` in each ``edge/modules/<name>.py``), with the
+phases it takes part in. ``edge/pipeline.py`` states their order; the HTTP edge, the router
+and the TCP/TLS listeners run the phases by looping over a plan's hooks.
+
+Phases (each optional; the defaults let everything through unchanged):
+
+- ``connect(ip, port)``: a TCP or TLS connection to an edge or tunnel; False closes it.
+- ``check(ip, headers)``: an HTTP request, before a backend is chosen; a ``Fixed`` answer
+  refuses it (IP and user agent rules, basic auth, an open circuit, an unenforced module).
+- ``request(exchange)``: after routing, in order; may change ``exchange.req``, read the body
+  whole (``exchange.body``), answer (``Fixed``), close the connection (``CLOSE``) or take it
+  over (``Takeover``, e.g. a WebSocket carried to a TCP backend).
+- ``upstream(exchange, headers)``: the request head as it goes to the upstream (after the
+  edge's ``X-Forwarded-*`` headers); returns the headers.
+- ``response(exchange, status, headers)``: the response head, in reverse order (the module
+  that saw the request first sees the response last, as middleware stacks do); returns the
+  headers; it may also set ``exchange.gzip``.
+- ``outcome(exchange, failed)``: once per forwarded request, when its final response head
+  arrives (``failed``: a server error) or it failed without one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from edgeway.edge.h1 import Request
+from edgeway.edge.pages import Fixed, page
+from edgeway.tunnel.restrict import Network
+
+if TYPE_CHECKING:
+    from edgeway.edge.modules.circuit_breaker import Breakers
+    from edgeway.edge.modules.compression import Gzip
+    from edgeway.edge.modules.sns import SnsVerifier
+    from edgeway.edge.modules.traffic_policy import RateLimits
+    from edgeway.edge.oidc_login import OidcGate
+    from edgeway.tunnel.pipes import Pipe
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class Close:
+    """A request hook's verdict: close the public connection without an answer."""
+
+
+CLOSE = Close()
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """A request hook's verdict: the connection becomes ``run``'s, with a pipe to the
+    route's target (reader, writer, request, bytes read past its head, pipe)."""
+    run: Callable[[asyncio.StreamReader, asyncio.StreamWriter, Request, bytes, Pipe],
+                  Awaitable[None]]
+
+
+Verdict = Fixed | Close | Takeover | None
+
+
+@dataclass
+class Services:
+    """What request hooks reach beyond the request: the login flow, the SNS certificate
+    cache and the rate-limit windows (one of each per HTTP edge)."""
+    login: OidcGate | None
+    sns: SnsVerifier
+    limits: RateLimits
+
+
+@dataclass
+class Exchange:
+    """One request on its way through the hooks, and what they keep for its response."""
+    req: Request
+    ip: str
+    port: int
+    scheme: str
+    services: Services
+    # the body, read whole (its end taken) by a hook, or None
+    read_body: Callable[[int], Awaitable[bytes | None]]
+    interim: Callable[[bytes], None]  # writes a 1xx head (100 Continue) to the client
+    body: bytes | None = None
+    env: dict[str, Any] | None = None  # the traffic policy's CEL variables
+    renew: tuple[tuple[str, str], ...] = ()  # headers a login adds to the response
+    gzip: Gzip | None = None  # the response body is gzipped (set by the compression hook)
+
+
+class Hook:
+    """A compiled module; subclasses override the phases they take part in."""
+    name: ClassVar[str] = ""
+
+    def connect(self, ip: str, port: int) -> bool:
+        return True
+
+    def check(self, ip: str, headers: Headers) -> Fixed | None:
+        return None
+
+    async def request(self, x: Exchange) -> Verdict:
+        return None
+
+    def upstream(self, x: Exchange, headers: Headers) -> Headers:
+        return headers
+
+    def response(self, x: Exchange, status: int, headers: Headers) -> Headers:
+        return headers
+
+    def outcome(self, x: Exchange, failed: bool) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Unenforced(Hook):
+    """A module this edge does not enforce (or a configuration of one it cannot honour):
+    HTTP requests get a 503 naming it and connections are closed, never served
+    unprotected."""
+    name = "unenforced"
+    what: str
+
+    def connect(self, ip: str, port: int) -> bool:
+        return False
+
+    def check(self, ip: str, headers: Headers) -> Fixed | None:
+        return page(503, "Not available", f"This route requires the {self.what} module, "
+                    "which this edge does not enforce yet; traffic is refused rather than let "
+                    "through unprotected.", 4008)
+
+
+@dataclass
+class Compiling:
+    """What a module's ``compile`` may need besides its configuration: the IP policies'
+    rules, the key of what it belongs to (a route, edge or tunnel id: rate-limit windows and
+    breaker counts are its own) and where breaker counts are kept (None: new ones)."""
+    rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
+    key: str = ""
+    breakers: Breakers | None = None
+
+
+def overrides(hook: Hook, phase: str) -> bool:
+    """Whether ``hook`` takes part in ``phase`` (plans keep a tuple of hooks per phase, so
+    the request path loops only over those)."""
+    return getattr(type(hook), phase) is not getattr(Hook, phase)

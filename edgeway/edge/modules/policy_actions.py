@@ -1,0 +1,348 @@
+"""The traffic policy's actions, compiled once: each phase has a table (``ACTIONS``) from an
+action's type to a function that takes its ``config`` (and the policy's key) and returns the
+closure the request path runs, with status codes, rates, networks and patterns already
+parsed. A configuration this edge cannot honour raises ``Unsupported``; the policy is then
+refused whole (never run with an action left out).
+
+Request actions return True when they end the request phase (an answer of the edge's own, or
+closing the connection); response actions return the response's headers; TCP actions return
+False to close the connection.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import cel
+import structlog
+
+from edgeway.catalog.modules.policy import REQ, RES, TCP
+
+log = structlog.get_logger()
+Headers = list[tuple[bytes, bytes]]
+Env = dict[str, Any]
+_INTERPOLATION = re.compile(r"\$\{(.*?)\}")
+_GROUP = re.compile(r"\$\{?(\d+)\}?")
+_RATE = re.compile(r"^(\d+)(ms|s|m|h)$")
+
+
+class Unsupported(Exception):
+    """An action (or an option of one) this edge does not enforce."""
+
+
+@dataclass
+class Outcome:
+    """What on_http_request decided: an answer of its own (``status`` set), closing the
+    connection, or the request to forward (headers and target possibly changed)."""
+    headers: Headers
+    target: bytes
+    status: int = 0
+    answer_headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    close: bool = False
+
+
+class RateLimits:
+    """Sliding windows of request times per (policy, limit name, bucket key)."""
+
+    def __init__(self, max_buckets: int = 100_000) -> None:
+        self._hits: dict[tuple[str, str, str], deque[float]] = {}
+        self.max_buckets = max_buckets
+
+    def allow(self, key: tuple[str, str, str], capacity: int, window: float, now: float
+              ) -> float:
+        """0 when allowed (and counted); else the seconds until a slot frees."""
+        hits = self._hits.get(key)
+        if hits is None:
+            if len(self._hits) >= self.max_buckets:
+                self._hits.clear()  # bounded memory: forget every window at once
+            hits = self._hits[key] = deque()
+        while hits and hits[0] <= now - window:
+            hits.popleft()
+        if len(hits) >= capacity:
+            return hits[0] + window - now
+        hits.append(now)
+        return 0.0
+
+
+RequestAction = Callable[[Env, Outcome, RateLimits, float], bool]
+ResponseAction = Callable[[Env, Headers], Headers]
+TcpAction = Callable[[Env], bool]
+
+
+# -- the pieces actions share ---------------------------------------------------------------
+
+def _eval(expr: str, env: Env) -> Any:
+    try:
+        return cel.evaluate(expr, env)
+    except Exception:
+        return ""
+
+
+def interpolate(text: str, env: Env) -> str:
+    return _INTERPOLATION.sub(lambda m: str(_eval(m[1], env)), text) if "${" in text else text
+
+
+def _interpolated(value: Any, env: Env) -> Any:
+    if isinstance(value, str):
+        return interpolate(value, env)
+    if isinstance(value, dict):
+        return {str(k): _interpolated(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolated(v, env) for v in value]
+    return value
+
+
+def _groups(replacement: str) -> str:
+    """RE2-style ``$1``/``${1}`` group references as Python's ``\\g<1>``."""
+    return _GROUP.sub(lambda m: f"\\g<{m[1]}>", replacement.replace("\\", "\\\\"))
+
+
+def seconds(rate: str) -> float:
+    m = _RATE.match(rate.strip())
+    if not m:
+        raise Unsupported(f"rate {rate!r}")
+    return int(m[1]) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m[2]]
+
+
+def _pattern(text: Any) -> re.Pattern[str]:
+    try:
+        return re.compile(str(text))
+    except re.error as exc:
+        raise Unsupported(f"pattern {text!r}: {exc}") from None
+
+
+def _status(cfg: dict[str, Any], default: int) -> int:
+    try:
+        return int(cfg.get("status_code", default))
+    except (TypeError, ValueError):
+        raise Unsupported(f"status_code {cfg.get('status_code')!r}") from None
+
+
+Networks = tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+
+
+def networks(cfg: dict[str, Any]) -> tuple[Networks, Networks]:
+    """restrict-ips' allowed and denied networks (by CIDR; IP policies by id are the
+    ip_restriction module's)."""
+    if cfg.get("ip_policies"):
+        raise Unsupported("ip_policies (use the ip_restriction module)")
+    try:
+        return (tuple(ipaddress.ip_network(c, strict=False) for c in cfg.get("allow") or []),
+                tuple(ipaddress.ip_network(c, strict=False) for c in cfg.get("deny") or []))
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from None
+
+
+def ip_allowed(ip: str, allow: Networks, deny: Networks) -> bool:
+    """In an allowed network (when any are listed) and in no denied one."""
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    if any(addr in n for n in deny):
+        return False
+    return not allow or any(addr in n for n in allow)
+
+
+def _header_values(cfg: dict[str, Any]) -> tuple[tuple[bytes, str], ...]:
+    return tuple((str(k).encode(), str(v)) for k, v in (cfg.get("headers") or {}).items())
+
+
+def _header_names(cfg: dict[str, Any]) -> frozenset[bytes]:
+    return frozenset(str(h).lower().encode() for h in cfg.get("headers") or [])
+
+
+def _logger(phase: str, cfg: dict[str, Any], key: str) -> Callable[[Env], None]:
+    """The ``log`` action: one line with the action's ``metadata`` (an object stays an
+    object; ``${...}`` in its strings is interpolated)."""
+    metadata = cfg.get("metadata", {})
+
+    def write(env: Env) -> None:
+        log.info("policy_log", policy=key, phase=phase, metadata=_interpolated(metadata, env))
+    return write
+
+
+# -- on_http_request ------------------------------------------------------------------------
+
+def _deny(cfg: dict[str, Any], _key: str) -> RequestAction:
+    status = _status(cfg, 403)
+    body = f"Denied by the traffic policy ({status}).\n".encode()
+
+    def run(_env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
+        out.status, out.body = status, body
+        return True
+    return run
+
+
+def _custom_response(cfg: dict[str, Any], _key: str) -> RequestAction:
+    status, content, headers = _status(cfg, 200), str(cfg.get("content", "")), \
+        _header_values(cfg)
+
+    def run(env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
+        out.status, out.body = status, interpolate(content, env).encode()
+        out.answer_headers = [(k.decode(), interpolate(v, env)) for k, v in headers]
+        return True
+    return run
+
+
+def _close(_cfg: dict[str, Any], _key: str) -> RequestAction:
+    def run(_env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
+        out.close = True
+        return True
+    return run
+
+
+def _redirect(cfg: dict[str, Any], _key: str) -> RequestAction:
+    pattern = _pattern(cfg["from"]) if cfg.get("from") else None
+    status, to, headers = _status(cfg, 302), str(cfg.get("to", "")), _header_values(cfg)
+
+    def run(env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
+        url = env["req"]["url"]["raw"]
+        if pattern is not None and not pattern.search(url):
+            return False
+        target = interpolate(to, env)
+        location = pattern.sub(_groups(target), url, count=1) if pattern else target
+        out.status = status
+        out.answer_headers = [("Location", location),
+                              *((k.decode(), interpolate(v, env)) for k, v in headers)]
+        return True
+    return run
+
+
+def _url_rewrite(cfg: dict[str, Any], _key: str) -> RequestAction:
+    pattern, to = _pattern(cfg.get("from", "")), str(cfg.get("to", ""))
+
+    def run(env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
+        url = env["req"]["url"]["raw"]
+        if pattern.search(url):
+            new = urlsplit(pattern.sub(_groups(interpolate(to, env)), url, count=1))
+            out.target = ((new.path or "/") + (f"?{new.query}" if new.query else "")).encode()
+        return False
+    return run
+
+
+def _add_headers(cfg: dict[str, Any], _key: str) -> RequestAction:
+    headers = _header_values(cfg)
+
+    def run(env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
+        out.headers += [(k, interpolate(v, env).encode()) for k, v in headers]
+        return False
+    return run
+
+
+def _remove_headers(cfg: dict[str, Any], _key: str) -> RequestAction:
+    drop = _header_names(cfg)
+
+    def run(_env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
+        out.headers = [(k, v) for k, v in out.headers if k.lower() not in drop]
+        return False
+    return run
+
+
+def _restrict_ips(cfg: dict[str, Any], _key: str) -> RequestAction:
+    allow, deny = networks(cfg)
+
+    def run(env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
+        if ip_allowed(env["conn"]["client_ip"], allow, deny):
+            return False
+        out.status, out.body = 403, b"Your IP address may not access this site.\n"
+        return True
+    return run
+
+
+def _rate_limit(cfg: dict[str, Any], key: str) -> RequestAction:
+    window = seconds(str(cfg.get("rate", "")))
+    try:
+        capacity = int(cfg.get("capacity", 0))
+    except (TypeError, ValueError):
+        capacity = 0
+    if capacity <= 0:
+        raise Unsupported(f"capacity {cfg.get('capacity')!r}")
+    name, keys = str(cfg.get("name", "")), [str(k) for k in cfg.get("bucket_key") or []]
+
+    def run(env: Env, out: Outcome, limits: RateLimits, now: float) -> bool:
+        bucket = "|".join(str(_eval(k, env)) for k in keys)
+        wait = limits.allow((key, name, bucket), capacity, window, now)
+        if not wait:
+            return False
+        out.status, out.body = 429, b"Too many requests.\n"
+        out.answer_headers = [("Retry-After", str(max(1, int(wait + 0.999))))]
+        return True
+    return run
+
+
+def _request_log(cfg: dict[str, Any], key: str) -> RequestAction:
+    write = _logger(REQ, cfg, key)
+
+    def run(env: Env, _out: Outcome, _limits: RateLimits, _now: float) -> bool:
+        write(env)
+        return False
+    return run
+
+
+# -- on_http_response -----------------------------------------------------------------------
+
+def _response_add(cfg: dict[str, Any], _key: str) -> ResponseAction:
+    headers = _header_values(cfg)
+    return lambda env, out: out + [(k, interpolate(v, env).encode()) for k, v in headers]
+
+
+def _response_remove(cfg: dict[str, Any], _key: str) -> ResponseAction:
+    drop = _header_names(cfg)
+    return lambda _env, out: [(k, v) for k, v in out if k.lower() not in drop]
+
+
+def _response_log(cfg: dict[str, Any], key: str) -> ResponseAction:
+    write = _logger(RES, cfg, key)
+
+    def run(env: Env, out: Headers) -> Headers:
+        write(env)
+        return out
+    return run
+
+
+# -- on_tcp_connect -------------------------------------------------------------------------
+
+def _tcp_refuse(_cfg: dict[str, Any], _key: str) -> TcpAction:
+    return lambda _env: False
+
+
+def _tcp_restrict(cfg: dict[str, Any], _key: str) -> TcpAction:
+    allow, deny = networks(cfg)
+    return lambda env: ip_allowed(env["conn"]["client_ip"], allow, deny)
+
+
+def _tcp_log(cfg: dict[str, Any], key: str) -> TcpAction:
+    write = _logger(TCP, cfg, key)
+
+    def run(env: Env) -> bool:
+        write(env)
+        return True
+    return run
+
+
+ACTIONS: dict[str, dict[str, Callable[[dict[str, Any], str], Any]]] = {
+    REQ: {"deny": _deny, "custom-response": _custom_response, "redirect": _redirect,
+          "url-rewrite": _url_rewrite, "add-headers": _add_headers,
+          "remove-headers": _remove_headers, "restrict-ips": _restrict_ips,
+          "rate-limit": _rate_limit, "close-connection": _close, "log": _request_log},
+    RES: {"add-headers": _response_add, "remove-headers": _response_remove,
+          "log": _response_log},
+    TCP: {"deny": _tcp_refuse, "restrict-ips": _tcp_restrict, "close-connection": _tcp_refuse,
+          "log": _tcp_log},
+}
+
+
+def compile_action(phase: str, kind: str, cfg: dict[str, Any], key: str) -> Any:
+    """The closure of one action; ``Unsupported`` when this edge does not enforce it."""
+    make = ACTIONS.get(phase, {}).get(kind)
+    if make is None:
+        raise Unsupported(kind)
+    return make(cfg, key)
