@@ -31,7 +31,6 @@ from edgeway.edge.answers import (
     bad_gateway,
     fixed,
     local_answer,
-    relay_response,
 )
 from edgeway.edge.client import ClientWatch, Deadline, next_event, read_body
 from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, header
@@ -42,6 +41,7 @@ from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.oidc_login import OidcGate
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pool import Pool, Upstream
+from edgeway.edge.relay import Relay
 from edgeway.edge.router import Decision, Edge, EdgeRouter, Static
 from edgeway.restrictions import Restrictions
 from edgeway.tunnel.muxado.aio import StreamClosed
@@ -311,8 +311,8 @@ class HttpEdge:
                                                            deadline))
             elif not req.upgrade:  # (after a 101 the splice reads the client)
                 watch = ClientWatch(parser, reader, upstream.pipe)
-            keep, fate = await relay_response(parser, writer, reader, x, decision.plan,
-                                              upstream, body, retry, watch)
+            keep, fate = await Relay(parser, writer, reader, x, decision.plan, upstream, body,
+                                     retry, watch).run()
             return keep
         finally:
             if watch is not None:

@@ -252,32 +252,37 @@ class EdgeRouter:
         """Who answers an HTTP request arriving on the ``scheme`` listener (over TLS whose
         server name chose ``tls_edge``, if it named an HTTPS edge)."""
         host = request_host(req.headers)
-        path = req.target.decode("latin-1").split("?", 1)[0]
         if req.method == b"CONNECT":
             return Decision(page(405, "Method not allowed", "CONNECT is not proxied.", 4005))
         snap = await self.current()
         edge = snap.https.get(host) if scheme == "https" else None
-        if edge is not None and edge.plan.client_cas and not (
+        if edge is None:
+            return self._agent(req, ip, scheme, https_port, host)
+        if edge.plan.client_cas and not (
                 tls_edge is not None and tls_edge.id == edge.id
                 and tls_edge.plan.client_cas == edge.plan.client_cas):
             return Decision(page(421, "Misdirected request", f"{host} requires a client "
                                  "certificate, checked in the TLS handshake: connect with "
                                  f"{host} as the TLS server name.", 4012))
-        if edge is not None:
-            route = self.route(edge, host, path)
-            if path in (oidc.CALLBACK, oidc.LOGOUT):  # the login route's, wherever it matches
-                route = next((r for r in edge.routes if r.plan.find(oidc.Login)), route)
-            if route is None:
-                return Decision(page(404, "No route", f"The edge for {host} has no route "
-                                     f"matching {path}.", 4004))
-            refusal = route.plan.check(ip, req.headers)
-            if refusal is not None:
-                return Decision(refusal)
-            target = self.target(snap, route.plan)
-            if target is None:
-                return Decision(page(502, "No tunnel", f"No live tunnel or backend serves "
-                                     f"{host}{path} right now.", 4009))
-            return Decision(target, "https", "https", route.plan)
+        path = req.target.decode("latin-1").split("?", 1)[0]
+        route = self.route(edge, host, path)
+        if path in (oidc.CALLBACK, oidc.LOGOUT):  # the login route's, wherever it matches
+            route = next((r for r in edge.routes if r.plan.find(oidc.Login)), route)
+        if route is None:
+            return Decision(page(404, "No route", f"The edge for {host} has no route "
+                                 f"matching {path}.", 4004))
+        refusal = route.plan.check(ip, req.headers)
+        if refusal is not None:
+            return Decision(refusal)
+        target = self.target(snap, route.plan)
+        if target is None:
+            return Decision(page(502, "No tunnel", f"No live tunnel or backend serves "
+                                 f"{host}{path} right now.", 4009))
+        return Decision(target, "https", "https", route.plan)
+
+    def _agent(self, req: Request, ip: str, scheme: str, https_port: int, host: str
+               ) -> Decision:
+        """A request for a name no HTTPS edge serves: an agent's tunnel bound to it."""
         tunnel = self.agent_tunnel(host)
         if tunnel is None:
             return Decision(page(404, "Tunnel not found", f"No tunnel is bound to {host}.",

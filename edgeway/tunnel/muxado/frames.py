@@ -24,6 +24,7 @@ SYN = 0x2
 
 HEADER = struct.Struct(">II")
 U32 = struct.Struct(">I")
+_unpack_header = HEADER.unpack_from
 
 
 class FrameType(IntEnum):
@@ -244,23 +245,30 @@ class Decoder:
 
     def _frames(self) -> list[RawFrame]:
         rx = self._rx
-        view, pos, end = rx.view, rx.start, rx.end
-        unpack, max_body = HEADER.unpack_from, self._max_body
+        view, pos, end, max_body = rx.view, rx.start, rx.end, self._max_body
         out: list[RawFrame] = []
         need = 8
         while end - pos >= 8:
-            word, stream_id = unpack(view, pos)
-            length = word >> 8
-            if length > max_body:
-                raise ProtocolError(ErrorCode.FRAME_SIZE, f"frame body of {length} bytes")
-            if end - pos - 8 < length:
-                need = 8 + length
+            word, stream_id, at, stop = scan(view, pos, max_body)
+            if stop > end:
+                need = stop - pos
                 break
-            body = view[pos + 8:pos + 8 + length].tobytes()
-            pos += 8 + length
+            body = view[at:stop].tobytes()
+            pos = stop
             ftype = (word >> 4) & 0xF
-            stream_id &= MAX_STREAM_ID
             check(ftype, stream_id, body)
             out.append((ftype, word & 0xF, stream_id, body))
         rx.parsed(pos, need)
         return out
+
+
+def scan(view: memoryview, pos: int, max_body: int) -> tuple[int, int, int, int]:
+    """The frame whose header starts at ``pos`` (8 bytes there at least): (its header word:
+    length, type and flags; its stream id; where its body starts; where it ends, which may be
+    past the bytes received: then the frame is not whole yet). A body over ``max_body`` bytes
+    is a FRAME_SIZE error. The one frame reader: ``Decoder`` and the session's parser."""
+    word, stream_id = _unpack_header(view, pos)
+    length = word >> 8
+    if length > max_body:
+        raise ProtocolError(ErrorCode.FRAME_SIZE, f"frame body of {length} bytes")
+    return word, stream_id & MAX_STREAM_ID, pos + 8, pos + 8 + length

@@ -50,7 +50,6 @@ after the batch's other events).
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -60,7 +59,6 @@ from edgeway.tunnel.muxado.frames import (
     FIN,
     HEADER,
     MAX_INCREMENT,
-    MAX_STREAM_ID,
     SYN,
     U32,
     ErrorCode,
@@ -68,6 +66,7 @@ from edgeway.tunnel.muxado.frames import (
     FrameType,
     ProtocolError,
     error_code,
+    scan,
 )
 
 WINDOW = 256 * 1024
@@ -76,7 +75,7 @@ MIN_SEND = 32 * 1024
 
 _DATA_WORD = FrameType.DATA << 4
 _WNDINC_HEAD = (4 << 8) | (FrameType.WNDINC << 4)
-_HEAD_WORD = struct.Struct(">III")  # a header and the first body word (a WNDINC's increment)
+_U32_AT = U32.unpack_from
 
 
 @dataclass(slots=True)
@@ -312,55 +311,33 @@ class Session:
         return ConnectionLost(code, reason)
 
     def _parse(self) -> list[Event]:
-        """Handle the whole frames received. DATA and WNDINC on open streams are handled
-        inline (what bulk transfers are made of); consecutive DATA frames of one stream become
-        one ``DataReceived``; anything else goes through ``frames.check`` and ``_handle``."""
+        """Handle the whole frames received (read by ``frames.scan``). DATA and WNDINC on
+        open streams are handled inline (what bulk transfers are made of); consecutive DATA
+        frames of one stream become one ``DataReceived``; anything else goes through
+        ``frames.check`` and ``_handle``."""
         rx, streams = self._rx, self._streams
         events: list[Event] = []
-        view, pos, end = rx.view, rx.start, rx.end
-        unpack, unpack3, max_body = HEADER.unpack_from, _HEAD_WORD.unpack_from, self._max_body
-        opened: dict[int, _Stream] = {}
-        run_id, run = 0, list[memoryview]()  # DATA bodies of one stream not yet made an event
+        view, pos, end, max_body = rx.view, rx.start, rx.end, self._max_body
+        opened: dict[int, _Stream] = {}  # streams whose send window grew
+        run = _Run(events)  # DATA bodies of one stream not yet made an event
         need = 8
         try:
             while end - pos >= 8:
-                if end - pos >= 12:
-                    word, sid, increment = unpack3(view, pos)
-                    if word == _WNDINC_HEAD:  # a whole WNDINC without flags: inline
-                        sid &= MAX_STREAM_ID
-                        s = streams.get(sid)
-                        if sid and 0 < increment <= MAX_INCREMENT and (
-                                s is None or s.send_window + increment <= MAX_INCREMENT):
-                            if s is not None:
-                                s.send_window += increment
-                                opened[sid] = s
-                            pos += 12
-                            continue
-                else:
-                    word, sid = unpack(view, pos)
-                length = word >> 8
-                if length > max_body:
-                    raise ProtocolError(ErrorCode.FRAME_SIZE, f"frame body of {length} bytes")
-                if end - pos - 8 < length:
-                    need = 8 + length
+                word, sid, at, stop = scan(view, pos, max_body)
+                if stop > end:
+                    need = stop - pos
                     break
-                at = pos + 8
-                pos = at + length
-                sid &= MAX_STREAM_ID
+                pos = stop
+                if word == _WNDINC_HEAD and self._window(sid, _U32_AT(view, at)[0], opened):
+                    continue
                 if word & 0xFF == _DATA_WORD:  # DATA without flags
                     s = streams.get(sid)
-                    if s is not None and s.remote_open and length <= s.recv_window:
-                        if length:
-                            s.recv_window -= length
-                            if run and sid != run_id:
-                                events.append(DataReceived(run_id, _join(run)))
-                                run = []
-                            run_id = sid
-                            run.append(view[at:pos])
+                    if s is not None and s.remote_open and pos - at <= s.recv_window:
+                        if pos > at:
+                            s.recv_window -= pos - at
+                            run.add(sid, view[at:pos])
                         continue
-                if run:
-                    events.append(DataReceived(run_id, _join(run)))
-                    run = []
+                run.end()
                 body = view[at:pos].tobytes()
                 ftype, flags = (word >> 4) & 0xF, word & 0xF
                 if ftype == DATA_T and sid:  # SYN or FIN, or not for an open stream
@@ -368,13 +345,11 @@ class Session:
                 else:
                     events += self._handle(frames.check(ftype, sid, body), flags, sid, body)
         except ProtocolError as exc:
-            if run:
-                events.append(DataReceived(run_id, _join(run)))
+            run.end()
             rx.clear()
             events.append(self._fail(exc.code, str(exc)))
             return events
-        if run:
-            events.append(DataReceived(run_id, _join(run)))
+        run.end()
         rx.parsed(pos, need)
         if opened and not self.closed:
             # Several increments in one read: the data they release goes out once.
@@ -383,6 +358,18 @@ class Session:
                     self._flush(sid, s)
                     events.append(WindowOpened(sid))
         return events
+
+    def _window(self, sid: int, increment: int, opened: dict[int, _Stream]) -> bool:
+        """A WNDINC without flags, handled inline when it is valid (else False: ``_handle``
+        gives the error); its stream's data goes out once the read is parsed."""
+        s = self._streams.get(sid)
+        if not sid or not 0 < increment <= MAX_INCREMENT or (
+                s is not None and s.send_window + increment > MAX_INCREMENT):
+            return False
+        if s is not None:
+            s.send_window += increment
+            opened[sid] = s
+        return True
 
     def _handle(self, kind: FrameType, flags: int, sid: int, body: bytes) -> list[Event]:
         if kind == FrameType.WNDINC:  # one the inline path left (flags, an overflow)
@@ -497,5 +484,24 @@ class Session:
         return s
 
 
-def _join(parts: list[memoryview]) -> bytes:
-    return parts[0].tobytes() if len(parts) == 1 else b"".join(parts)
+class _Run:
+    """Bodies of consecutive DATA frames of one stream, made one ``DataReceived`` when a
+    frame of another kind or stream comes, or the read is parsed."""
+
+    __slots__ = ("events", "parts", "sid")
+
+    def __init__(self, events: list[Event]) -> None:
+        self.events, self.sid, self.parts = events, 0, list[memoryview]()
+
+    def add(self, sid: int, body: memoryview) -> None:
+        if self.parts and sid != self.sid:
+            self.end()
+        self.sid = sid
+        self.parts.append(body)
+
+    def end(self) -> None:
+        parts = self.parts
+        if parts:
+            self.events.append(DataReceived(
+                self.sid, parts[0].tobytes() if len(parts) == 1 else b"".join(parts)))
+            self.parts = []
