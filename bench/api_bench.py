@@ -72,10 +72,10 @@ async def bare_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 def serve_bare(port: int) -> None:
     import uvicorn  # the same Config, server and event loop as edgeway.server / edgeway.cli
 
-    from edgeway.cli import _loop_factory
+    from edgeway.runner import loop_factory
     config = uvicorn.Config(bare_app, host="127.0.0.1", port=port, log_config=None,
                             access_log=False, lifespan="off", server_header=False)
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(uvicorn.Server(config).serve())
 
 

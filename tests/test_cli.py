@@ -69,6 +69,18 @@ def test_sigint_is_a_clean_shutdown(tmp_path: Path) -> None:
     assert '"event":"stopped"' in srv.log()
 
 
+def test_log_format_and_level(tmp_path: Path) -> None:
+    """logfmt lines instead of JSON; with --log-level warning the info lines are gone."""
+    srv = start(tmp_path / "a", None, "--log-format", "logfmt")
+    assert srv.stop() == 0
+    lines = srv.log().splitlines()
+    assert any(line.startswith("ts=") and "event=stopped" in line for line in lines)
+    assert not any(line.startswith("{") for line in lines)
+    quiet = start(tmp_path / "b", None, "--log-level", "warning")
+    assert quiet.stop() == 0
+    assert '"event":"stopped"' not in quiet.log()
+
+
 @pytest.mark.parametrize(("args", "words"), [
     (["--api-addr", "nowhere"], "HOST:PORT"),
     (["--api-addr", "127.0.0.1:70000"], "HOST:PORT"),

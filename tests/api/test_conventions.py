@@ -182,7 +182,8 @@ def test_cors_preflight_and_answers_for_allowed_origins_only(server: Server) -> 
 
 
 def test_no_cors_unless_configured() -> None:
-    from edgeway.cli import parser, server_config
+    from edgeway.cli import parser
+    from edgeway.serve_cli import server_config
 
     cfg = server_config(parser().parse_args(["serve"]))
     assert cfg.cors_origins == ()

@@ -1,0 +1,181 @@
+"""``edgeway serve``: its options (each also read from an ``EDGEWAY_*`` environment variable;
+the command line wins) and the ``ServerConfig`` they make, every value checked here so that a
+bad one stops the start with a message naming the option."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+from pathlib import Path
+
+from edgeway.catalog.model import Settings
+from edgeway.config import (
+    ServerConfig,
+    cors_origins,
+    default_data_dir,
+    lowest_bindable_port,
+    parse_addr,
+    public_url_for,
+    split_list,
+)
+
+DEFAULTS = Settings()
+LOG_FORMATS = {"json": "json", "logfmt": "logfmt", "console": "term"}
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"EDGEWAY_{name}", default)
+
+
+def store_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", type=Path, default=Path(env("DATA_DIR") or default_data_dir()),
+                   help="where the SQLite database lives (default: %(default)s)")
+    p.add_argument("--database-url", default=env("DATABASE_URL"),
+                   help="postgresql://user@host:port/db to use PostgreSQL instead of SQLite")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser("serve", help="run the platform")
+    store_options(serve)
+    _api_options(serve)
+    _tunnel_options(serve)
+    _public_options(serve)
+    serve.add_argument("--log-format", choices=tuple(LOG_FORMATS),
+                       default=env("LOG_FORMAT", "json"),
+                       help="json: one JSON object per line; logfmt; console: for people "
+                            "(default: %(default)s)")
+    serve.add_argument("--log-level", choices=LOG_LEVELS, default=env("LOG_LEVEL", "info"),
+                       help="the least severe level logged (default: %(default)s)")
+
+
+def _api_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--api-addr", default=env("API_ADDR", "127.0.0.1:8080"),
+                       help="management API listen address (default: %(default)s)")
+    serve.add_argument("--api-cors-origins", default=env("API_CORS_ORIGINS", ""),
+                       metavar="ORIGIN[,ORIGIN]",
+                       help="web origins (scheme://host[:port], or *) whose pages may call the "
+                            "management API from a browser (default: none)")
+    serve.add_argument("--public-url", default=env("PUBLIC_URL"),
+                       help="base of every uri member (default: http://<api-addr>)")
+    serve.add_argument("--base-domain", default=env("BASE_DOMAIN", DEFAULTS.base_domain),
+                       help="the platform's own domain (default: %(default)s)")
+    serve.add_argument("--regions", default=env("REGIONS", ",".join(DEFAULTS.regions)),
+                       help="comma-separated region codes (default: %(default)s)")
+    serve.add_argument("--name-servers", default=env("NAME_SERVERS", ""),
+                       help="comma-separated NS targets for agent ingresses "
+                            "(default: ns1..ns4.<base-domain>)")
+
+
+def _tunnel_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--tunnel-addr", default=env("TUNNEL_ADDR", "127.0.0.1:4443"),
+                       help="TLS listener agents dial (default: %(default)s)")
+    serve.add_argument("--tunnel-hostnames", default=env("TUNNEL_HOSTNAMES", ""),
+                       help="extra names and addresses agents dial, for the tunnel "
+                            "certificate (always: localhost, 127.0.0.1, ::1, tunnel.<base>)")
+    serve.add_argument("--tunnel-cert", type=Path, default=env("TUNNEL_CERT"),
+                       help="PEM certificate chain for the tunnel listener, instead of one "
+                            "from the platform CA (with --tunnel-key)")
+    serve.add_argument("--tunnel-key", type=Path, default=env("TUNNEL_KEY"),
+                       help="PEM private key of --tunnel-cert")
+    serve.add_argument("--agent-client-cas", default=env("AGENT_CLIENT_CAS", ""),
+                       metavar="CA_ID[,CA_ID]",
+                       help="require agents to present a client certificate issued by one of "
+                            "these certificate authorities (ids of /certificate_authorities)")
+    serve.add_argument("--tcp-host", default=env("TCP_HOST", "127.0.0.1"),
+                       help="address TCP tunnels listen on and are published as "
+                            "(default: %(default)s)")
+    serve.add_argument("--tcp-ports", default=env("TCP_PORTS", "20000-20999"),
+                       help="port range for TCP tunnels (default: %(default)s)")
+    serve.add_argument("--tcp-grace", type=float, default=float(env("TCP_GRACE") or 120),
+                       metavar="SECONDS",
+                       help="how long a TCP tunnel whose agent dropped keeps its port for the "
+                            "agent's reconnect (default: %(default)g)")
+
+
+def _public_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--sns-cert-hosts", default=env("SNS_CERT_HOSTS", ""), metavar="REGEX",
+                       help="host names (a regular expression) SNS signing certificates may be "
+                            "fetched from (default: sns.<region>.amazonaws.com[.cn])")
+    serve.add_argument("--http-addr", default=env("HTTP_ADDR", "127.0.0.1:8880"),
+                       help="public HTTP listener, or 'off' (default: %(default)s)")
+    serve.add_argument("--https-addr", default=env("HTTPS_ADDR", "127.0.0.1:8443"),
+                       help="public HTTPS and TLS listener, or 'off' (default: %(default)s)")
+    serve.add_argument("--reuse-port", action="store_true",
+                       default=env("REUSE_PORT", "") not in ("", "0", "false"),
+                       help="listen with SO_REUSEPORT, so a new server can start on the same "
+                            "ports before the old one stops (rolling restarts)")
+
+
+def _regex(option: str, text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"{option} {text!r} is not a regular expression: {exc}") from None
+    return text
+
+
+def _public(addr: str) -> tuple[str, int] | None:
+    return None if addr.strip().lower() == "off" else parse_addr(addr)
+
+
+def _port_range(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition("-")
+    if not (sep and low.isascii() and low.isdigit() and high.isascii() and high.isdigit()
+            and 1 <= int(low) <= int(high) <= 65535):
+        raise ValueError(f"--tcp-ports {text!r} must be LOW-HIGH within 1-65535")
+    return int(low), int(high)
+
+
+def _tunnel_cert(args: argparse.Namespace) -> tuple[Path, Path] | None:
+    if (args.tunnel_cert is None) != (args.tunnel_key is None):
+        raise ValueError("--tunnel-cert and --tunnel-key go together")
+    for path in (args.tunnel_cert, args.tunnel_key):
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"{path}: no such file")
+    return (Path(args.tunnel_cert), Path(args.tunnel_key)) if args.tunnel_cert else None
+
+
+def _agent_cas(text: str) -> tuple[str, ...]:
+    cas = split_list(text)
+    for ca in cas:
+        if not ca.startswith("ca_"):
+            raise ValueError(f"--agent-client-cas: {ca!r} is not a certificate authority id "
+                             "(ca_...)")
+    return cas
+
+
+def _settings(args: argparse.Namespace, host: str, port: int) -> Settings:
+    regions = split_list(args.regions)
+    if not regions:
+        raise ValueError("--regions needs at least one region code")
+    return Settings(public_url=(args.public_url or public_url_for(host, port)).rstrip("/"),
+                    base_domain=args.base_domain.strip(".").lower(), regions=regions,
+                    name_servers=split_list(args.name_servers))
+
+
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    host, port = parse_addr(args.api_addr)
+    settings = _settings(args, host, port)
+    t_host, t_port = parse_addr(args.tunnel_addr)
+    names = ("localhost", "127.0.0.1", "::1", f"tunnel.{settings.base_domain}", t_host,
+             *split_list(args.tunnel_hostnames))
+    names = tuple(n for n in dict.fromkeys(names) if n not in ("0.0.0.0", "::", ""))
+    tcp_ports = _port_range(args.tcp_ports)
+    if not 0 <= args.tcp_grace <= 86400:
+        raise ValueError(f"--tcp-grace {args.tcp_grace:g} must be 0 to 86400 seconds")
+    http_addr, https_addr = _public(args.http_addr), _public(args.https_addr)
+    own = [(port, "management API"), (t_port, "tunnel listener")]
+    own += [(addr[1], what) for what, addr in (("public HTTP listener", http_addr),
+                                               ("public HTTPS listener", https_addr)) if addr]
+    settings = dataclasses.replace(settings, own_ports=tuple(own),
+                                   agent_client_cas=_agent_cas(args.agent_client_cas),
+                                   agent_ports=tcp_ports, lowest_port=lowest_bindable_port())
+    return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,
+                        names, args.tcp_host, tcp_ports, tcp_grace=args.tcp_grace,
+                        http_addr=http_addr, https_addr=https_addr, reuse_port=args.reuse_port,
+                        cors_origins=cors_origins(split_list(args.api_cors_origins)),
+                        sns_cert_hosts=_regex("--sns-cert-hosts", args.sns_cert_hosts),
+                        tunnel_cert=_tunnel_cert(args))
