@@ -28,8 +28,9 @@ from edgeway.agent.config import AgentConfig, TunnelConfig
 from edgeway.agent.inspect import Tap, splice_tapped
 from edgeway.agent.settings import server_host
 from edgeway.tunnel import rpc
-from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
-from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel.muxado.aio import MuxConnection
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
 from edgeway.tunnel.pipes import StreamPipe, splice
 from edgeway.tunnel.rpc import StreamType
 

@@ -44,8 +44,8 @@ from edgeway.edge.pool import Pool, Upstream
 from edgeway.edge.relay import Relay
 from edgeway.edge.router import Decision, Edge, EdgeRouter, Static
 from edgeway.restrictions import Restrictions
-from edgeway.tunnel.muxado.aio import StreamClosed
-from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import StreamClosed
 from edgeway.tunnel.pipes import SocketPipe, StreamPipe, UpstreamGone
 from edgeway.tunnel.registry import Busy, Tunnel
 

@@ -30,8 +30,8 @@ from edgeway.edge.router import Edge, EdgeRouter, Static, Target
 from edgeway.edge.sni import ClientHello, NotTLS, parse_client_hello
 from edgeway.pki.platform_ca import EdgeCerts
 from edgeway.restrictions import Restrictions
-from edgeway.tunnel.muxado.aio import StreamClosed
-from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import StreamClosed
 from edgeway.tunnel.pipes import Pipe, SocketPipe, StreamPipe, UpstreamGone, splice
 from edgeway.tunnel.registry import Tunnel
 from edgeway.tunnel.tcp import TcpListener, client_addr

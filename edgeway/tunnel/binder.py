@@ -26,8 +26,9 @@ from edgeway.store import domains
 from edgeway.store.repo import Repo
 from edgeway.tunnel import binds, restrict, rpc
 from edgeway.tunnel.binds import BindRefused
-from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
-from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel.muxado.aio import MuxConnection
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
 from edgeway.tunnel.pipes import StreamPipe, splice
 from edgeway.tunnel.ports import PortPool
 from edgeway.tunnel.registry import Registry, Tunnel

@@ -25,8 +25,9 @@ from edgeway.store.db import DatabaseUnavailable
 from edgeway.store.repo import Repo
 from edgeway.tunnel import rpc
 from edgeway.tunnel.binder import AgentConnection, Binder, now_text
-from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
-from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel.muxado.aio import MuxConnection
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
 from edgeway.tunnel.rpc import StreamType
 
 log = structlog.get_logger()
