@@ -98,7 +98,7 @@ async def serve(cfg: ServerConfig) -> None:
         router = EdgeRouter(db, tunnels.registry)
         binder = tunnels.binder
         binder.edge_host = router.edge_host
-        binder.check_bind, binder.tcp_admits = pipeline.bind_refusal, router.tcp_admits
+        binder.check_bind, binder.tcp.admits = pipeline.bind_refusal, router.tcp_admits
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,
                                http_port, https_port, sealer.mac(b"edgeway edge logins"),
                                platform.restrictions,
