@@ -73,6 +73,9 @@ class ServerConfig:
     tunnel_cert: tuple[Path, Path] | None = None  # a certificate and key of the operator's
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the management API
     sns_cert_hosts: str = ""  # hosts SNS signing certificates are fetched from ("": AWS's)
+    ssh_addr: tuple[str, int] | None = ("127.0.0.1", 2222)  # the SSH gateway, or None: off
+    ssh_host_ca: str = ""  # an SSH certificate authority signing the gateway's host key
+    ssh_keepalive: float = 15.0  # seconds between keep-alives to SSH clients
 
 
 def cors_origins(given: tuple[str, ...]) -> tuple[str, ...]:

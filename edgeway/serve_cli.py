@@ -43,6 +43,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _api_options(serve)
     _tunnel_options(serve)
     _public_options(serve)
+    _ssh_options(serve)
     serve.add_argument("--log-format", choices=tuple(LOG_FORMATS),
                        default=env("LOG_FORMAT", "json"),
                        help="json: one JSON object per line; logfmt; console: for people "
@@ -109,6 +110,31 @@ def _public_options(serve: argparse.ArgumentParser) -> None:
                             "ports before the old one stops (rolling restarts)")
 
 
+def _ssh_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--ssh-addr", default=env("SSH_ADDR", "127.0.0.1:2222"),
+                       help="the SSH gateway (ssh -R with an SSH credential's key), or 'off' "
+                            "(default: %(default)s)")
+    serve.add_argument("--ssh-host-ca", default=env("SSH_HOST_CA", ""), metavar="SSHCA_ID",
+                       help="an SSH certificate authority (/ssh_certificate_authorities) that "
+                            "signs the gateway's host key, for clients trusting "
+                            "@cert-authority (default: none, the bare key)")
+    serve.add_argument("--ssh-keepalive", type=float,
+                       default=float(env("SSH_KEEPALIVE") or 15), metavar="SECONDS",
+                       help="seconds between keep-alives to SSH clients; three unanswered "
+                            "end the session (default: %(default)g)")
+
+
+def _ssh(args: argparse.Namespace) -> tuple[tuple[str, int] | None, str, float]:
+    """The SSH gateway's address (None: off), host certificate authority and keep-alive."""
+    ca = args.ssh_host_ca.strip()
+    if ca and not ca.startswith("sshca_"):
+        raise ValueError(f"--ssh-host-ca: {ca!r} is not an SSH certificate authority id "
+                         "(sshca_...)")
+    if not 1 <= args.ssh_keepalive <= 3600:
+        raise ValueError(f"--ssh-keepalive {args.ssh_keepalive:g} must be 1 to 3600 seconds")
+    return _public(args.ssh_addr), ca, args.ssh_keepalive
+
+
 def _regex(option: str, text: str) -> str:
     try:
         re.compile(text)
@@ -167,10 +193,13 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     if not 0 <= args.tcp_grace <= 86400:
         raise ValueError(f"--tcp-grace {args.tcp_grace:g} must be 0 to 86400 seconds")
     http_addr, https_addr = _public(args.http_addr), _public(args.https_addr)
+    ssh_addr, ssh_host_ca, ssh_keepalive = _ssh(args)
     own = [(port, "management API"), (t_port, "tunnel listener")]
     own += [(addr[1], what) for what, addr in (("public HTTP listener", http_addr),
-                                               ("public HTTPS listener", https_addr)) if addr]
+                                               ("public HTTPS listener", https_addr),
+                                               ("SSH gateway", ssh_addr)) if addr]
     settings = dataclasses.replace(settings, own_ports=tuple(own),
+                                   ssh_host_ca=ssh_host_ca,
                                    agent_client_cas=_agent_cas(args.agent_client_cas),
                                    agent_ports=tcp_ports, lowest_port=lowest_bindable_port())
     return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,
@@ -178,4 +207,5 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                         http_addr=http_addr, https_addr=https_addr, reuse_port=args.reuse_port,
                         cors_origins=cors_origins(split_list(args.api_cors_origins)),
                         sns_cert_hosts=_regex("--sns-cert-hosts", args.sns_cert_hosts),
-                        tunnel_cert=_tunnel_cert(args))
+                        tunnel_cert=_tunnel_cert(args), ssh_addr=ssh_addr,
+                        ssh_host_ca=ssh_host_ca, ssh_keepalive=ssh_keepalive)

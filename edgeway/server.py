@@ -7,6 +7,7 @@ import contextlib
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import structlog
 import uvicorn
@@ -20,7 +21,8 @@ from edgeway.edge.modules import sns
 from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.router import EdgeRouter
 from edgeway.pki import platform_ca, seal
-from edgeway.platform import Platform
+from edgeway.platform import AgentCommands, Platform
+from edgeway.sshgw.server import SshGateway
 from edgeway.store.db import Database
 from edgeway.store.migrate import open_database
 from edgeway.store.repo import Repo
@@ -77,6 +79,21 @@ async def _agent_client_cas(db: Database, ids: tuple[str, ...]) -> str:
     return "".join(str(found[i]["ca_pem"]).rstrip("\n") + "\n" for i in ids)
 
 
+class _Commands:
+    """The API's commands to a tunnel session, to whichever listener holds it."""
+
+    def __init__(self, *holders: AgentCommands) -> None:
+        self.holders = holders
+
+    async def command(self, session_id: str, kind: int, body: dict[str, Any],
+                      timeout: float = 10.0) -> str | None:
+        for holder in self.holders:
+            answer = await holder.command(session_id, kind, body, timeout)
+            if answer is not None:
+                return answer
+        return None
+
+
 async def serve(cfg: ServerConfig) -> None:
     db = await open_database(cfg.database_url, cfg.data_dir)
     try:
@@ -107,6 +124,14 @@ async def serve(cfg: ServerConfig) -> None:
         await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
         await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
         platform.agents = tunnels
+        gateway = None
+        if cfg.ssh_addr is not None:
+            gateway = SshGateway(platform, binder, tunnels.node, cfg.data_dir,
+                                 (*cfg.tunnel_names, cfg.ssh_addr[0]), cfg.ssh_host_ca,
+                                 cfg.ssh_keepalive)
+            await gateway.start(*cfg.ssh_addr, cfg.reuse_port)
+            platform.watchers.append(gateway.changed)
+            platform.agents = _Commands(tunnels, gateway)
         config = uvicorn.Config(build(platform, cfg.cors_origins), log_config=None,
                                 access_log=False, lifespan="off", server_header=False)
         api_socket = listen_socket("management API", cfg.api_host, cfg.api_port,
@@ -116,12 +141,14 @@ async def serve(cfg: ServerConfig) -> None:
             else "PostgreSQL"
         log.info("start", api=cfg.settings.public_url,
                  tunnel=f"{cfg.tunnel_host}:{cfg.tunnel_port}", http=_addr(cfg.http_addr),
-                 https=_addr(cfg.https_addr), store=where)
+                 https=_addr(cfg.https_addr), ssh=_addr(cfg.ssh_addr), store=where)
         reporter = asyncio.create_task(_report_suppressed())
         try:
             await server.serve(sockets=[api_socket])
         finally:
             reporter.cancel()
+            if gateway is not None:
+                await gateway.stop()
             await edge.stop()
             await tunnels.stop()
     finally:

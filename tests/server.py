@@ -57,6 +57,7 @@ class Server:
     http_port: int = 0
     https_port: int = 0
     stdout_tail: str = ""
+    ssh_port: int = 0
 
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {**HEADERS, "Authorization": f"Bearer {token or self.token}"}
@@ -108,12 +109,13 @@ def start(data_dir: Path, database_url: str | None = None, *extra: str,
     ``ports`` (api, tunnel, http, https) to reuse those of an earlier server."""
     port, tunnel_port, http_port, https_port = ports or (
         free_port(), free_port(), free_port(), free_port())
+    ssh_port = free_port()  # (a later --ssh-addr in ``extra`` wins)
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "server.log"
     cmd = [sys.executable, "-m", "edgeway", "serve", "--api-addr", f"127.0.0.1:{port}",
            "--tunnel-addr", f"127.0.0.1:{tunnel_port}", "--http-addr",
            f"127.0.0.1:{http_port}", "--https-addr", f"127.0.0.1:{https_port}",
-           "--data-dir", str(data_dir), *extra]
+           "--data-dir", str(data_dir), "--ssh-addr", f"127.0.0.1:{ssh_port}", *extra]
     if database_url:
         cmd += ["--database-url", database_url]
     with log_path.open("a") as log:
@@ -126,7 +128,7 @@ def start(data_dir: Path, database_url: str | None = None, *extra: str,
         proc.kill()
         raise RuntimeError(log_path.read_text()) from None
     return Server(f"http://127.0.0.1:{port}", token, proc, data_dir, database_url, log_path,
-                  tunnel_port, http_port, https_port)
+                  tunnel_port, http_port, https_port, ssh_port=ssh_port)
 
 
 async def _admin(sql: str) -> None:

@@ -182,6 +182,9 @@ async def delete(request: Request, platform: Platform, caller: Caller, kind: Kin
             raise Conflict(f"{kind.title} '{id_}' is the server's agent client certificate "
                            "authority (--agent-client-cas): agents' certificates are checked "
                            "against it; restart the server without it first.", 446)
+        if id_ == platform.settings.ssh_host_ca:
+            raise Conflict(f"{kind.title} '{id_}' signs the SSH gateway's host certificate "
+                           "(--ssh-host-ca); restart the server without it first.", 446)
         await guards.before(repo, caller, kind, {"id": id_, **old}, None)
         deleted: dict[str, Kind] = {}
         await remove(repo, kind, id_, deleted)

@@ -45,6 +45,8 @@ class Settings:
     lowest_port: int = 1
     # certificate authorities (ids) whose client certificates agents must present
     agent_client_cas: tuple[str, ...] = ()
+    # the SSH certificate authority (id) signing the SSH gateway's host certificate
+    ssh_host_ca: str = ""
 
     @property
     def ns_targets(self) -> tuple[str, ...]:

@@ -46,7 +46,7 @@ from edgeway.edge.router import Decision, Edge, EdgeRouter, Static
 from edgeway.restrictions import Restrictions
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import StreamClosed
-from edgeway.tunnel.pipes import SocketPipe, StreamPipe, UpstreamGone
+from edgeway.tunnel.pipes import SocketPipe, UpstreamGone
 from edgeway.tunnel.registry import Busy, Tunnel
 
 HEAD_TIMEOUT = 30.0  # to receive a whole request head, from its first byte (or the connection)
@@ -223,12 +223,12 @@ class HttpEdge:
             if target.conn.crowded:  # idle streams of that session go first
                 self.pool.reclaim(target.conn)
             try:
-                stream = await target.open(client, decision.proto, decision.edge)
+                pipe = await target.open(client, decision.proto, decision.edge)
             except Busy as exc:
                 raise AgentBusy(str(exc)) from None
             except (StreamClosed, StreamError) as exc:
                 raise UpstreamGone(f"the agent is gone ({exc})") from None
-            return Upstream(target.id, StreamPipe(stream))
+            return Upstream(target.id, pipe)
         assert isinstance(target, Static)
         pipe = await SocketPipe.dial(target.host, target.port, target.tls)
         return Upstream(f"static:{target.host}:{target.port}", pipe)
@@ -311,8 +311,10 @@ class HttpEdge:
                                                            deadline))
             elif not req.upgrade:  # (after a 101 the splice reads the client)
                 watch = ClientWatch(parser, reader, upstream.pipe)
+            target = decision.target
             keep, fate = await Relay(parser, writer, reader, x, decision.plan, upstream, body,
-                                     retry, watch).run()
+                                     retry, watch, target.observer
+                                     if isinstance(target, Tunnel) else None).run()
             return keep
         finally:
             if watch is not None:

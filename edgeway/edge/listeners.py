@@ -32,7 +32,7 @@ from edgeway.pki.platform_ca import EdgeCerts
 from edgeway.restrictions import Restrictions
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import StreamClosed
-from edgeway.tunnel.pipes import Pipe, SocketPipe, StreamPipe, UpstreamGone, splice
+from edgeway.tunnel.pipes import Pipe, SocketPipe, UpstreamGone, splice
 from edgeway.tunnel.registry import Tunnel
 from edgeway.tunnel.tcp import TcpListener, client_addr
 
@@ -257,8 +257,7 @@ class PublicListeners:
         pipe: Pipe
         try:
             if isinstance(target, Tunnel):
-                pipe = StreamPipe(await target.open(client_addr(peer), proto, edge,
-                                                    passthrough))
+                pipe = await target.open(client_addr(peer), proto, edge, passthrough)
             elif isinstance(target, Static):
                 pipe = await SocketPipe.dial(target.host, target.port, target.tls)
             else:  # nothing live, or an HTTP response backend on a raw edge: closed

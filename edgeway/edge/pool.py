@@ -21,8 +21,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from edgeway.edge import h1
-from edgeway.tunnel.muxado.aio import MuxConnection
 from edgeway.tunnel.pipes import Pipe, StreamPipe
+from edgeway.tunnel.registry import Carrier
 
 MAX_IDLE = 128  # per target
 IDLE_TIMEOUT = 30.0
@@ -38,7 +38,7 @@ class Upstream:
     ended: bool = False  # the upstream closed its side
 
     @property
-    def conn(self) -> MuxConnection | None:
+    def conn(self) -> Carrier | None:
         """The agent session carrying it (None: a static backend)."""
         return self.pipe.stream.conn if isinstance(self.pipe, StreamPipe) else None
 
@@ -81,7 +81,7 @@ class Pool:
         if self._sweep is None:
             self._sweep = loop.call_later(self.idle_timeout / 2, self._expire)
 
-    def reclaim(self, conn: MuxConnection) -> None:
+    def reclaim(self, conn: Carrier) -> None:
         """Close the idle upstreams carried by ``conn`` (it has no stream to spare)."""
         for key in list(self._idle):
             idle = self._idle[key]

@@ -12,6 +12,7 @@ task sending it), and so does a client that leaves while a bodiless request wait
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from edgeway.edge import h1
 from edgeway.edge.answers import DONE, FAILED, REUSE, Fate, Retry, bad_gateway, fixed, outcome
@@ -32,15 +33,17 @@ class Relay:
     public connection, ``REUSE`` the upstream for another request, ``DONE`` (end it
     gracefully) or ``FAILED`` (abort it))."""
 
-    __slots__ = ("body", "final", "framer", "keep", "out", "parser", "plan", "reader",
-                 "retry", "started", "upstream", "watch", "writer", "x")
+    __slots__ = ("body", "final", "framer", "keep", "observer", "out", "parser", "plan",
+                 "reader", "retry", "started", "upstream", "watch", "writer", "x")
 
     def __init__(self, parser: RequestParser, writer: asyncio.StreamWriter,
                  reader: asyncio.StreamReader, x: Exchange, plan: Plan, upstream: Upstream,
                  body: asyncio.Task[None] | None, retry: bool,
-                 watch: ClientWatch | None = None) -> None:
+                 watch: ClientWatch | None = None,
+                 observer: Callable[[bytes, bytes, int], None] | None = None) -> None:
         self.parser, self.writer, self.reader, self.x, self.plan = parser, writer, reader, x, plan
         self.upstream, self.body, self.retry, self.watch = upstream, body, retry, watch
+        self.observer = observer  # the tunnel's (``Tunnel.observer``): told of the answer
         self.out = bytearray()
         self.started = False  # bytes of the answer went to the client
         self.framer = Framer(False)
@@ -119,6 +122,8 @@ class Relay:
         """A response head: interim ones passed on, the final one through the hooks; a
         result when the relay ends here (a 101)."""
         req = self.x.req
+        if self.observer is not None and (event.status >= 200 or event.status == 101):
+            self.observer(req.method, req.target, event.status)
         if event.status == 101 and req.upgrade:
             await switch(self.parser, self.writer, self.reader, event, self.upstream, self.body)
             return False, DONE

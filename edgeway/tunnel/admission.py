@@ -39,7 +39,7 @@ class Admission:
         if item is None:
             raise AuthFailed("authentication failed: the authtoken is not valid (unknown or "
                              "deleted credential)")
-        await self._owner_active(repo, str(item.doc.get("owner_id") or ""))
+        await self.owner_active(repo, str(item.doc.get("owner_id") or ""))
         return item.id, list(item.doc.get("acl") or [])
 
     async def still_valid(self, credential: str) -> list[str]:
@@ -48,11 +48,11 @@ class Admission:
         doc = await repo.get(CREDENTIALS, credential)
         if doc is None:
             raise AuthFailed("the credential was deleted")
-        await self._owner_active(repo, str(doc.get("owner_id") or ""))
+        await self.owner_active(repo, str(doc.get("owner_id") or ""))
         return list(doc.get("acl") or [])
 
     @staticmethod
-    async def _owner_active(repo: Repo, owner: str) -> None:
+    async def owner_active(repo: Repo, owner: str) -> None:
         if owner.startswith("bot_"):
             bot = await repo.get(BOTS, owner)
             if bot is None or not bot.get("active", True):

@@ -1,6 +1,7 @@
-"""Binding tunnels for agent sessions (TCP ports through ``tcp_binds``, HTTP(S) and TLS host
-names through ``names``, labeled tunnels), recording them (``records``); unbinding, stopping
-and dropping them.
+"""Binding tunnels for agent sessions and the SSH gateway's connections (``Holder``s: TCP
+ports through ``tcp_binds``, HTTP(S) and TLS host names through ``names``, labeled tunnels),
+recording them (``records``); unbinding, stopping and dropping them. ``bind`` answers an
+agent's Bind RPC; ``place`` is the binding itself, for any way in.
 
 A tunnel id is issued bound to the credential that bound it first (``ids.bound_id``): an agent
 re-binding it after a reconnect, or after this server restarted, gets the same address, and
@@ -10,8 +11,6 @@ any other credential presenting it is refused.
 from __future__ import annotations
 
 import contextlib
-import json
-import struct
 from collections.abc import Callable
 
 import structlog
@@ -22,11 +21,9 @@ from edgeway.store import domains
 from edgeway.store.repo import Repo
 from edgeway.tunnel import acl, binds, names, records, rpc
 from edgeway.tunnel.binds import BindRefused
-from edgeway.tunnel.connection import AgentConnection
-from edgeway.tunnel.muxado.events import StreamError
-from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
+from edgeway.tunnel.connection import AgentConnection, Holder
+from edgeway.tunnel.muxado.stream import MuxStream
 from edgeway.tunnel.registry import Registry, Tunnel
-from edgeway.tunnel.rpc import StreamType
 from edgeway.tunnel.tcp_binds import TcpBinds
 
 log = structlog.get_logger()
@@ -46,14 +43,18 @@ class Binder:
         # Set by the edge: why a bind asks for what it cannot enforce (None: it can).
         self.check_bind: Callable[[binds.BindRequest], str | None] = lambda _req: None
         self.sessions: dict[str, AgentConnection] = {}
+        self.others: dict[str, Holder] = {}  # sessions of other ways in (the SSH gateway)
 
-    def _stable(self, session: AgentConnection, tunnel_id: str) -> int:
+    def holder(self, session_id: str) -> Holder | None:
+        return self.sessions.get(session_id) or self.others.get(session_id)
+
+    def _stable(self, session: Holder, tunnel_id: str) -> int:
         """A number derived from the credential and tunnel id: a re-bind after a restart of
         this server gets the same generated name and, when free, the same port."""
         digest = self.platform.sealer.mac(f"{session.credential}/{tunnel_id}".encode())
         return int.from_bytes(digest[:8], "big")
 
-    def tunnel_id(self, session: AgentConnection, asked: str) -> str:
+    def tunnel_id(self, session: Holder, asked: str) -> str:
         """The id of a bind: a new one bound to the session's credential, or the one asked
         for when that credential was issued it."""
         mac = self.platform.sealer.mac
@@ -66,7 +67,7 @@ class Binder:
 
     # -- HTTP(S) and TLS names ---------------------------------------------------------------
 
-    async def _domain(self, session: AgentConnection, req: binds.BindRequest,
+    async def _domain(self, session: Holder, req: binds.BindRequest,
                       tunnel_id: str) -> tuple[str, str]:
         """The public host name of an HTTP or TLS bind and the reserved domain it uses."""
         base = self.platform.settings.base_domain
@@ -85,41 +86,46 @@ class Binder:
         message = await rpc.read_message(stream)
         folded = rpc.folded(message)
         opts = next((v for k, v in message.items() if k.lower() == "opts"), None) or {}
-        domain_id = ""
         try:
             req = binds.parse_labeled(folded) if labeled else \
                 binds.parse(message, folded, self.platform.settings.base_domain)
-            if (why := self.check_bind(req)) is not None:
-                raise BindRefused(why)
-            if labeled:
-                acl.require_labels(session.acl, req.labels)
-            tunnel_id = self.tunnel_id(session, req.id)
-            await self._take_over(session, tunnel_id)
-            tunnel = Tunnel(tunnel_id, session.conn, req, credential=session.credential,
-                            session_id=session.id)
-            if not labeled and req.proto == "tcp":
-                await self.tcp.listen(session.acl, tunnel,
-                                      self._stable(session, tunnel_id))
-            elif not labeled:
-                tunnel.host, domain_id = await self._domain(session, req, tunnel_id)
-                tunnel.url = names.url(req.proto, tunnel.host, self.http_port,
-                                       self.https_port)
+            tunnel = await self.place(session, req)
         except BindRefused as exc:
             await rpc.reply(stream, {"Id": str(folded.get("id") or ""), "URL": "",
                                      "Proto": str(folded.get("proto") or ""), "Opts": opts,
                                      "Extra": {"Token": ""},
                                      "Error": rpc.error_text(str(exc), 8000)})
             return
+        if labeled:
+            await rpc.reply(stream, {"Id": tunnel.id})
+        else:
+            await rpc.reply(stream, {"Id": tunnel.id, "URL": tunnel.url, "Proto": req.proto,
+                                     "Opts": req.opts, "Extra": {"Token": ""}})
+
+    async def place(self, session: Holder, req: binds.BindRequest,
+                    observer: Callable[[bytes, bytes, int], None] | None = None) -> Tunnel:
+        """Bind ``req`` (labeled when it has labels) for ``session`` within its ACL, and
+        record it; BindRefused says why it cannot be. ``observer``: see ``Tunnel``."""
+        domain_id = ""
+        if (why := self.check_bind(req)) is not None:
+            raise BindRefused(why)
+        if req.labels:
+            acl.require_labels(session.acl, req.labels)
+        tunnel_id = self.tunnel_id(session, req.id)
+        await self._take_over(session, tunnel_id)
+        tunnel = Tunnel(tunnel_id, session.conn, req, credential=session.credential,
+                        session_id=session.id, observer=observer)
+        if not req.labels and req.proto == "tcp":
+            await self.tcp.listen(session.acl, tunnel, self._stable(session, tunnel_id))
+        elif not req.labels:
+            tunnel.host, domain_id = await self._domain(session, req, tunnel_id)
+            tunnel.url = names.url(req.proto, tunnel.host, self.http_port, self.https_port)
         self.registry.add(tunnel)
         session.tunnels[tunnel_id] = tunnel
         await self._record_tunnel(session, tunnel, domain_id)
-        if labeled:
-            await rpc.reply(stream, {"Id": tunnel_id})
-        else:
-            await rpc.reply(stream, {"Id": tunnel_id, "URL": tunnel.url, "Proto": req.proto,
-                                     "Opts": req.opts, "Extra": {"Token": ""}})
+        return tunnel
 
-    async def _take_over(self, session: AgentConnection, tunnel_id: str) -> None:
+    async def _take_over(self, session: Holder, tunnel_id: str) -> None:
         """A re-bind of a tunnel id still held by an older session of the same credential (the
         agent reconnected before that session timed out) moves the tunnel to the new one."""
         old = self.registry.by_id.get(tunnel_id)
@@ -127,11 +133,11 @@ class Binder:
             return
         if old.credential != session.credential:  # (ids are bound to their credential)
             raise BindRefused(f"the tunnel id {tunnel_id} belongs to another credential")
-        holder = session if old.conn is session.conn else self.sessions.get(old.session_id)
+        holder = session if old.conn is session.conn else self.holder(old.session_id)
         if holder is not None:
             await self.drop(holder, tunnel_id, clean=False)
 
-    async def _record_tunnel(self, session: AgentConnection, tunnel: Tunnel,
+    async def _record_tunnel(self, session: Holder, tunnel: Tunnel,
                              domain_id: str) -> None:
         settings, node = self.platform.settings, self.node
         endpoint_id = ids.new_id(ENDPOINTS.prefix) if tunnel.url else ""
@@ -150,7 +156,7 @@ class Binder:
         await self.drop(session, tunnel_id, clean=True)
         await rpc.reply(stream, {})
 
-    async def drop(self, session: AgentConnection, tunnel_id: str, clean: bool) -> None:
+    async def drop(self, session: Holder, tunnel_id: str, clean: bool) -> None:
         """End one tunnel of ``session``: a clean end frees its TCP port at once, otherwise
         the port waits the grace period for the agent to re-bind it."""
         tunnel = session.tunnels.pop(tunnel_id, None)
@@ -165,16 +171,13 @@ class Binder:
                     await Repo(tx).delete(ENDPOINTS, tunnel.endpoint_id)
 
     async def stop_tunnel(self, tunnel_id: str, message: str, code: int) -> bool:
-        """Tell the agent to close one tunnel (StopTunnel; no reply) and drop it here."""
+        """Tell the client to close one tunnel (an agent: StopTunnel, no reply) and drop it
+        here."""
         tunnel = self.registry.by_id.get(tunnel_id)
-        session = self.sessions.get(tunnel.session_id) if tunnel else None
+        session = self.holder(tunnel.session_id) if tunnel else None
         if tunnel is None or session is None:
             return False
-        with contextlib.suppress(StreamClosed, StreamError):
-            stream = await session.conn.open_stream()
-            await stream.write(struct.pack(">I", StreamType.STOP_TUNNEL) + json.dumps(
-                {"Id": tunnel_id, "Message": message,
-                 "ErrorCode": f"ERR_NGROK_{code}"}).encode(), eof=True)
+        await session.stopping(tunnel_id, message, code)
         await self.drop(session, tunnel_id, clean=True)
         log.info("tunnel_stopped", tunnel=tunnel_id, reason=message)
         return True
@@ -191,7 +194,7 @@ class Binder:
                 await self.stop_tunnel(tunnel.id, f"the reserved domain for {host} was "
                                        "deleted", 8001)
 
-    async def reauthorize(self, session: AgentConnection, rules: list[str]) -> None:
+    async def reauthorize(self, session: Holder, rules: list[str]) -> None:
         """The session's credential has a new ACL: it applies to later binds, and the
         tunnels it no longer allows are stopped."""
         session.acl = rules

@@ -1,5 +1,7 @@
 """The live tunnels of this node, by id, by public host name and by labels, and how a public
-connection becomes a proxy stream to the agent that bound a tunnel."""
+connection becomes a pipe to whoever holds a tunnel: a proxy stream of the agent's muxado
+session (the proxy header, then the bytes), or what another way in opens itself (``Opener``:
+the SSH gateway's ``forwarded-tcpip`` channels). The edge sees the same ``Pipe`` either way."""
 
 from __future__ import annotations
 
@@ -7,12 +9,14 @@ import asyncio
 import itertools
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from edgeway.tunnel.binds import BindRequest
 from edgeway.tunnel.muxado.aio import MuxConnection
 from edgeway.tunnel.muxado.events import StreamError
-from edgeway.tunnel.muxado.stream import MuxStream
+from edgeway.tunnel.pipes import Pipe, StreamPipe
 from edgeway.tunnel.rpc import StreamType
 
 STREAM_WAIT = 30.0  # for a stream of an agent session whose streams are all in use
@@ -33,10 +37,29 @@ def proxy_preamble(tunnel_id: str, client: str, proto: str, edge: str = "",
     return struct.pack(">I", StreamType.PROXY) + struct.pack("<q", len(header)) + header
 
 
+class Carrier(Protocol):
+    """What a tunnel's public connections travel on: its end is the tunnel's end; while
+    ``crowded``, pipes wait for room (idle pooled ones of it are closed first)."""
+
+    @property
+    def closed(self) -> asyncio.Event: ...
+
+    @property
+    def crowded(self) -> bool: ...
+
+
+class Opener(Carrier, Protocol):
+    """A carrier that is not an agent's muxado session (the SSH gateway's connection): it
+    opens a pipe of its own for each public connection."""
+
+    async def open_pipe(self, tunnel: Tunnel, client: str, proto: str, edge: str,
+                        passthrough: bool) -> Pipe: ...
+
+
 @dataclass(eq=False)
 class Tunnel:
     id: str
-    conn: MuxConnection
+    conn: MuxConnection | Opener
     req: BindRequest
     url: str = ""
     host: str = ""  # http(s) and tls: the public host name
@@ -44,6 +67,9 @@ class Tunnel:
     credential: str = ""
     session_id: str = ""
     endpoint_id: str = ""
+    # told (method, target, status) of each HTTP response the edge relays from this tunnel
+    # (the SSH gateway's request log); None for agents' tunnels
+    observer: Callable[[bytes, bytes, int], None] | None = None
 
     @property
     def proto(self) -> str:
@@ -58,10 +84,13 @@ class Tunnel:
         return not self.conn.closed.is_set()
 
     async def open(self, client: str, proto: str, edge: str = "",
-                   passthrough: bool = False, wait: float = STREAM_WAIT) -> MuxStream:
-        """A proxy stream for one public connection (StreamError/StreamClosed if the agent is
-        gone; ``Busy``, a StreamError, if none of the session's streams became free within
-        ``wait`` seconds: see ``MuxConnection.open_stream``)."""
+                   passthrough: bool = False, wait: float = STREAM_WAIT) -> Pipe:
+        """A pipe for one public connection: an agent's proxy stream (StreamError/StreamClosed
+        if the agent is gone; ``Busy``, a StreamError, if none of the session's streams became
+        free within ``wait`` seconds: see ``MuxConnection.open_stream``), or what an
+        ``Opener`` opens (``UpstreamGone`` when it cannot)."""
+        if not isinstance(self.conn, MuxConnection):
+            return await self.conn.open_pipe(self, client, proto, edge, passthrough)
         try:
             async with asyncio.timeout(wait):
                 stream = await self.conn.open_stream()
@@ -69,7 +98,7 @@ class Tunnel:
             raise Busy(f"none of the agent session's {self.conn.max_open} streams became "
                        f"free within {wait:g} s") from None
         await stream.write(proxy_preamble(self.id, client, proto, edge, passthrough))
-        return stream
+        return StreamPipe(stream)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from edgeway.tunnel import acl, binds, restrict
 from edgeway.tunnel.binds import BindRefused
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import StreamClosed
-from edgeway.tunnel.pipes import StreamPipe, splice
+from edgeway.tunnel.pipes import UpstreamGone, splice
 from edgeway.tunnel.ports import PortPool
 from edgeway.tunnel.registry import Tunnel
 from edgeway.tunnel.tcp import TcpListener, client_addr
@@ -96,7 +96,7 @@ class TcpBinds:
                 or await self.platform.restrictions.refusing("endpoints", peer[0]):
             return  # closed: a TCP client gets no page
         try:
-            stream = await tunnel.open(client_addr(peer), "tcp")
-        except (StreamError, StreamClosed):
+            pipe = await tunnel.open(client_addr(peer), "tcp")
+        except (StreamError, StreamClosed, UpstreamGone):
             return  # the agent is going away: a closed connection, not a hang
-        await splice(reader, writer, StreamPipe(stream))
+        await splice(reader, writer, pipe)

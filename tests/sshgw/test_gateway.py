@@ -1,0 +1,197 @@
+"""The SSH gateway with the real OpenSSH client on loopback, on SQLite and PostgreSQL: HTTP,
+TCP and TLS passthrough tunnels from ``ssh -R``, refused keys and binds, user certificates,
+tunnel sessions in the API (and their stop operation), the end of a session, and a tunnel
+group route reaching an SSH tunnel by its label."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.edge import tls_upstream
+from tests.edge.agents import EdgeClient
+from tests.server import Server
+from tests.sshgw.client import SshUser, made, poll, unique
+
+
+def _public(srv: Server, url: str, path: str = "/", **kw: Any) -> httpx.Response:
+    with EdgeClient(srv) as web:
+        return web.get(url.rstrip("/") + path, **kw)
+
+
+def _sessions(api: httpx.Client, credential: str) -> list[dict[str, object]]:
+    rows = api.get("/tunnel_sessions").json()["tunnel_sessions"]
+    return [s for s in rows if s["credential"]["id"] == credential]
+
+
+def _tunnels(api: httpx.Client, session: str) -> list[dict[str, object]]:
+    rows = api.get("/tunnels").json()["tunnels"]
+    return [t for t in rows if t["tunnel_session"]["id"] == session]
+
+
+def test_http_tunnel_through_the_edge_and_its_session(server: Server, user: SshUser,
+                                                      service: int) -> None:
+    with server.client() as api:
+        cred = user.credential(api)
+        ssh = user.start(f"0:localhost:{service}",
+                         command=["http", "--basic-auth=alice:opensesame"])
+        [url] = ssh.urls()
+        assert re.fullmatch(rf"http://[0-9a-f]{{12}}\.edgeway\.localhost:{server.http_port}",
+                            url)
+        assert _public(server, url, "/x").status_code == 401  # the bind's basic auth
+        r = _public(server, url, "/hello", auth=("alice", "opensesame"))
+        assert (r.status_code, r.text) == (200, "svc /hello")
+        ssh.wait_for(r"GET\s+/hello  200 OK")  # the request line on the user's terminal
+        [session] = _sessions(api, cred["id"])
+        assert (session["transport"], session["ip"]) == ("ssh", "127.0.0.1")
+        assert str(session["agent_version"]).startswith("SSH-2.0-OpenSSH")
+        [tunnel] = _tunnels(api, str(session["id"]))
+        assert (tunnel["public_url"], tunnel["proto"]) == (url, "http")
+        ssh.stop()  # the user leaves: the tunnel and the session go
+        poll(lambda: not _sessions(api, cred["id"]), "the session to end")
+        assert _tunnels(api, str(session["id"])) == []
+        assert _public(server, url).status_code == 404
+
+
+def test_no_command_binds_http_and_quiet_leaves_out_requests(server: Server, user: SshUser,
+                                                             service: int) -> None:
+    with server.client() as api:
+        cred = user.credential(api)
+        detached = user.start(f"0:localhost:{service}")  # ssh -N: no session, no terminal
+        url = poll(lambda: [t["public_url"] for s in _sessions(api, cred["id"])
+                            for t in _tunnels(api, str(s["id"]))], "the -N tunnel")[0]
+        assert _public(server, url, "/n").text == "svc /n"
+        quiet = user.start(f"0:localhost:{service}", command=["http", "--quiet"])
+        [url] = quiet.urls()
+        assert _public(server, url, "/q").text == "svc /q"
+        poll(lambda: len(_sessions(api, cred["id"])) == 2, "both sessions")
+        assert "/q" not in quiet.stdout()
+        detached.stop()
+
+
+def test_tcp_tunnel(server: Server, user: SshUser, echo_port: int) -> None:
+    with server.client() as api:
+        user.credential(api)
+    ssh = user.start(f"0:localhost:{echo_port}", command=["tcp"])
+    [url] = ssh.urls()
+    host, port = re.fullmatch(r"tcp://([\d.]+):(\d+)", url).groups()  # type: ignore[union-attr]
+    payload = bytes(range(256)) * 4096  # 1 MiB each way
+    with socket.create_connection((host, int(port)), timeout=20) as conn:
+        conn.sendall(payload)
+        conn.shutdown(socket.SHUT_WR)
+        got = bytearray()
+        while chunk := conn.recv(1 << 16):
+            got += chunk
+    assert bytes(got) == payload
+    ssh.wait_for(r"connection from 127\.0\.0\.1:\d+")
+
+
+def test_tls_passthrough_name(server: Server, user: SshUser, tmp_path: Path) -> None:
+    name = unique("sshtls") + ".example.com"
+    with server.client() as api:
+        made(api, "/reserved_domains", {"domain": name})
+        user.credential(api, acl=[f"bind:{name}"])
+    with tls_upstream.running(name, tmp_path) as (port, cert):
+        ssh = user.start(f"0:localhost:{port}", command=["tls", f"--domain={name}"])
+        assert ssh.urls() == [f"tls://{name}:{server.https_port}"]
+        # verified against the service's own certificate: the edge passed TLS through
+        assert tls_upstream.ask(server.https_port, name, cert, b"hi\n") == \
+            f"{name} got hi\n".encode()
+
+
+def test_unknown_key_is_refused(server: Server, user: SshUser, service: int) -> None:
+    r = subprocess.run(user.args((f"0:localhost:{service}",), ["http"]),
+                       capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert r.returncode == 255
+    assert "Permission denied (publickey)" in r.stderr
+
+
+def test_binds_outside_the_acl_and_bad_commands_are_refused_readably(
+        server: Server, user: SshUser, service: int) -> None:
+    with server.client() as api:
+        user.credential(api, acl=["bind:*.allowed.example.com"])
+    forward = f"0:localhost:{service}"
+    ssh = user.start(forward, command=["http"])
+    assert ssh.exited() == 1
+    assert "the credential's ACL (bind:*.allowed.example.com) does not allow binding" \
+        in ssh.stderr()
+    detached = user.start(forward)  # under -N: the reason is the disconnect message
+    assert detached.exited() == 255
+    assert re.search(r"Received disconnect from .*does not allow binding", detached.stderr())
+    bad = user.start(forward, command=["http", "--domian=x.example.com"])
+    assert bad.exited() == 1
+    assert "unknown option '--domian' for http (options: --domain, --basic-auth, --label, " \
+           "--quiet)" in bad.stderr()
+    tcp = user.start(forward, command=["tcp", "--domain=x.example.com"])
+    assert tcp.exited() == 1 and "unknown option '--domain' for tcp" in tcp.stderr()
+
+
+def test_user_certificates(server: Server, user: SshUser, service: int) -> None:
+    with server.client() as api:
+        ca = made(api, "/ssh_certificate_authorities", {})
+        good = made(api, "/ssh_user_certificates", {
+            "ssh_certificate_authority_id": ca["id"], "public_key": user.public,
+            "principals": ["v2"]})
+        expired = made(api, "/ssh_user_certificates", {
+            "ssh_certificate_authority_id": ca["id"], "public_key": user.public,
+            "principals": ["v2"], "valid_after": "2020-01-01T00:00:00Z",
+            "valid_until": "2021-01-01T00:00:00Z"})
+        other = made(api, "/ssh_user_certificates", {
+            "ssh_certificate_authority_id": ca["id"], "public_key": user.public,
+            "principals": ["someone-else"]})
+        cert = user.dir / "id_ed25519-cert.pub"
+        user.certificate = cert
+        for refused in (expired, other):  # (the key alone is no credential)
+            cert.write_text(refused["certificate"] + "\n")
+            r = subprocess.run(user.args((f"0:localhost:{service}",), ["http"]),
+                               capture_output=True, text=True, timeout=30,
+                               stdin=subprocess.DEVNULL)
+            assert r.returncode == 255 and "Permission denied (publickey)" in r.stderr
+        cert.write_text(good["certificate"] + "\n")
+        ssh = user.start(f"0:localhost:{service}", command=["http"])
+        [url] = ssh.urls()
+        assert _public(server, url, "/cert").text == "svc /cert"
+        [session] = _sessions(api, ca["id"])  # the session's credential: the authority
+        assert session["credential"]["uri"].endswith(  # type: ignore[index]
+            f"/ssh_certificate_authorities/{ca['id']}")
+
+
+def test_stop_from_the_api_ends_the_session(server: Server, user: SshUser,
+                                            service: int) -> None:
+    with server.client() as api:
+        cred = user.credential(api)
+        ssh = user.start(f"0:localhost:{service}", command=["http"])
+        ssh.urls()
+        [session] = _sessions(api, cred["id"])
+        r = api.post(f"/tunnel_sessions/{session['id']}/restart")
+        assert r.status_code == 400 and "cannot restart" in r.json()["msg"]
+        assert api.post(f"/tunnel_sessions/{session['id']}/stop").status_code == 204
+        assert ssh.exited() != 0
+        assert "stopped through the API" in ssh.stderr()
+        assert _sessions(api, cred["id"]) == []
+
+
+def test_a_tunnel_group_route_reaches_an_ssh_tunnel_by_label(server: Server, user: SshUser,
+                                                             service: int) -> None:
+    name, label = unique("sshgrp") + ".example.com", unique("web")
+    with server.client() as api:
+        user.credential(api, acl=[f"bind:app={label}"])
+        made(api, "/reserved_domains", {"domain": name})
+        edge = made(api, "/edges/https", {"hostports": [f"{name}:443"]})
+        group = made(api, "/backends/tunnel_group", {"labels": {"app": label}})
+        made(api, f"/edges/https/{edge['id']}/routes", {
+            "match_type": "path_prefix", "match": "/", "backend": {"backend_id": group["id"]}})
+        ssh = user.start(f"0:localhost:{service}", command=["http", f"--label=app={label}"])
+        ssh.wait_for(rf"Forwarding labeled tunnel app={label}")
+        r = _public(server, f"https://{name}", "/grouped")
+        assert (r.status_code, r.text) == (200, "svc /grouped")
+        ssh.wait_for(r"GET\s+/grouped  200 OK")
+        shown = api.get(f"/backends/tunnel_group/{group['id']}").json()
+        assert len(shown["tunnels"]) == 1
+        wrong = user.start(f"0:localhost:{service}", command=["http", "--label=app=other"])
+        assert wrong.exited() == 1 and "does not allow the labels" in wrong.stderr()
