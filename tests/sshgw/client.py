@@ -54,10 +54,10 @@ class Ssh:
     err: Path
 
     def stdout(self) -> str:
-        return self.out.read_text(errors="replace")
+        return self.out.read_bytes().decode(errors="replace")  # (CR LF kept)
 
     def stderr(self) -> str:
-        return self.err.read_text(errors="replace")
+        return self.err.read_bytes().decode(errors="replace")
 
     def wait_for(self, pattern: str, timeout: float = DEADLINE, stream: str = "stdout"
                  ) -> re.Match[str]:
@@ -71,13 +71,22 @@ class Ssh:
         return found
 
     def urls(self, count: int = 1) -> list[str]:
-        self.wait_for(r"(?:Forwarding \S+\s*\n){" + str(count) + "}")
-        return re.findall(r"Forwarding (\S+)", self.stdout())
+        """The public URLs printed, once there are ``count`` of them."""
+        def printed() -> list[str]:
+            found = re.findall(r"Forwarding (\S+)\r?\n", self.stdout())
+            if self.proc.poll() is not None and len(found) < count:
+                raise AssertionError(f"ssh exited ({self.proc.returncode}):\n"
+                                     f"{self.stdout()}\n{self.stderr()}")
+            return found if len(found) >= count else []
+        urls: list[str] = poll(printed, f"{count} URLs from ssh")
+        return urls
 
     def exited(self, timeout: float = DEADLINE) -> int:
         return self.proc.wait(timeout)
 
     def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
