@@ -43,6 +43,11 @@ def test_http_tunnel_through_the_edge_and_its_session(server: Server, user: SshU
         [url] = ssh.urls()
         assert re.fullmatch(rf"http://[0-9a-f]{{12}}\.edgeway\.localhost:{server.http_port}",
                             url)
+        closed = user.start("0:localhost:1", command=["http"])  # nothing listens there
+        r = _public(server, closed.urls()[0])
+        assert (r.status_code, r.headers["edgeway-error-code"]) == (502, "ERR_EDGEWAY_4502")
+        closed.stop()
+        poll(lambda: len(_sessions(api, cred["id"])) == 1, "the other session to end")
         assert _public(server, url, "/x").status_code == 401  # the bind's basic auth
         r = _public(server, url, "/hello", auth=("alice", "opensesame"))
         assert (r.status_code, r.text) == (200, "svc /hello")
@@ -159,6 +164,12 @@ def test_user_certificates(server: Server, user: SshUser, service: int) -> None:
         [session] = _sessions(api, ca["id"])  # the session's credential: the authority
         assert session["credential"]["uri"].endswith(  # type: ignore[index]
             f"/ssh_certificate_authorities/{ca['id']}")
+        forced = made(api, "/ssh_user_certificates", {
+            "ssh_certificate_authority_id": ca["id"], "public_key": user.public,
+            "critical_options": {"force-command": "tcp --quiet"}})
+        cert.write_text(forced["certificate"] + "\n")
+        tcp = user.start(f"0:localhost:{service}", command=["http"])  # the certificate's wins
+        assert tcp.urls()[0].startswith("tcp://127.0.0.1:")
 
 
 def test_stop_from_the_api_ends_the_session(server: Server, user: SshUser,

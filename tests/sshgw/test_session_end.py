@@ -37,9 +37,10 @@ def test_ctrl_c_on_a_terminal_ends_the_session(server: Server, user: SshUser,
 
 
 def test_credential_deleted_or_narrowed(server: Server, user: SshUser, service: int) -> None:
-    name = unique("narrow") + ".example.com"
+    name, other = unique("narrow") + ".example.com", unique("gone") + ".example.com"
     with server.client() as api:
         made(api, "/reserved_domains", {"domain": name})
+        made(api, "/reserved_domains", {"domain": other})
         cred = user.credential(api)
         double = user.start(f"0:localhost:{service}", f"0:127.0.0.1:{service}",
                             command=["http", f"--domain={name}"])
@@ -49,12 +50,20 @@ def test_credential_deleted_or_narrowed(server: Server, user: SshUser, service: 
         [generated] = wide.urls()
         narrowed = user.start(f"0:localhost:{service}", command=["http", f"--domain={name}"])
         [named] = narrowed.urls()
-        assert api.patch(f"/ssh_credentials/{cred['id']}", json={"acl": [f"bind:{name}"]}
+        assert api.patch(f"/ssh_credentials/{cred['id']}",
+                         json={"acl": [f"bind:{name}", f"bind:{other}"]}
                          ).status_code == 200
         wide.wait_for("The server stopped .*the credential's ACL no longer allows this "
                       "tunnel", stream="stderr")
         poll(lambda: generated not in _urls(api), "the tunnel the ACL no longer allows")
         assert named in _urls(api)
+        also = user.start(f"0:localhost:{service}", command=["http", f"--domain={other}"])
+        also.urls()
+        [domain] = [d for d in api.get("/reserved_domains").json()["reserved_domains"]
+                    if d["domain"] == other]
+        assert api.delete(f"/reserved_domains/{domain['id']}").status_code == 204
+        also.wait_for(f"The server stopped .*{other}.*deleted", stream="stderr")
+        poll(lambda: not [u for u in _urls(api) if other in u], "the unreserved name to go")
         assert api.delete(f"/ssh_credentials/{cred['id']}").status_code == 204
         assert narrowed.exited() != 0
         assert f"the SSH credential {cred['id']} was deleted" in narrowed.stderr()
