@@ -24,6 +24,7 @@ from edgeway.tunnel.pipes import Pipe, UpstreamGone
 from edgeway.tunnel.registry import Tunnel
 
 READ_MAX = 1 << 20
+WINDOW, MAX_PACKET = 2 << 20, 256 << 10  # what the client may send us on a channel
 OPEN_TIMEOUT = 30.0  # for the client to accept a channel (it connects to its service first)
 _GONE = (asyncssh.Error, OSError, asyncio.IncompleteReadError)
 
@@ -106,7 +107,8 @@ class SshCarrier:
         try:
             async with asyncio.timeout(OPEN_TIMEOUT):
                 reader, writer = await self.conn.open_connection(
-                    forward.host, forward.port, host, port)
+                    forward.host, forward.port, host, port, window=WINDOW,
+                    max_pktsize=MAX_PACKET)
         except TimeoutError:
             raise UpstreamGone(f"the SSH client did not open the channel within "
                                f"{OPEN_TIMEOUT:g} s") from None

@@ -24,8 +24,9 @@ from edgeway.config import listen_socket
 from edgeway.platform import Platform
 from edgeway.restrictions import KINDS as RESTRICTION_KINDS
 from edgeway.sshgw import keys
+from edgeway.sshgw.forwards import Services
 from edgeway.sshgw.keys import Keys
-from edgeway.sshgw.session import GatewayConnection, Services
+from edgeway.sshgw.session import GatewayConnection
 from edgeway.store.db import DatabaseUnavailable
 from edgeway.tunnel.admission import Admission, AuthFailed
 from edgeway.tunnel.binder import Binder

@@ -10,8 +10,8 @@ from the session's exec (or a shell: ``http``), or, with no session, ``NO_SESSIO
 after its last forward (OpenSSH sends its session request in the same flight as its forwards;
 ``no-more-sessions@openssh.com``, which would say it, is sent to OpenSSH servers only). A
 session asked for after that is refused. Each forward becomes
-one tunnel through the same binder agents use (``Binder.place``: ACL, names, ports, records);
-its public connections come back as ``forwarded-tcpip`` channels (``channels.SshCarrier``).
+one tunnel through the same binder agents use (``forwards``); its public connections come
+back as ``forwarded-tcpip`` channels (``channels.SshCarrier``).
 A refused bind is written to the terminal and ends the session with exit status 1 (under
 ``-N``: the connection, with the reason as the disconnect message, which ssh prints). A
 forward asked for later (``~C -R``) is bound at once; a cancelled one is unbound.
@@ -25,61 +25,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 import asyncssh
 import structlog
 
 from edgeway import catalog, ids
-from edgeway.platform import Platform
 from edgeway.sshgw import command
-from edgeway.sshgw.channels import Forward, SshCarrier
+from edgeway.sshgw.channels import SshCarrier
 from edgeway.sshgw.command import Command, CommandError
-from edgeway.sshgw.keys import Identity, Keys
+from edgeway.sshgw.forwards import Forwards, Listener, Services
+from edgeway.sshgw.keys import Identity
 from edgeway.sshgw.terminal import Terminal, TerminalSession
 from edgeway.store.db import DatabaseUnavailable
 from edgeway.store.repo import Repo
 from edgeway.tunnel import records
-from edgeway.tunnel.admission import Admission, AuthFailed
-from edgeway.tunnel.binder import Binder
-from edgeway.tunnel.binds import BindRefused
+from edgeway.tunnel.admission import AuthFailed
 from edgeway.tunnel.registry import Tunnel
 
 log = structlog.get_logger()
 SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
-MAX_FORWARDS = 64  # per connection
 NO_SESSION_WAIT = 1.0  # seconds after the last forward: no session is coming (-N)
-
-
-@dataclass
-class Services:
-    """What every connection of the gateway uses."""
-    platform: Platform
-    binder: Binder
-    keys: Keys
-    admission: Admission
-    node: str
-    connections: dict[str, GatewayConnection]  # live sessions by id
-    background: set[asyncio.Task[None]]  # connections' ends being recorded
-
-
-class Listener(asyncssh.SSHListener):
-    """A remote forward the client asked for; its tunnel once bound."""
-
-    def __init__(self, owner: GatewayConnection, host: str, requested: int, port: int) -> None:
-        super().__init__()
-        self.owner, self.forward, self.requested = owner, Forward(host, port), requested
-        self.tunnel: Tunnel | None = None
-
-    def get_port(self) -> int:
-        return self.forward.port
-
-    def close(self) -> None:
-        self.owner.cancelled(self)
-
-    async def wait_closed(self) -> None:
-        return None
+NO_DATABASE = "the server cannot reach its database; retry"
 
 
 class GatewayConnection(asyncssh.SSHServer):
@@ -91,8 +58,7 @@ class GatewayConnection(asyncssh.SSHServer):
         self.identity: Identity | None = None
         self._candidate: Identity | None = None  # of the key asyncssh validated last
         self.ssh: asyncssh.SSHServerConnection | None = None
-        self.carrier: SshCarrier | None = None
-        self.listeners: list[Listener] = []
+        self.forwards: Forwards | None = None
         self.command: Command | None = None  # known: the forwards are bound
         self.terminal = Terminal()
         self.session_opened = False
@@ -103,8 +69,8 @@ class GatewayConnection(asyncssh.SSHServer):
 
     @property
     def conn(self) -> SshCarrier:
-        assert self.carrier is not None
-        return self.carrier
+        assert self.forwards is not None
+        return self.forwards.carrier
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -116,11 +82,11 @@ class GatewayConnection(asyncssh.SSHServer):
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self.ssh = conn
         self.peer = str((conn.get_extra_info("peername") or ("",))[0])
-        self.carrier = SshCarrier(conn, self._raw_connection)
+        self.forwards = Forwards(self, self.services, SshCarrier(conn, self._raw_connection),
+                                 self.terminal, self._spawn, self.peer)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.carrier is not None:
-            self.carrier.closed.set()
+        self.conn.closed.set()
         self.ready.set()  # (a binding waiting for it finds the connection gone)
         task = asyncio.get_running_loop().create_task(self._ended(exc))
         self.services.background.add(task)
@@ -153,8 +119,7 @@ class GatewayConnection(asyncssh.SSHServer):
         try:
             return await found
         except DatabaseUnavailable:
-            raise asyncssh.ServiceNotAvailable("the server cannot reach its database; "
-                                               "retry") from None
+            raise asyncssh.ServiceNotAvailable(NO_DATABASE) from None
 
     async def auth_completed(self) -> None:
         identity = self.identity = self._candidate
@@ -173,8 +138,7 @@ class GatewayConnection(asyncssh.SSHServer):
             async with self.services.platform.db.write() as tx:
                 await Repo(tx).insert(SESSIONS, sid, doc)
         except DatabaseUnavailable:
-            self.ssh.disconnect(asyncssh.DISC_SERVICE_NOT_AVAILABLE,
-                                "the server cannot reach its database; retry")
+            self.ssh.disconnect(asyncssh.DISC_SERVICE_NOT_AVAILABLE, NO_DATABASE)
             return
         self.id = sid
         self.services.connections[sid] = self
@@ -187,12 +151,10 @@ class GatewayConnection(asyncssh.SSHServer):
 
     def server_requested(self, listen_host: str, listen_port: int
                          ) -> Listener | bool | Coroutine[Any, Any, Listener | bool]:
-        taken = {listener.forward.port for listener in self.listeners}
-        if len(self.listeners) >= MAX_FORWARDS or listen_port in taken:
+        assert self.forwards is not None
+        listener = self.forwards.ask(listen_host, listen_port)
+        if listener is None:
             return False
-        port = listen_port or next(p for p in range(1, 65536) if p not in taken)
-        listener = Listener(self, listen_host, listen_port, port)
-        self.listeners.append(listener)
         if self.command is not None:  # asked for after the others were bound
             return self._bind_late(listener)
         if not self.session_opened:
@@ -245,78 +207,30 @@ class GatewayConnection(asyncssh.SSHServer):
 
     async def _bind_all(self) -> None:
         await self.ready.wait()
-        assert self.command is not None
+        assert self.command is not None and self.forwards is not None
         if self.conn.closed.is_set():
             return
         if self.command.help:
             self.terminal.say(command.USAGE)
             self.terminal.exit(0)
-            return
-        if not self.listeners:
+        elif not self.forwards.listeners:
             await self._fail("no remote forward was asked for: run ssh with "
                              "-R 0:localhost:PORT\n" + command.USAGE)
-            return
-        for listener in list(self.listeners):
-            why = await self._bind(listener)
-            if why is not None:
-                await self._fail(why)
-                return
-        self.terminal.say("Press Ctrl-C to stop." if self.terminal.newline == "\r\n" else
-                          "The tunnels stay up until this ssh ends.")
+        elif (why := await self.forwards.bind_all(self.command)) is not None:
+            await self._fail(why)
+        else:
+            self.terminal.say("Press Ctrl-C to stop." if self.terminal.newline == "\r\n"
+                              else "The tunnels stay up until this ssh ends.")
 
     async def _bind_late(self, listener: Listener) -> Listener | bool:
         await self.ready.wait()
-        why = await self._bind(listener)
+        assert self.command is not None and self.forwards is not None
+        why = await self.forwards.bind(self.command, listener)
         if why is not None:
             self.terminal.say(why, error=True)
-            self.listeners.remove(listener)
+            self.forwards.cancelled(listener)
             return False
         return listener
-
-    async def _bind(self, listener: Listener) -> str | None:
-        """Bind the tunnel of one forward; None, or why it cannot be."""
-        cmd, services, carrier = self.command, self.services, self.conn
-        assert cmd is not None
-        settings = services.platform.settings
-        if carrier.closed.is_set() or listener not in self.listeners:
-            return None
-        try:
-            command.check_bind_host(listener.forward.host)
-            req = command.bind_request(cmd, listener.requested, services.binder.tcp.host,
-                                       settings.base_domain, f"ssh client {self.peer}")
-        except (CommandError, BindRefused) as exc:
-            return self._refusal(listener, exc)
-        carrier.routes[id(req)] = (req, listener.forward)  # (before traffic can come)
-        try:
-            tunnel = await services.binder.place(self, req, self.terminal.request)
-        except BindRefused as exc:
-            carrier.routes.pop(id(req), None)
-            return self._refusal(listener, exc)
-        listener.tunnel = tunnel
-        if carrier.closed.is_set() or listener not in self.listeners:  # (gone meanwhile)
-            await services.binder.drop(self, tunnel.id, clean=True)
-            return None
-        where = tunnel.url or "labeled tunnel " + ", ".join(
-            f"{k}={v}" for k, v in sorted(tunnel.labels.items())) + " (reached through edges)"
-        self.terminal.say(f"Forwarding {where}")
-        log.info("ssh_tunnel_bound", session=self.id, tunnel=tunnel.id, url=tunnel.url,
-                 labels=tunnel.labels)
-        return None
-
-    @staticmethod
-    def _refusal(listener: Listener, exc: Exception) -> str:
-        where = listener.forward.host or "*"
-        return f"cannot bind the remote forward {where}:{listener.requested}: {exc}"
-
-    def cancelled(self, listener: Listener) -> None:
-        """The client cancelled a forward (or the connection closes): unbind its tunnel."""
-        if listener in self.listeners:
-            self.listeners.remove(listener)
-        tunnel, listener.tunnel = listener.tunnel, None
-        if tunnel is not None and tunnel.id in self.tunnels:
-            self.conn.routes.pop(id(tunnel.req), None)
-            self.terminal.say(f"Stopped forwarding {tunnel.url or 'the labeled tunnel'}")
-            self._spawn(self.services.binder.drop(self, tunnel.id, clean=True))
 
     def _raw_connection(self, tunnel: Tunnel, client: str) -> None:
         if not (self.command and self.command.quiet):
@@ -327,10 +241,8 @@ class GatewayConnection(asyncssh.SSHServer):
     async def stopping(self, tunnel_id: str, message: str, code: int) -> None:
         """The server ends one tunnel (its reserved domain was deleted, the ACL changed)."""
         tunnel = self.tunnels.get(tunnel_id)
-        for listener in self.listeners:
-            if tunnel is not None and listener.tunnel is tunnel:
-                listener.tunnel = None
-                self.conn.routes.pop(id(tunnel.req), None)
+        if tunnel is not None and self.forwards is not None:
+            self.forwards.forget(tunnel)
         self.terminal.say(f"The server stopped {tunnel.url if tunnel else tunnel_id}: "
                           f"{message}", error=True)
 
