@@ -32,6 +32,7 @@ from edgeway.edge.answers import (
     fixed,
     local_answer,
 )
+from edgeway.edge.backends import Static
 from edgeway.edge.client import ClientWatch, Deadline, next_event, read_body
 from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, header
 from edgeway.edge.hooks import Close, Exchange, Services, Takeover
@@ -42,7 +43,7 @@ from edgeway.edge.oidc_login import OidcGate
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pool import Pool, Upstream
 from edgeway.edge.relay import Relay
-from edgeway.edge.router import Decision, Edge, EdgeRouter, Static
+from edgeway.edge.router import Decision, Edge, EdgeRouter
 from edgeway.restrictions import Restrictions
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import StreamClosed

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,13 +20,14 @@ from weakref import WeakKeyDictionary
 import structlog
 
 from edgeway import catalog
-from edgeway.edge import pipeline
+from edgeway.edge import backends, pipeline
+from edgeway.edge.backends import Backend, Target, compile_backend
 from edgeway.edge.h1 import Request
 from edgeway.edge.hooks import Compiling
 from edgeway.edge.hosts import request_host
 from edgeway.edge.modules import mutual_tls, oidc
 from edgeway.edge.modules.circuit_breaker import Breakers
-from edgeway.edge.pages import Fixed, page
+from edgeway.edge.pages import page
 from edgeway.edge.pipeline import Plan
 from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
@@ -41,16 +41,6 @@ BACKEND_COLLECTIONS = ("backends/tunnel_group", "backends/failover", "backends/w
 STALE_RETRY = 1.0  # seconds between reload attempts while the database is out of reach
 WATCHED = frozenset((*EDGE_COLLECTIONS, *BACKEND_COLLECTIONS, "ip_policies",
                      "ip_policy_rules", "reserved_domains"))
-
-
-@dataclass(frozen=True)
-class Static:
-    host: str
-    port: int
-    tls: bool
-
-
-Target = Tunnel | Static | Fixed
 
 
 @dataclass
@@ -79,7 +69,7 @@ class Snapshot:
     https: dict[str, Edge] = field(default_factory=dict)  # host -> edge
     tls: dict[str, Edge] = field(default_factory=dict)  # host -> edge
     tcp: dict[int, Edge] = field(default_factory=dict)  # port -> edge
-    backends: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    backends: dict[str, Backend] = field(default_factory=dict)  # compiled, by id
     rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
     domains: set[str] = field(default_factory=set)  # reserved domain names
     cas: dict[str, str] = field(default_factory=dict)  # certificate authority id -> PEM
@@ -131,7 +121,7 @@ async def load(db: Database, breakers: Breakers | None = None) -> Snapshot:
                                                                        snap.breakers))))
     for collection in BACKEND_COLLECTIONS:
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
-            snap.backends[id_] = (collection, doc)
+            snap.backends[id_] = compile_backend(collection, doc)
     return snap
 
 
@@ -214,38 +204,9 @@ class EdgeRouter:
                 best = r
         return best
 
-    def backend(self, snap: Snapshot, backend_id: str, depth: int = 0) -> Target | None:
-        """The target a backend picks now; None when nothing behind it is live."""
-        found = snap.backends.get(backend_id)
-        if found is None or depth > 16:
-            return None
-        collection, doc = found
-        if collection == "backends/tunnel_group":
-            return self.registry.pick(self.registry.with_labels(doc.get("labels") or {}))
-        if collection == "backends/http_response":
-            return Fixed(int(doc.get("status_code", 200)),
-                         tuple((doc.get("headers") or {}).items()),
-                         str(doc.get("body", "")).encode())
-        if collection == "backends/static":
-            host, _, port = str(doc["address"]).rpartition(":")
-            return Static(host.strip("[]"), int(port), bool((doc.get("tls") or {}).get("enabled")))
-        if collection == "backends/failover":
-            for child in doc.get("backends") or []:
-                target = self.backend(snap, child, depth + 1)
-                if target is not None:
-                    return target
-            return None
-        weights = {k: w for k, w in (doc.get("backends") or {}).items() if w > 0}
-        while weights:  # weighted: draw among the live ones
-            choice = random.choices(list(weights), list(weights.values()))[0]
-            target = self.backend(snap, choice, depth + 1)
-            if target is not None:
-                return target
-            del weights[choice]
-        return None
-
     def target(self, snap: Snapshot, plan: Plan) -> Target | None:
-        return self.backend(snap, plan.backend_id) if plan.backend_id else None
+        return backends.pick(snap.backends, plan.backend_id, self.registry) \
+            if plan.backend_id else None
 
     async def http(self, req: Request, ip: str, scheme: str, https_port: int,
                    tls_edge: Edge | None = None) -> Decision:
