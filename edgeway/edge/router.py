@@ -283,7 +283,7 @@ class EdgeRouter:
     def _agent(self, req: Request, ip: str, scheme: str, https_port: int, host: str
                ) -> Decision:
         """A request for a name no HTTPS edge serves: an agent's tunnel bound to it."""
-        tunnel = self.agent_tunnel(host)
+        tunnel = self.agent_tunnel(host, scheme)
         if tunnel is None:
             return Decision(page(404, "Tunnel not found", f"No tunnel is bound to {host}.",
                                  4004))
@@ -312,5 +312,9 @@ class EdgeRouter:
         """A TCP tunnel's hooks (its traffic policy's on_tcp_connect) on a new connection."""
         return self.bind_plan(tunnel).admits(ip, port)
 
-    def agent_tunnel(self, host: str) -> Tunnel | None:
-        return self.registry.pick(self.registry.for_host(host))
+    def agent_tunnel(self, host: str, scheme: str = "") -> Tunnel | None:
+        """A live tunnel bound to ``host``, over ``scheme`` when one is (a name bound over
+        http and https by one agent)."""
+        tunnels = self.registry.for_host(host)
+        same = [t for t in tunnels if t.proto == scheme and t.alive]
+        return self.registry.pick(same or tunnels)

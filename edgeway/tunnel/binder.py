@@ -76,7 +76,7 @@ class Binder:
         edge = self.edge_host(host)
         if edge:
             raise BindRefused(f"the domain '{host}' is served by the edge {edge}")
-        names.check_free(host, tunnel_id, req, self.registry.by_host.get(host, []))
+        names.check_free(host, tunnel_id, req, self.registry.by_host.get(host, []), session.id)
         return host, domain_id
 
     # -- binding -----------------------------------------------------------------------------
