@@ -64,6 +64,7 @@ BY_MEMBER: dict[tuple[str, str], dict[str, Any]] = {
     ("reserved_domains", "domain"): WILDCARD_FQDN,
     ("agent_ingresses", "domain"): FQDN,
     ("bot_users", "name"): {**NON_EMPTY, "maxLength": 255},
+    ("service_users", "name"): {**NON_EMPTY, "maxLength": 255},
     ("ip_policy_rules", "cidr"): CIDR,
     ("ip_restrictions", "ip_policy_ids"): {"minItems": 1, "uniqueItems": True},
     ("credentials", "acl"): items(ACL_RULE),

@@ -118,7 +118,7 @@ class TunnelServer:
             self._spawn(self.load_ingress_names())
         elif collection == "reserved_domains":
             self._spawn(self.binder.revalidate())
-        elif collection in ("credentials", "bot_users", *RESTRICTION_KINDS):
+        elif collection in ("credentials", "bot_users", "service_users", *RESTRICTION_KINDS):
             self._spawn(self.recheck())
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
