@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.certs import make_cert
+from tests.pki.material import ssh_public_key, tls_chain
 from tests.server import Server
 from tests.vendor.peers import drive_api
 
@@ -167,6 +168,56 @@ assert c.edges.https.get(https.id).routes[0].description == "r2"
 return {"done": done, "edge": https.id, "route": route.id}
 '''
 
+REFERRING = r'''
+from ngrok.datatypes import EventSourceReplace, EventTarget
+def raw(cls, props):
+    obj = cls(c, {})
+    obj._props = props
+    return obj
+public_key, cert_pem, key_pem = args
+done = []
+policy = c.ip_policies.create(description="for rules")
+rule = c.ip_policy_rules.create(cidr="10.1.0.0/16", ip_policy_id=policy.id, action="allow")
+assert c.ip_policy_rules.update(rule.id, cidr="10.2.0.0/16").cidr == "10.2.0.0/16"
+restriction = c.ip_restrictions.create(type="dashboard", ip_policy_ids=[policy.id])
+assert c.ip_restrictions.update(restriction.id, enforced=True).enforced is True
+assert [p.id for p in c.ip_restrictions.get(restriction.id).ip_policies] == [policy.id]
+target = raw(EventTarget, {"firehose": {
+    "auth": {"creds": {"aws_access_key_id": "AKID", "aws_secret_access_key": "SECRET"}},
+    "delivery_stream_arn": "arn:aws:firehose:us-east-1:123456789012:deliverystream/x"}})
+dest = c.event_destinations.create(format="json", target=target)
+creds = dest.target.firehose.auth.creds
+assert (creds.aws_access_key_id, creds.aws_secret_access_key) == ("AKID", "********")
+sub = c.event_subscriptions.create(
+    destination_ids=[dest.id], sources=[raw(EventSourceReplace, {"type": "ip_policy_created.v0"})])
+assert [d.id for d in sub.destinations] == [dest.id]
+c.event_sources.create(sub.id, type="ip_policy_deleted.v0")
+assert {s.type for s in c.event_sources.list(sub.id).sources} == {
+    "ip_policy_created.v0", "ip_policy_deleted.v0"}
+assert c.event_sources.get(sub.id, "ip_policy_deleted.v0").type == "ip_policy_deleted.v0"
+c.event_sources.delete(sub.id, "ip_policy_deleted.v0")
+ssh = c.ssh_credentials.create(public_key=public_key, acl=["bind:x.example.com"])
+assert c.ssh_credentials.update(ssh.id, acl=[]).acl == []
+ca = c.ssh_certificate_authorities.create(private_key_type="ed25519")
+window = dict(valid_after="2030-01-01T00:00:00Z", valid_until="2031-01-01T00:00:00Z")
+host = c.ssh_host_certificates.create(ssh_certificate_authority_id=ca.id,
+                                      public_key=public_key, principals=["h"], **window)
+user = c.ssh_user_certificates.create(ssh_certificate_authority_id=ca.id,
+                                      public_key=public_key, principals=["u"], **window)
+assert host.certificate.startswith("ssh-ed25519-cert") and user.principals == ["u"]
+tls = c.tls_certificates.create(certificate_pem=cert_pem, private_key_pem=key_pem)
+assert tls.subject_common_name and "private_key_pem" not in tls._props
+for svc, id_ in ((c.tls_certificates, tls.id), (c.ssh_user_certificates, user.id),
+                 (c.ssh_host_certificates, host.id), (c.ssh_credentials, ssh.id),
+                 (c.event_subscriptions, sub.id), (c.event_destinations, dest.id),
+                 (c.ip_restrictions, restriction.id), (c.ip_policy_rules, rule.id)):
+    assert svc.update(id_, description="d").description == "d"
+    assert id_ in [x.id for x in svc.list()]
+    svc.delete(id_)
+    done.append(id_.split("_")[0])
+return done
+'''
+
 ERRORS = r'''
 out = {}
 try:
@@ -201,6 +252,12 @@ def test_every_plain_service(server: Server) -> None:
     seen: Any = drive_api(server, PLAIN, make_cert())
     assert {path for path, _id in seen} >= {"reserved_addrs", "service_users", "vaults",
                                             "secrets", "backends.failover", "edges.https"}
+
+
+def test_services_with_references(server: Server) -> None:
+    chain = tls_chain()
+    done: Any = drive_api(server, REFERRING, ssh_public_key(), chain.pem, chain.key)
+    assert done == ["cert", "sucrt", "shcrt", "sshcr", "esb", "ed", "ipx", "ipr"]
 
 
 def test_every_edge_module_and_vendor_names(server: Server) -> None:
