@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +37,6 @@ RENAMES: tuple[tuple[str, str, str], ...] = (
 
 @dataclass(frozen=True)
 class Dialect:
-    name: str
     version_header: str  # lower case
     code_prefix: str
     operation_header: bytes
@@ -50,8 +49,8 @@ class Dialect:
         return not self.out
 
 
-NATIVE = Dialect("edgeway", "edgeway-version", "ERR_EDGEWAY_", b"edgeway-operation-id")
-VENDOR = Dialect("ngrok", "ngrok-version", "ERR_NGROK_", b"ngrok-operation-id",
+NATIVE = Dialect("edgeway-version", "ERR_EDGEWAY_", b"edgeway-operation-id")
+VENDOR = Dialect("ngrok-version", "ERR_NGROK_", b"ngrok-operation-id",
                  out={(p, n): v for p, n, v in RENAMES},
                  back={(p, v): n for p, n, v in RENAMES})
 _current: ContextVar[Dialect] = ContextVar("dialect", default=NATIVE)
@@ -67,15 +66,17 @@ class Unknown(Exception):
 
 def of_headers(headers: list[tuple[bytes, bytes]]) -> Dialect:
     """The vendor dialect when the request carries its version header."""
-    return VENDOR if any(k.lower() == b"ngrok-version" for k, _v in headers) else NATIVE
+    name = VENDOR.version_header.encode()
+    return VENDOR if any(k.lower() == name for k, _v in headers) else NATIVE
 
 
-def use(dialect: Dialect) -> object:
+def use(dialect: Dialect) -> Token[Dialect]:
+    """Speak ``dialect`` in this request (its task's context) until ``reset``."""
     return _current.set(dialect)
 
 
-def reset(token: object) -> None:
-    _current.reset(token)  # type: ignore[arg-type]
+def reset(token: Token[Dialect]) -> None:
+    _current.reset(token)
 
 
 def current() -> Dialect:
