@@ -13,6 +13,7 @@ from edgeway.catalog.model import Context, Fetch, Field, Kind, standard
 from edgeway.errors import Invalid
 
 NONE_FREE = 509
+DEFAULT_PORTS = (20000, 20999)  # --tcp-ports' default
 
 
 def port_of(addr: str) -> int | None:
@@ -27,9 +28,7 @@ def _region(value: str, ctx: Context) -> str:
 
 async def _pick(doc: dict[str, Any], ctx: Context, fetch: Fetch) -> dict[str, Any]:
     """A free port of the agent TCP range: not reserved, not used by a live tunnel."""
-    if ctx.settings.agent_ports is None:
-        raise Invalid("", "this server has no TCP tunnel port range to reserve from", NONE_FREE)
-    low, high = ctx.settings.agent_ports
+    low, high = ctx.settings.agent_ports or DEFAULT_PORTS
     host = ctx.settings.tcp_host
     taken = {port_of(str(d.get("addr", ""))) for _id, d in await fetch.all("reserved_addrs")}
     taken |= {port_of(str(d.get("public_url", "")).removeprefix("tcp://"))

@@ -13,7 +13,7 @@ from edgeway.errors import Invalid
 
 SEAL_CONTEXT = "vault secret"
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-MAX_VALUE = 64 * 1024
+MAX_VALUE = 16384  # characters
 
 
 def _name(value: str, _ctx: Context) -> str:
@@ -49,8 +49,8 @@ VAULTS = Kind(
 
 
 def _value(value: str, _ctx: Context) -> str:
-    if not value or len(value.encode()) > MAX_VALUE:
-        raise Invalid("value", f"must be 1 to {MAX_VALUE} bytes", 215)
+    if not value or len(value) > MAX_VALUE:
+        raise Invalid("value", f"must be 1 to {MAX_VALUE} characters", 215)
     return value
 
 
