@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -34,6 +34,10 @@ TUNNELS = catalog.BY_COLLECTION["tunnels"]
 ENDPOINTS = catalog.BY_COLLECTION["endpoints"]
 
 
+async def _enforceable(_req: binds.BindRequest) -> str | None:
+    return None
+
+
 class Binder:
     def __init__(self, platform: Platform, tcp_host: str, tcp_ports: tuple[int, int],
                  grace: float, node: str, http_port: int, https_port: int) -> None:
@@ -44,7 +48,7 @@ class Binder:
         # host name -> the edge serving it (set by the edge, to refuse agent binds of them)
         self.edge_host: Callable[[str], str | None] = lambda _host: None
         # Set by the edge: why a bind asks for what it cannot enforce (None: it can).
-        self.check_bind: Callable[[binds.BindRequest], str | None] = lambda _req: None
+        self.check_bind: Callable[[binds.BindRequest], Awaitable[str | None]] = _enforceable
         self.sessions: dict[str, AgentConnection] = {}
 
     def _stable(self, session: AgentConnection, tunnel_id: str) -> int:
@@ -76,7 +80,7 @@ class Binder:
         edge = self.edge_host(host)
         if edge:
             raise BindRefused(f"the domain '{host}' is served by the edge {edge}")
-        names.check_free(host, tunnel_id, req, self.registry.by_host.get(host, []))
+        names.check_free(host, tunnel_id, req, self.registry.by_host.get(host, []), session.id)
         return host, domain_id
 
     # -- binding -----------------------------------------------------------------------------
@@ -89,7 +93,7 @@ class Binder:
         try:
             req = binds.parse_labeled(folded) if labeled else \
                 binds.parse(message, folded, self.platform.settings.base_domain)
-            if (why := self.check_bind(req)) is not None:
+            if (why := await self.check_bind(req)) is not None:
                 raise BindRefused(why)
             if labeled:
                 acl.require_labels(session.acl, req.labels)
