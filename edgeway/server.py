@@ -15,7 +15,6 @@ import uvicorn
 from edgeway import bootstrap, catalog, ids, logs
 from edgeway.api.app import build
 from edgeway.config import ServerConfig, listen_socket
-from edgeway.edge import pipeline
 from edgeway.edge.listeners import PublicListeners
 from edgeway.edge.modules import sns
 from edgeway.edge.modules.sns import SnsVerifier
@@ -112,10 +111,10 @@ async def serve(cfg: ServerConfig) -> None:
                                node_id(cfg.data_dir), http_port, https_port, cfg.tcp_grace,
                                await _agent_client_cas(db, cfg.settings.agent_client_cas))
         tunnels.certs = certs = platform_ca.EdgeCerts(cfg.data_dir, sealer, tls)
-        router = EdgeRouter(db, tunnels.registry)
+        router = EdgeRouter(db, tunnels.registry, sealer=sealer)
         binder = tunnels.binder
         binder.edge_host = router.edge_host
-        binder.check_bind, binder.tcp.admits = pipeline.bind_refusal, router.tcp_admits
+        binder.check_bind, binder.tcp.admits = router.bind_refusal, router.tcp_admits
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,
                                http_port, https_port, sealer.mac(b"edgeway edge logins"),
                                platform.restrictions,

@@ -6,11 +6,12 @@ ends the sessions that no longer pass)."""
 from __future__ import annotations
 
 from edgeway import catalog, ids
+from edgeway.catalog.identity import MACHINE_USERS
 from edgeway.platform import Platform
 from edgeway.store.repo import Repo
 
 CREDENTIALS = catalog.BY_COLLECTION["credentials"]
-BOTS = catalog.BY_COLLECTION["bot_users"]
+MACHINES = {catalog.BY_COLLECTION[c].prefix: catalog.BY_COLLECTION[c] for c in MACHINE_USERS}
 
 
 class AuthFailed(Exception):
@@ -53,8 +54,9 @@ class Admission:
 
     @staticmethod
     async def owner_active(repo: Repo, owner: str) -> None:
-        if owner.startswith("bot_"):
-            bot = await repo.get(BOTS, owner)
+        machine = MACHINES.get(owner.split("_", 1)[0])
+        if machine is not None:
+            bot = await repo.get(machine, owner)
             if bot is None or not bot.get("active", True):
-                raise AuthFailed("authentication failed: the authtoken's bot user is "
+                raise AuthFailed(f"authentication failed: the authtoken's {machine.title} is "
                                  "inactive or was deleted")

@@ -11,7 +11,7 @@ any other credential presenting it is refused.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -31,6 +31,10 @@ TUNNELS = catalog.BY_COLLECTION["tunnels"]
 ENDPOINTS = catalog.BY_COLLECTION["endpoints"]
 
 
+async def _enforceable(_req: binds.BindRequest) -> str | None:
+    return None
+
+
 class Binder:
     def __init__(self, platform: Platform, tcp_host: str, tcp_ports: tuple[int, int],
                  grace: float, node: str, http_port: int, https_port: int) -> None:
@@ -41,7 +45,7 @@ class Binder:
         # host name -> the edge serving it (set by the edge, to refuse agent binds of them)
         self.edge_host: Callable[[str], str | None] = lambda _host: None
         # Set by the edge: why a bind asks for what it cannot enforce (None: it can).
-        self.check_bind: Callable[[binds.BindRequest], str | None] = lambda _req: None
+        self.check_bind: Callable[[binds.BindRequest], Awaitable[str | None]] = _enforceable
         self.sessions: dict[str, AgentConnection] = {}
         self.others: dict[str, Holder] = {}  # sessions of other ways in (the SSH gateway)
 
@@ -77,7 +81,7 @@ class Binder:
         edge = self.edge_host(host)
         if edge:
             raise BindRefused(f"the domain '{host}' is served by the edge {edge}")
-        names.check_free(host, tunnel_id, req, self.registry.by_host.get(host, []))
+        names.check_free(host, tunnel_id, req, self.registry.by_host.get(host, []), session.id)
         return host, domain_id
 
     # -- binding -----------------------------------------------------------------------------
@@ -107,7 +111,7 @@ class Binder:
         """Bind ``req`` (labeled when it has labels) for ``session`` within its ACL, and
         record it; BindRefused says why it cannot be. ``observer``: see ``Tunnel``."""
         domain_id = ""
-        if (why := self.check_bind(req)) is not None:
+        if (why := await self.check_bind(req)) is not None:
             raise BindRefused(why)
         if req.labels:
             acl.require_labels(session.acl, req.labels)

@@ -1,6 +1,7 @@
 """The public host name of an HTTP(S) or TLS bind: generated under the platform's base domain,
 or a name the account reserved (a reserved domain, or a wildcard one covering it), never one
-an edge serves or another tunnel holds (unless both pool). Each refusal says what to do."""
+an edge serves or another tunnel holds (unless both pool; one session's http and https
+tunnels of a name are one claim). Each refusal says what to do."""
 
 from __future__ import annotations
 
@@ -48,13 +49,18 @@ async def reserved_domain(repo: Repo, host: str, base: str) -> str:
     return cover.get(host) or next(iter(cover.values()))
 
 
-def check_free(host: str, tunnel_id: str, req: BindRequest, holders: list[Tunnel]) -> None:
-    """BindRefused when the tunnels ``holders`` bound on ``host`` keep ``req`` from it."""
+def check_free(host: str, tunnel_id: str, req: BindRequest, holders: list[Tunnel],
+               session_id: str = "") -> None:
+    """BindRefused when the tunnels ``holders`` bound on ``host`` keep ``req`` (a bind of the
+    agent session ``session_id``) from it. A session may bind a name over http and https
+    (the classic agent's default binds both, one after the other)."""
     for other in holders:
         if other.id == tunnel_id:
             continue
         if _FAMILY.get(other.proto, other.proto) != _FAMILY.get(req.proto, req.proto):
             raise BindRefused(f"the domain '{host}' is bound by a {other.proto} tunnel")
+        if session_id and other.session_id == session_id and other.proto != req.proto:
+            continue
         if not (req.pooled and other.req.pooled):
             raise BindRefused(f"the domain '{host}' is already bound by another tunnel; "
                               "bind it with pooling enabled from every agent to share it")

@@ -100,6 +100,7 @@ class TunnelServer:
                     if doc.get("node") == self.node:
                         await Repo(tx).delete(kind, id_)
         await self.load_ingress_names()
+        await self.binder.tcp.load_reserved()
         await self.platform.restrictions.of("agent")  # (kept while the database is away)
         self._server = await asyncio.start_server(
             self._connection, sock=listen_socket("tunnel listener", host, port, reuse_port),
@@ -118,7 +119,9 @@ class TunnelServer:
             self._spawn(self.load_ingress_names())
         elif collection == "reserved_domains":
             self._spawn(self.binder.revalidate())
-        elif collection in ("credentials", "bot_users", *RESTRICTION_KINDS):
+        elif collection == "reserved_addrs":
+            self._spawn(self.binder.tcp.load_reserved())
+        elif collection in ("credentials", "bot_users", "service_users", *RESTRICTION_KINDS):
             self._spawn(self.recheck())
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -164,6 +167,7 @@ class TunnelServer:
         """Writes made through another node's API reach this one's sessions too."""
         while True:
             await asyncio.sleep(seconds)
+            await _warned(self.binder.tcp.load_reserved())
             if self.sessions:
                 await _warned(self.recheck())
 

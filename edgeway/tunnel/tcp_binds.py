@@ -2,7 +2,8 @@
 dropped session of the same tunnel held, or a free one, preferring a stable choice per
 credential and tunnel), a listener on it that splices each client into a new stream, and the
 port's return to the pool when the tunnel ends (at once, or after the grace period when its
-agent dropped without a goodbye)."""
+agent dropped without a goodbye). Ports of reserved addresses (``/reserved_addrs``) are
+only given to binds that ask for them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from functools import partial
 
 import structlog
 
+from edgeway import catalog
+from edgeway.catalog.addrs import port_of
 from edgeway.platform import Platform
+from edgeway.store.repo import Repo
 from edgeway.tunnel import acl, binds, restrict
 from edgeway.tunnel.binds import BindRefused
 from edgeway.tunnel.muxado.events import StreamError
@@ -34,6 +38,15 @@ class TcpBinds:
         self.listeners: dict[str, TcpListener] = {}  # tunnel id -> its public listener
         # Set by the edge: whether a TCP tunnel's traffic policy admits (ip, port).
         self.admits: Callable[[Tunnel, str, int], bool] = lambda _t, _ip, _port: True
+
+    async def load_reserved(self) -> None:
+        """Follow the reserved addresses of this host (at start, on a change, and every
+        recheck for changes made through another node)."""
+        docs = await Repo(self.platform.db.reader()).all_docs(
+            catalog.BY_COLLECTION["reserved_addrs"])
+        ports = {port_of(str(doc.get("addr", ""))) for _id, doc in docs
+                 if str(doc.get("addr", "")).rpartition(":")[0].strip("[]") == self.host}
+        self.pool.reserve({p for p in ports if p is not None})
 
     @staticmethod
     def _now() -> float:
