@@ -107,7 +107,8 @@ class Forwards:
             return _refusal(listener, exc)
         carrier.routes[id(req)] = (req, listener.forward)  # (before traffic can come)
         try:
-            tunnel = await services.binder.place(self.holder, req, self.terminal.request)
+            tunnel = await services.binder.place(
+                self.holder, req, None if cmd.quiet else self.terminal.request)
         except (BindRefused, DatabaseUnavailable) as exc:
             carrier.routes.pop(id(req), None)
             return _refusal(listener, exc)
