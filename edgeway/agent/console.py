@@ -124,7 +124,8 @@ class Console:
         buf = io.StringIO()
         RichConsole(file=buf, width=width, color_system=None, force_terminal=False,
                     legacy_windows=False).print(self.renderable())
-        return buf.getvalue().rstrip()
+        lines = (line.rstrip() for line in buf.getvalue().splitlines())
+        return "\n".join(line for line in lines if line)  # (screens are blank-line separated)
 
     # -- drawing ----------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ TUNNEL_KEYS = {  # by proto; "" is a labeled tunnel
     "": frozenset({"addr", "labels", "metadata"}),
 }
 TUNNEL_UNSUPPORTED = {
-    "mutual_tls_cas": "mutual TLS is not enforced by the edge on agent tunnels",
+    "mutual_tls_cas": "mutual TLS on agent tunnels is not supported by the edge",
     "crt": "TLS termination (crt, key, terminate_at) is not supported by the Edgeway agent",
     "key": "TLS termination (crt, key, terminate_at) is not supported by the Edgeway agent",
     "terminate_at": "TLS termination (crt, key, terminate_at) is not supported by the "
