@@ -120,8 +120,9 @@ def main(args: argparse.Namespace) -> None:
         if action == "edit":
             editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
             subprocess.run([*shlex.split(editor), str(path)], check=False)
-            _check([str(path)])
-            print(f"Valid configuration: {path}", file=sys.stderr)
+            cfg, _doc = load_merged([str(path)])
+            print(f"Valid configuration: {path}" + (f"; note: {cfg.missing()}" if cfg.missing()
+                                                   else ""), file=sys.stderr)
             return
         key = "authtoken" if action == "add-authtoken" else "server_addr"
         parse = check.authtoken if key == "authtoken" else check.server_addr

@@ -158,12 +158,12 @@ class Side:
         """The head is complete: ``rest`` is the part of it the parser has not seen."""
         msg, parser = self.msg, self.parser
         msg.raw += with_host(head, self.host) if self.host else head
-        if self.host:
-            self.out += msg.raw
         with contextlib.suppress(httptools.HttpParserError, httptools.HttpParserUpgrade):
             parser.feed_data(rest)  # (past the head's end, llhttp only pauses)
         if not self.headers_done:
             raise Stop("not an HTTP head")
+        if self.host:
+            self.out += msg.raw
         msg.proto = "HTTP/" + parser.get_http_version()
         if isinstance(parser, httptools.HttpRequestParser):
             msg.method = parser.get_method().decode("latin-1")
