@@ -18,7 +18,7 @@ from edgeway.agent.settings import LOG_FORMATS, LOG_LEVELS
 
 _SESSION = {"authtoken": "authtoken", "server_addr": "server_addr", "root_cas": "root_cas",
             "log": "log", "log_format": "log_format", "log_level": "log_level",
-            "region": "region"}
+            "region": "region", "web_addr": "web_addr"}
 
 
 def session_flags(p: argparse.ArgumentParser) -> None:
@@ -30,6 +30,8 @@ def session_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root-cas", metavar="FILE|host|trusted",
                    help="CA certificates the server's certificate must chain to")
     p.add_argument("--region", help="dial tunnel.REGION.<server_addr host>")
+    p.add_argument("--web-addr", metavar="HOST:PORT|false",
+                   help="the local API and web inspector (default 127.0.0.1:4040)")
     p.add_argument("--log", metavar="stdout|stderr|false|FILE",
                    help="where log lines go (stdout turns the console off)")
     p.add_argument("--log-format", choices=LOG_FORMATS, help="json, logfmt or term")
@@ -113,8 +115,11 @@ def add_oneliners(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def session_doc(args: argparse.Namespace) -> dict[str, Any]:
     """The session flags that were given, as config keys."""
-    return {key: getattr(args, attr) for attr, key in _SESSION.items()
-            if getattr(args, attr, None) is not None}
+    doc = {key: getattr(args, attr) for attr, key in _SESSION.items()
+           if getattr(args, attr, None) is not None}
+    if doc.get("web_addr") == "false":
+        doc["web_addr"] = False
+    return doc
 
 
 def tunnel_name(args: argparse.Namespace) -> str:
