@@ -98,8 +98,8 @@ def test_one_liners_against_a_real_server(server: Server, tmp_path: Path) -> Non
         token = api.post("/credentials", json={}).json()["token"]
     for args in (("add-authtoken", token),
                  ("add-server-addr", f"localhost:{server.tunnel_port}")):
-        r = edgeway("config", *args)
-        assert r.returncode == 0, r.stderr
+        done = edgeway("config", *args)
+        assert done.returncode == 0, done.stderr
     ca = ("--root-cas", str(server.data_dir / "ca.pem"))
     webs = free_port(), free_port(), free_port()
     with upstream.running("svc") as svc, upstream.echo() as echo, tls_echo(server) as tls:
