@@ -117,6 +117,12 @@ def _keys(ctx: Context, name: str, doc: dict[str, Any], base: tuple[str, ...]) -
             what = f"{kind} tunnels" if kind else "labeled tunnels"
             raise ctx.error((*base, key), f"does not apply to {what} (they take: "
                                           f"{', '.join(sorted(TUNNEL_KEYS[kind]))})")
+    _together(ctx, doc, base, proto)
+    return kind
+
+
+def _together(ctx: Context, doc: dict[str, Any], base: tuple[str, ...], proto: str) -> None:
+    """Keys that exclude one another, and the one every tunnel needs."""
     for first, second in (("domain", "hostname"), ("domain", "subdomain"),
                           ("hostname", "subdomain")):
         if first in doc and second in doc:
@@ -126,7 +132,6 @@ def _keys(ctx: Context, name: str, doc: dict[str, Any], base: tuple[str, ...]) -
                                             "proto http to choose schemes")
     if "addr" not in doc:
         raise ctx.error((*base, "addr"), "required: a port, host:port or URL")
-    return kind
 
 
 def _middleware(ctx: Context, doc: dict[str, Any], base: tuple[str, ...]) -> dict[str, Any]:
