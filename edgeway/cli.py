@@ -11,10 +11,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from edgeway import __version__, logs, runner, serve_cli
+from edgeway import __version__, bootstrap, logs, runner, serve_cli
 from edgeway.agent import cli as agent_cli
 from edgeway.config import default_data_dir
 from edgeway.store.db import DatabaseUnavailable, StoreUnavailable
+from edgeway.store.migrate import open_database
 
 DESCRIPTION = """Edgeway: a self-hosted ingress and tunneling platform. Run the platform with
 serve; expose local services with the agent (http, tcp, tls for one tunnel, start for the
@@ -70,9 +71,6 @@ def _ca_export(args: argparse.Namespace) -> None:
 
 
 async def _api_key(args: argparse.Namespace) -> None:
-    from edgeway import bootstrap
-    from edgeway.store.migrate import open_database
-
     if not args.database_url and not args.init:
         _initialised(args.data_dir, " (or pass --init to create it)", "edgeway.db")
     db = await open_database(args.database_url, args.data_dir)

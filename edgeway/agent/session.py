@@ -146,7 +146,7 @@ class AgentSession:
         tunnel = self.tunnels.pop(name, None)
         if tunnel is None:
             return False
-        if self._conn is not None and tunnel.id and tunnel.url:
+        if self._conn is not None and tunnel.id and not tunnel.error:
             with contextlib.suppress(StreamClosed, StreamError, rpc.RPCError,
                                      asyncio.IncompleteReadError, TimeoutError):
                 await self._call(self._conn, StreamType.UNBIND, {"Id": tunnel.id})
