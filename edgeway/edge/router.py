@@ -14,6 +14,7 @@ import asyncio
 import ipaddress
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -21,11 +22,12 @@ from weakref import WeakKeyDictionary
 import structlog
 
 from edgeway import catalog
-from edgeway.edge import pipeline
+from edgeway.catalog.modules import saml
+from edgeway.edge import login, pipeline
 from edgeway.edge.h1 import Request
 from edgeway.edge.hooks import Compiling
 from edgeway.edge.hosts import request_host
-from edgeway.edge.modules import mutual_tls, oidc
+from edgeway.edge.modules import mutual_tls
 from edgeway.edge.modules.circuit_breaker import Breakers
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pipeline import Plan
@@ -126,9 +128,10 @@ async def load(db: Database, breakers: Breakers | None = None) -> Snapshot:
         match = doc.get("match", "")
         host, path = ("", match) if match.startswith("/") else \
             (match.split("/", 1)[0], "/" + match.split("/", 1)[1] if "/" in match else "/")
+        own = saml.route_host(parent.doc, doc)  # (where its SAML service provider lives)
         parent.routes.append(Route(id_, doc.get("match_type") == "exact_path", host, path,
                                    pipeline.compile_doc(doc, Compiling(snap.rules, id_,
-                                                                       snap.breakers))))
+                                                                       snap.breakers, own))))
     for collection in BACKEND_COLLECTIONS:
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
             snap.backends[id_] = (collection, doc)
@@ -152,6 +155,8 @@ class EdgeRouter:
         self._loaded = 0
         self._retry_at = 0.0  # after a reload failed: no new attempt before this time
         self._bind_plans: WeakKeyDictionary[Tunnel, Plan] = WeakKeyDictionary()
+        # the managed OAuth applications' callback, on the login host (set by the server)
+        self.bounce: Callable[[Request, str], Fixed | None] | None = None
 
     def changed(self, collection: str) -> None:
         if collection in WATCHED:
@@ -254,6 +259,9 @@ class EdgeRouter:
         host = request_host(req.headers)
         if req.method == b"CONNECT":
             return Decision(page(405, "Method not allowed", "CONNECT is not proxied.", 4005))
+        if self.bounce is not None and scheme == "https" \
+                and (bounced := self.bounce(req, host)) is not None:
+            return Decision(bounced)
         snap = await self.current()
         edge = snap.https.get(host) if scheme == "https" else None
         if edge is None:
@@ -266,8 +274,10 @@ class EdgeRouter:
                                  f"{host} as the TLS server name.", 4012))
         path = req.target.decode("latin-1").split("?", 1)[0]
         route = self.route(edge, host, path)
-        if path in (oidc.CALLBACK, oidc.LOGOUT):  # the login route's, wherever it matches
-            route = next((r for r in edge.routes if r.plan.find(oidc.Login)), route)
+        own = login.own_path(req.target)
+        if own is not None:  # the login route's own paths, wherever its match is
+            route = next((r for r in edge.routes if (hook := r.plan.find(login.Gate))
+                          and hook.kind == own[0] and own[1] in ("", r.id)), route)
         if route is None:
             return Decision(page(404, "No route", f"The edge for {host} has no route "
                                  f"matching {path}.", 4004))
