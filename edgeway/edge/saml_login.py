@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import secrets
 import time
+import zlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
+from lxml.etree import LxmlError
 from onelogin.saml2.auth import OneLogin_Saml2_Auth
 from onelogin.saml2.constants import OneLogin_Saml2_Constants as C
 from onelogin.saml2.errors import OneLogin_Saml2_Error, OneLogin_Saml2_ValidationError
@@ -53,6 +55,10 @@ if TYPE_CHECKING:
 log = structlog.get_logger()
 MAX_RESPONSE = 1 << 20  # bytes of a POSTed SAML response
 UNSPECIFIED = "urn:oasis:names:tc:SAML:1.1:nameid-format:unspecified"
+MACE = "urn:mace:dir:attribute-def:"
+# what python3-saml raises on messages that are not SAML (bad base64, deflate or XML)
+MALFORMED = (OneLogin_Saml2_Error, OneLogin_Saml2_ValidationError, ValueError, LxmlError,
+             zlib.error)
 EMAIL = ("email", "mail", "emailaddress", "urn:oid:0.9.2342.19200300.100.1.3",
          "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/emailaddress")
 NAME = ("displayname", "name", "cn", "urn:oid:2.16.840.1.113730.3.1.241", "urn:oid:2.5.4.3",
@@ -72,7 +78,10 @@ SECURITY = {
 
 
 def _values(attributes: dict[str, list[str]], names: tuple[str, ...]) -> list[str]:
-    return [str(v) for k, vs in attributes.items() if k.lower() in names for v in vs]
+    """The values of the attributes of these names (in any case; the SAML 2.0 "basic" names
+    also with the ``urn:mace:dir:attribute-def:`` prefix some IdPs put on them)."""
+    return [str(v) for k, vs in attributes.items()
+            if k.lower().removeprefix(MACE) in names for v in vs]
 
 
 class SamlFlow(Flow):
@@ -184,7 +193,7 @@ class SamlFlow(Flow):
         try:
             answering = OneLogin_Saml2_Response(self.settings(cfg), form.get("SAMLResponse", ""))
             in_response_to = answering.get_in_response_to()
-        except (OneLogin_Saml2_Error, OneLogin_Saml2_ValidationError, ValueError) as exc:
+        except MALFORMED as exc:
             return login.refused("Login failed", f"That is not a SAML response: {exc}", 400)
         if in_response_to:
             state = self._started_here(cfg, x, relay)
@@ -271,7 +280,7 @@ class SamlFlow(Flow):
             auth.process_slo(keep_local_session=True)
             if auth.get_errors():
                 raise OneLogin_Saml2_Error(auth.get_last_error_reason() or "not valid")
-        except (OneLogin_Saml2_Error, OneLogin_Saml2_ValidationError, ValueError) as exc:
+        except MALFORMED as exc:
             return login.refused("Logout refused", f"The logout message was refused: {exc}",
                                  400)
         return login.signed_out(cfg.common)
