@@ -92,6 +92,9 @@ APP_SESSIONS = Kind(
         _hidden("realm", "what the session is valid for (module, route or tunnel, provider)"),
         _hidden("token_sealed", "the provider's access token, sealed (OAuth re-checks)"),
         _hidden("refresh_sealed", "the provider's refresh token, sealed, if it gave one"),
+        Field("seen", float, "the session's last request (epoch s, to the millisecond: the "
+                             "inactivity timeout counts from it)", create="no", default=0.0,
+              response=False),
         Field("inactivity", int, "seconds without a request that end the session (0: none)",
               create="no", default=0, response=False),
         Field("checked_at", int, "when the user was last checked at the provider (epoch s)",

@@ -45,6 +45,11 @@ def epoch(text: str) -> float:
         return 0.0
 
 
+def seen(doc: dict[str, Any]) -> float:
+    """When a session was last used (its ``last_active``, to the millisecond)."""
+    return float(doc.get("seen") or 0) or epoch(str(doc.get("last_active", "")))
+
+
 def user_key(provider: str, url: str, user_id: str) -> str:
     return hashlib.sha256(f"{provider}\n{url}\n{user_id}".encode()).hexdigest()
 
@@ -126,7 +131,8 @@ class AppSessions:
         where = await self._where(c.key)
         sid = ids.new_id(SESSIONS.prefix)
         doc = {"public_url": o.site, "browser_session": browser(o.user_agent, o.ip),
-               "last_active": stamp(now), "expires_at": stamp(expires), "endpoint": None,
+               "last_active": stamp(now), "seen": round(now, 3), "expires_at": stamp(expires),
+               "endpoint": None,
                "edge": None, "route": None, **where, "realm": c.realm,
                "token_sealed": self.seal(o.token), "refresh_sealed": self.seal(o.refresh),
                "inactivity": c.inactivity, "checked_at": int(now), "details": o.details,
@@ -169,14 +175,14 @@ class AppSessions:
 
     async def touch(self, live: Live, now: float, after: float = TOUCH_AFTER) -> None:
         """Record activity (at most once per ``after`` seconds)."""
-        if now - epoch(str(live.doc.get("last_active", ""))) < after:
+        if now - seen(live.doc) < after:
             return
         async with self.db.write() as tx:
             repo = Repo(tx)
             doc = await repo.get(SESSIONS, live.id)
             if doc is None:
                 return
-            doc["last_active"] = stamp(now)
+            doc["last_active"], doc["seen"] = stamp(now), round(now, 3)
             await repo.replace(SESSIONS, live.id, doc)
             user = await repo.get(USERS, live.user_id)
             if user is not None:
@@ -233,8 +239,7 @@ class AppSessions:
         gone = []
         for sid, doc in await Repo(self.db.reader()).all_docs(SESSIONS):
             idle = int(doc.get("inactivity") or 0)
-            if epoch(str(doc.get("expires_at", ""))) < now or (
-                    idle and epoch(str(doc.get("last_active", ""))) + idle + TOUCH_AFTER < now):
+            if epoch(str(doc.get("expires_at", ""))) < now or (idle and seen(doc) + idle < now):
                 gone.append(sid)
         async with self.db.write() as tx:
             repo = Repo(tx)

@@ -25,7 +25,7 @@ import structlog
 
 from edgeway.config import IdentityOptions
 from edgeway.edge import login
-from edgeway.edge.app_sessions import TOUCH_AFTER, AppSessions, Live, Opening, epoch
+from edgeway.edge.app_sessions import TOUCH_AFTER, AppSessions, Live, Opening, seen
 from edgeway.edge.h1 import Request, header
 from edgeway.edge.hooks import Exchange
 from edgeway.edge.login import IDENTITY, PREFIX, Common, Flow, Gate, Identity, ProviderError
@@ -141,11 +141,10 @@ class LoginGate:
             live = await self.sessions.find(str(data.get("s", "")))
             if live is None or live.doc.get("realm") != c.realm:
                 return None, None
-            if c.inactivity and now - epoch(str(live.doc.get("last_active", ""))) \
-                    > c.inactivity:
+            if c.inactivity and now - seen(live.doc) > c.inactivity:
                 await self.sessions.end(live.id)
                 return None, None
-            await self.sessions.touch(live, now, min(TOUCH_AFTER, max(1, c.inactivity // 4))
+            await self.sessions.touch(live, now, min(TOUCH_AFTER, c.inactivity / 4)
                                       if c.inactivity else TOUCH_AFTER)
         except DatabaseUnavailable as exc:
             log.warning("app_session_unchecked", key=c.key, error=str(exc))

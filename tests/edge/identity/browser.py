@@ -37,8 +37,13 @@ def form(page: httpx.Response) -> tuple[str, str, dict[str, str]]:
     return urljoin(str(page.url), parser.action), parser.method, parser.fields
 
 
+CHROME = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) " \
+         "Chrome/120.0.0.0 Safari/537.36"
+
+
 class Browser:
-    def __init__(self, srv: Server) -> None:
+    def __init__(self, srv: Server, user_agent: str = CHROME) -> None:
+        self.user_agent = user_agent  # sent with every request
         self.edge = EdgeClient(srv)
         self.direct = httpx.Client(timeout=30)
         self.jar: dict[str, dict[str, tuple[str, str]]] = {}  # host -> name -> value, SameSite
@@ -72,8 +77,8 @@ class Browser:
         host = urlsplit(url).hostname or ""
         carried = [f"{k}={v}" for k, (v, same) in self.jar.get(host, {}).items()
                    if not cross_site or same.lower() == "none" or method == "GET"]
-        headers = {**kw.pop("headers", {}), **({"Cookie": "; ".join(carried)} if carried
-                                                else {})}
+        headers = {"User-Agent": self.user_agent, **kw.pop("headers", {}),
+                   **({"Cookie": "; ".join(carried)} if carried else {})}
         if host in ("127.0.0.1", "localhost"):
             r = self.direct.request(method, url, headers=headers, **kw)
         else:

@@ -20,9 +20,6 @@ from tests.edge.identity.conftest import MANAGED, Identity
 from tests.edge.identity.providers import User
 from tests.edge.test_edges import made, route
 
-UA = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) " \
-     "Chrome/120.0.0.0 Safari/537.36"
-
 
 def oauth_site(ids: Identity, host: str, provider: str, **app: Any) -> str:
     """An HTTPS edge for ``host`` whose one route logs in with ``provider`` (its own
@@ -43,7 +40,7 @@ def oauth_site(ids: Identity, host: str, provider: str, **app: Any) -> str:
 
 
 def log_in(web: Browser, url: str, user: str) -> httpx.Response:
-    page = web.go(url, headers={"User-Agent": UA})
+    page = web.go(url)
     assert page.status_code == 200 and "Sign in" in page.text, page.text
     return web.submit(page, login=user)
 
