@@ -15,8 +15,9 @@ import pytest
 from tests.conftest import BACKENDS, backend_server
 from tests.edge import upstream
 from tests.edge.agents import agent
-from tests.edge.identity import providers
+from tests.edge.identity import providers, saml_idp
 from tests.edge.identity.providers import Provider, User
+from tests.edge.identity.saml_idp import Idp
 from tests.edge.test_edges import made
 from tests.server import Server
 
@@ -58,6 +59,17 @@ def search() -> Iterator[Provider]:
                      User("hank", 102, "Hank", "hank@search.example", verified=False)):
             p.add(user)
         yield p
+
+
+@pytest.fixture(scope="package")
+def idp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Idp]:
+    with saml_idp.running(Path(tmp_path_factory.mktemp("idp"))) as server:
+        server.users = {
+            "alice": {"mail": ["alice@corp.example"], "displayName": ["Alice"],
+                      "groups": ["admins", "staff"]},
+            "bob": {"mail": ["bob@corp.example"], "displayName": ["Bob"], "groups": ["staff"]},
+        }
+        yield server
 
 
 @pytest.fixture(scope="package")

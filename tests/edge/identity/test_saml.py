@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.edge.identity import saml_idp
 from tests.edge.identity.browser import Browser, form
 from tests.edge.identity.conftest import Identity
 from tests.edge.identity.saml_idp import Idp
@@ -37,17 +35,6 @@ class Sp:
     @property
     def acs(self) -> str:
         return str(self.route["saml"]["assertion_consumer_service_url"])
-
-
-@pytest.fixture(scope="module")
-def idp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Idp]:
-    with saml_idp.running(Path(tmp_path_factory.mktemp("idp"))) as server:
-        server.users = {
-            "alice": {"mail": ["alice@corp.example"], "displayName": ["Alice"],
-                      "groups": ["admins", "staff"]},
-            "bob": {"mail": ["bob@corp.example"], "displayName": ["Bob"], "groups": ["staff"]},
-        }
-        yield server
 
 
 def saml_site(ids: Identity, idp: Idp, host: str, **module: Any) -> Sp:
