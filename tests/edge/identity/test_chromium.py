@@ -22,8 +22,10 @@ from tests.edge.identity.test_saml import saml_site
 CHROMIUM = "/usr/bin/chromium"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def chromium() -> Iterator[Browser]:
+    """A fresh browser per test (Playwright's sync API keeps an event loop running while it
+    lives: the database fixtures of the next backend cannot start under it)."""
     if shutil.which(CHROMIUM) is None:
         pytest.fail("Debian's chromium is missing (scripts/test installs it)")
     with sync_playwright() as p:
