@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
-from edgeway.edge.h1 import Headers
+from edgeway.edge.h1 import Headers, header
 from edgeway.edge.hooks import Exchange, Hook, Verdict
+from edgeway.edge.hosts import request_host
 from edgeway.edge.pages import Fixed, page
 
 if TYPE_CHECKING:
@@ -181,6 +182,16 @@ def local_target(target: Any) -> str:
     if not text.startswith("/") or text.startswith("//") or "\\" in text:
         return "/"
     return text
+
+
+def site_host(headers: Headers) -> str:
+    """The request's host as ``host[:port]`` for URLs back to this site: the name it was
+    routed by, and the port only if it is one (a Host header cannot smuggle another
+    authority, such as ``a.example.com:443@evil.example``, into a redirect)."""
+    raw = header(headers, b"host").decode("latin-1")
+    port = raw.rpartition(":")[2] if not raw.endswith("]") else ""
+    host = request_host(headers)
+    return f"{host}:{port}" if ":" in raw and port.isascii() and port.isdigit() else host
 
 
 def query(target: bytes) -> dict[str, list[str]]:

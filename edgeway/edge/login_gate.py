@@ -189,7 +189,7 @@ class LoginGate:
         """A login that succeeded: its session (stored, and in a signed cookie), and the
         browser sent back to ``target``."""
         c = hook.common
-        site = "https://" + header(x.req.headers, b"host").decode("latin-1")
+        site = "https://" + login.site_host(x.req.headers)
         opening = Opening(provider, site, header(x.req.headers, b"user-agent")
                           .decode("latin-1"), x.ip, **more)
         try:

@@ -27,7 +27,7 @@ import httpx
 from edgeway.config import IdentityOptions
 from edgeway.edge import login
 from edgeway.edge.app_sessions import Live
-from edgeway.edge.h1 import Request, header
+from edgeway.edge.h1 import Request
 from edgeway.edge.hooks import Exchange
 from edgeway.edge.login import LOGIN_TTL, Flow, Gate, Identity, ProviderError
 from edgeway.edge.modules import oauth
@@ -95,7 +95,7 @@ class OAuthFlow(Flow):
 
     async def begin(self, hook: Gate, x: Exchange) -> Fixed:
         cfg = self._cfg(hook)
-        host = header(x.req.headers, b"host").decode("latin-1")
+        host = login.site_host(x.req.headers)
         app = self._app(cfg, host)
         if app is None:
             return page(503, "Login unavailable", f"This site logs in with {cfg.provider.name} "
@@ -133,7 +133,7 @@ class OAuthFlow(Flow):
         if one("error"):
             return login.refused("Login refused", f"The identity provider answered "
                                  f"{one('error')}: {one('error_description')}")
-        app = self._app(cfg, header(x.req.headers, b"host").decode("latin-1"))
+        app = self._app(cfg, login.site_host(x.req.headers))
         if app is None:
             return await self.begin(hook, x)  # (the 503 page naming the missing application)
         tokens = await self._exchange(cfg, app, {
@@ -234,7 +234,7 @@ class OAuthFlow(Flow):
 
     async def recheck(self, hook: Gate, x: Exchange, live: Live) -> Fixed | None:
         cfg = self._cfg(hook)
-        app = self._app(cfg, header(x.req.headers, b"host").decode("latin-1"))
+        app = self._app(cfg, login.site_host(x.req.headers))
         sessions = self.gate.sessions
         token = sessions.unseal(str(live.doc.get("token_sealed", "")))
         refresh = sessions.unseal(str(live.doc.get("refresh_sealed", "")))

@@ -18,7 +18,6 @@ from urllib.parse import urlencode
 import httpx
 
 from edgeway.edge import login
-from edgeway.edge.h1 import header
 from edgeway.edge.hooks import Exchange
 from edgeway.edge.login import LOGIN_TTL, Flow, Gate, Identity, ProviderError
 from edgeway.edge.modules import oidc
@@ -89,7 +88,7 @@ class OidcFlow(Flow):
     async def begin(self, hook: Gate, x: Exchange) -> Fixed:
         cfg = self._cfg(hook)
         meta, _ = await self._provider(cfg.issuer)
-        host = header(x.req.headers, b"host").decode("latin-1")
+        host = login.site_host(x.req.headers)
         browser, nonce = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
         state = login.sign(self.gate.key, {"k": cfg.common.key, "b": browser, "n": nonce,
                                            "x": int(time.time()) + LOGIN_TTL,
@@ -122,7 +121,7 @@ class OidcFlow(Flow):
         if one("error"):
             return login.refused("Login refused", f"The identity provider answered "
                                  f"{one('error')}: {one('error_description')}")
-        host = header(x.req.headers, b"host").decode("latin-1")
+        host = login.site_host(x.req.headers)
         claims = await self._claims(cfg, one("code"), f"https://{host}{oidc.CALLBACK}",
                                     str(state.get("n", "")))
         if isinstance(claims, Fixed):

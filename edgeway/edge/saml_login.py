@@ -44,10 +44,11 @@ from edgeway.edge import login
 from edgeway.edge.app_sessions import Live
 from edgeway.edge.hooks import Exchange
 from edgeway.edge.hosts import request_host
-from edgeway.edge.login import LOGIN_TTL, Flow, Gate, Identity
+from edgeway.edge.login import LOGIN_TTL, Flow, Gate, Identity, ProviderError
 from edgeway.edge.modules import saml
 from edgeway.edge.modules.saml import Config
 from edgeway.edge.pages import Fixed, page
+from edgeway.pki.seal import SealError
 
 if TYPE_CHECKING:
     from edgeway.edge.login_gate import LoginGate
@@ -55,18 +56,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger()
 MAX_RESPONSE = 1 << 20  # bytes of a POSTed SAML response
 UNSPECIFIED = "urn:oasis:names:tc:SAML:1.1:nameid-format:unspecified"
-MACE = "urn:mace:dir:attribute-def:"
 # what python3-saml raises on messages that are not SAML (bad base64, deflate or XML)
 MALFORMED = (OneLogin_Saml2_Error, OneLogin_Saml2_ValidationError, ValueError, LxmlError,
              zlib.error)
-EMAIL = ("email", "mail", "emailaddress", "urn:oid:0.9.2342.19200300.100.1.3",
-         "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/emailaddress")
-NAME = ("displayname", "name", "cn", "urn:oid:2.16.840.1.113730.3.1.241", "urn:oid:2.5.4.3",
-        "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/name")
-USERNAME = ("uid", "username", "urn:oid:0.9.2342.19200300.100.1.1")
-GROUPS = ("groups", "group", "memberof", "ismemberof", "urn:oid:1.3.6.1.4.1.5923.1.5.1.1",
-          "http://schemas.xmlsoap.org/claims/group",
-          "http://schemas.microsoft.com/ws/2008/06/identity/claims/groups")
 SECURITY = {
     "authnRequestsSigned": True, "logoutRequestSigned": True, "logoutResponseSigned": True,
     "signMetadata": True, "wantAssertionsSigned": True, "wantMessagesSigned": False,
@@ -75,13 +67,6 @@ SECURITY = {
     "signatureAlgorithm": C.RSA_SHA256, "digestAlgorithm": C.SHA256,
     "allowRepeatAttributeName": True,
 }
-
-
-def _values(attributes: dict[str, list[str]], names: tuple[str, ...]) -> list[str]:
-    """The values of the attributes of these names (in any case; the SAML 2.0 "basic" names
-    also with the ``urn:mace:dir:attribute-def:`` prefix some IdPs put on them)."""
-    return [str(v) for k, vs in attributes.items()
-            if k.lower().removeprefix(MACE) in names for v in vs]
 
 
 class SamlFlow(Flow):
@@ -101,8 +86,11 @@ class SamlFlow(Flow):
         if cached is not None and cached[0] == cfg.common.realm:
             return cached[1]
         base = self.site(cfg) + cfg.base
-        idp = OneLogin_Saml2_IdPMetadataParser.parse(cfg.idp_metadata)["idp"]
-        key = self.gate.sessions.sealer.open(cfg.key_sealed, "saml").decode()
+        try:
+            idp = OneLogin_Saml2_IdPMetadataParser.parse(cfg.idp_metadata)["idp"]
+            key = self.gate.sessions.sealer.open(cfg.key_sealed, "saml").decode()
+        except (*MALFORMED, SealError) as exc:
+            raise ProviderError(f"the route's SAML configuration cannot be used: {exc}") from None
         made = OneLogin_Saml2_Settings({
             "strict": True, "debug": False, "idp": idp, "security": SECURITY,
             "sp": {"entityId": base, "NameIDFormat": cfg.nameid_format,
@@ -215,10 +203,10 @@ class SamlFlow(Flow):
             return refusal
         attributes = auth.get_attributes()
         name_id = str(auth.get_nameid())
-        who = Identity(name_id, next(iter(_values(attributes, EMAIL)), "") or (
+        who = Identity(name_id, next(iter(saml.values(attributes, saml.EMAIL)), "") or (
             name_id if "emailAddress" in (auth.get_nameid_format() or "") else ""),
-            next(iter(_values(attributes, NAME)), ""),
-            next(iter(_values(attributes, USERNAME)), ""))
+            next(iter(saml.values(attributes, saml.NAME)), ""),
+            next(iter(saml.values(attributes, saml.USERNAME)), ""))
         details = {"name_id": name_id, "name_id_format": str(auth.get_nameid_format() or ""),
                    "session_index": str(auth.get_session_index() or ""),
                    "nq": str(auth.get_nameid_nq() or ""), "spnq": str(auth.get_nameid_spnq()
@@ -250,7 +238,7 @@ class SamlFlow(Flow):
                 f"{self._idp_entity(cfg)} {auth.get_last_assertion_id()}", float(expires)):
             return login.refused("Login refused", "That assertion was used before: a SAML "
                                  "assertion logs in once.")
-        groups = set(_values(auth.get_attributes(), GROUPS))
+        groups = set(saml.values(auth.get_attributes(), saml.GROUPS))
         if cfg.groups and not groups & set(cfg.groups):
             return login.refused("Not allowed", f"{auth.get_nameid()} may not use this site: "
                                  "not a member of any of authorized_groups.")

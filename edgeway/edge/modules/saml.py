@@ -1,5 +1,6 @@
 """The saml module on traffic, sans I/O: its configuration (the IdP's metadata, the route's
-own signing key and host, who may get in) and its hook. The flow (python3-saml, xmlsec
+own signing key and host, who may get in), its hook, and the attribute names an assertion's
+e-mail, name, user name and groups are read from. The flow (python3-saml, xmlsec
 underneath) is ``edge/saml_login.py``."""
 
 from __future__ import annotations
@@ -11,6 +12,23 @@ from edgeway.catalog.modules.saml import KEY_MEMBERS, NAMEID_FORMATS
 from edgeway.edge import login
 from edgeway.edge.hooks import Compiling, Unenforced
 from edgeway.edge.login import PREFIX, Common, Gate
+
+MACE = "urn:mace:dir:attribute-def:"
+EMAIL = ("email", "mail", "emailaddress", "urn:oid:0.9.2342.19200300.100.1.3",
+         "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/emailaddress")
+NAME = ("displayname", "name", "cn", "urn:oid:2.16.840.1.113730.3.1.241", "urn:oid:2.5.4.3",
+        "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/name")
+USERNAME = ("uid", "username", "urn:oid:0.9.2342.19200300.100.1.1")
+GROUPS = ("groups", "group", "memberof", "ismemberof", "urn:oid:1.3.6.1.4.1.5923.1.5.1.1",
+          "http://schemas.xmlsoap.org/claims/group",
+          "http://schemas.microsoft.com/ws/2008/06/identity/claims/groups")
+
+
+def values(attributes: dict[str, list[str]], names: tuple[str, ...]) -> list[str]:
+    """The values of the attributes of these names (in any case; the SAML 2.0 "basic" names
+    also with the ``urn:mace:dir:attribute-def:`` prefix some IdPs put on them)."""
+    return [str(v) for k, vs in attributes.items()
+            if k.lower().removeprefix(MACE) in names for v in vs]
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,8 @@ class Browser:
                    if not cross_site or same.lower() == "none" or method == "GET"]
         headers = {"User-Agent": self.user_agent, **kw.pop("headers", {}),
                    **({"Cookie": "; ".join(carried)} if carried else {})}
+        self.edge.cookies.clear()  # (httpx's own jars would send every host's cookies to
+        self.direct.cookies.clear()  # the listener's address: only this jar decides)
         if host in ("127.0.0.1", "localhost"):
             r = self.direct.request(method, url, headers=headers, **kw)
         else:

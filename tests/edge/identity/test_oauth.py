@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
+from edgeway.edge import login
 from tests.edge.agents import agent
 from tests.edge.identity.browser import Browser, form
 from tests.edge.identity.conftest import MANAGED, Identity
@@ -172,6 +173,12 @@ def test_managed_application_needed_and_configured(ids: Identity) -> None:
         assert query["redirect_uri"] == [f"{ids.login_site}/.edgeway/oauth/callback"]
         r = web.submit(page, login="bob")  # via the login host, back to this host
         assert identity(r)["edgeway-auth-user-id"] == "2"
+        # the login host sends browsers on to the host a (signed) state names: never one a
+        # Host header smuggled in
+        sneaky = web.edge.request("GET", f"{ids.site('managed.example.com')}/private", headers={
+            "Host": "managed.example.com:443@evil.example"})
+        state = login.peek(parse_qs(urlsplit(sneaky.headers["location"]).query)["state"][0])
+        assert state is not None and state["h"] == "managed.example.com"
         hosts = [h.url.host for h in web.history]
         assert "127.0.0.1" in hosts
         assert any(str(h.request.headers.get("host", "")).startswith("login.edgeway.localhost")
