@@ -194,13 +194,15 @@ def test_the_sdk_oauth_bind(ids: Identity, service: int) -> None:
               {"kind": "https", "forward": forward, "oauth": ["github", ["alice@acme.example"]]},
               {"kind": "https", "forward": forward, "oauth": ["google"]},
               {"kind": "http", "forward": forward, "oauth": ["github"]},
-              {"kind": "https", "forward": forward, "oauth": ["myspace"]})
+              {"kind": "https", "forward": forward, "oauth": ["myspace"]},
+              {"kind": "https", "forward": forward, "oauth": [  # its own application
+                  "google", None, ["search.example"], None, "sdk-client", "sdk-secret"]})
     try:
         errors = [ln.get("error", "") for ln in a.listeners]
         assert "no managed OAuth application for google" in errors[1]
         assert "need an https tunnel" in errors[2]
         assert "'myspace' is not one of" in errors[3]
-        assert all("ERR_NGROK_8000" in e for e in errors[1:])
+        assert all("ERR_NGROK_8000" in e for e in errors[1:4]) and not errors[4]
         url = a.urls[0]
         with Browser(ids.srv) as web:
             r = log_in(web, f"{url}/headers", "alice")
@@ -208,5 +210,11 @@ def test_the_sdk_oauth_bind(ids: Identity, service: int) -> None:
         with Browser(ids.srv) as web:
             r = log_in(web, f"{url}/headers", "bob")
             assert r.status_code == 403 and "email_addresses" in r.text
+        own = a.urls[4]
+        ids.search.client("sdk-client", "sdk-secret", f"{own}/.edgeway/oauth/callback")
+        with Browser(ids.srv) as web:
+            r = log_in(web, f"{own}/headers", "gina")
+            assert identity(r)["edgeway-auth-user-email"] == "gina@search.example"
+            assert ids.search.asked[-1]["redirect_uri"] == f"{own}/.edgeway/oauth/callback"
     finally:
         a.stop()

@@ -37,10 +37,12 @@ class Sp:
         return str(self.route["saml"]["assertion_consumer_service_url"])
 
 
-def saml_site(ids: Identity, idp: Idp, host: str, **module: Any) -> Sp:
+def saml_site(ids: Identity, idp: Idp, host: str, *more_hosts: str, **module: Any) -> Sp:
     with ids.srv.client() as api:
-        made(api, "/reserved_domains", {"domain": host})
-        edge = made(api, "/edges/https", {"hostports": [f"{host}:443"]})
+        for name in (host, *more_hosts):
+            made(api, "/reserved_domains", {"domain": name})
+        edge = made(api, "/edges/https", {"hostports": [f"{h}:443" for h in (host,
+                                                                             *more_hosts)]})
         rt = route(api, edge["id"], "path_prefix", "/", ids.backend,
                    saml={"idp_metadata": idp.metadata(), **module})
     sp = Sp(ids.site(host), rt)
@@ -161,3 +163,21 @@ def test_single_logout(ids: Identity, idp: Idp, sites: tuple[Sp, Sp]) -> None:
         r = web.go(f"{strict.site}/.edgeway/saml/logout")
         assert r.status_code == 200 and r.text == "Signed out.\n", r.text
         assert web.request("GET", f"{strict.site}/headers").status_code == 302
+
+
+def test_the_nameid_format_and_the_route_host(ids: Identity, idp: Idp) -> None:
+    """A route that asks for e-mail NameIDs refuses persistent ones; its service provider
+    lives on the edge's first host, where a login on its other host goes first."""
+    sp = saml_site(ids, idp, "first.example.com", "second.example.com",
+                   allow_idp_initiated=True,
+                   nameid_format="urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress")
+    assert sp.entity.startswith(f"{ids.site('first.example.com')}/.edgeway/saml/")
+    with Browser(ids.srv) as web:
+        r = web.request("GET", f"{ids.site('second.example.com')}/headers?y=2")
+        assert r.status_code == 302
+        assert r.headers["location"] == f"{ids.site('first.example.com')}/headers?y=2"
+        page = web.go(r.headers["location"])
+        assert "IdP sign in" in page.text and idp.asked[-1].nameid_format.endswith(
+            ":emailAddress")
+        r = post(web, sp, idp.respond("alice", sp.entity, sp.acs), "/headers")
+        assert r.status_code == 403 and "NameID format" in r.text
