@@ -219,6 +219,19 @@ class EdgeRouter:
                 best = r
         return best
 
+    @classmethod
+    def _pick(cls, edge: Edge, host: str, req: Request) -> tuple[str, Route | None]:
+        """The request's path and route: by the routes' matches, except the edge's own login
+        paths (``/.edgeway/<module>/...``), which belong to the login route they name (or
+        the first of that module) wherever its match is."""
+        path = req.target.decode("latin-1").split("?", 1)[0]
+        route = cls.route(edge, host, path)
+        own = login.own_path(req.target)
+        if own is not None:
+            route = next((r for r in edge.routes if (hook := r.plan.find(login.Gate))
+                          and hook.kind == own[0] and own[1] in ("", r.id)), route)
+        return path, route
+
     def backend(self, snap: Snapshot, backend_id: str, depth: int = 0) -> Target | None:
         """The target a backend picks now; None when nothing behind it is live."""
         found = snap.backends.get(backend_id)
@@ -272,12 +285,7 @@ class EdgeRouter:
             return Decision(page(421, "Misdirected request", f"{host} requires a client "
                                  "certificate, checked in the TLS handshake: connect with "
                                  f"{host} as the TLS server name.", 4012))
-        path = req.target.decode("latin-1").split("?", 1)[0]
-        route = self.route(edge, host, path)
-        own = login.own_path(req.target)
-        if own is not None:  # the login route's own paths, wherever its match is
-            route = next((r for r in edge.routes if (hook := r.plan.find(login.Gate))
-                          and hook.kind == own[0] and own[1] in ("", r.id)), route)
+        path, route = self._pick(edge, host, req)
         if route is None:
             return Decision(page(404, "No route", f"The edge for {host} has no route "
                                  f"matching {path}.", 4004))

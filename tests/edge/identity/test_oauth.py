@@ -124,7 +124,7 @@ def test_search_a_refreshes_then_a_revoked_user_loses_access(ids: Identity) -> N
             while (r := web.request("GET", f"{site}/headers")).status_code == 200:
                 assert time.monotonic() < deadline, "a revoked user kept access"
                 time.sleep(0.2)
-            assert time.monotonic() - revoked < 1 + 1.0  # within auth_check_interval
+            assert time.monotonic() - revoked < 1 + 2.0  # auth_check_interval, and a request
             assert r.status_code == 302 and r.headers["location"].startswith(ids.search.url)
     finally:
         ids.search.token_ttl = 3600.0
