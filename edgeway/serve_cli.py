@@ -227,7 +227,8 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     identity = _identity(args, settings.base_domain)
     settings = dataclasses.replace(settings, own_ports=tuple(own),
                                    agent_client_cas=_agent_cas(args.agent_client_cas),
-                                   agent_ports=tcp_ports, lowest_port=lowest_bindable_port(),
+                                   agent_ports=tcp_ports, tcp_host=args.tcp_host,
+                                   lowest_port=lowest_bindable_port(),
                                    https_port=https_addr[1] if https_addr else 443,
                                    oauth_apps=tuple(p for p, _, _ in identity.oauth_apps))
     return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 
 import structlog
@@ -16,7 +15,7 @@ from edgeway import bootstrap, catalog, ids, logs
 from edgeway.api.app import build
 from edgeway.catalog.modules import saml
 from edgeway.config import ServerConfig, listen_socket
-from edgeway.edge import login_gate, pipeline
+from edgeway.edge import login_gate
 from edgeway.edge.app_sessions import AppSessions
 from edgeway.edge.listeners import PublicListeners
 from edgeway.edge.login_gate import LoginGate
@@ -108,11 +107,11 @@ async def serve(cfg: ServerConfig) -> None:
                                node_id(cfg.data_dir), http_port, https_port, cfg.tcp_grace,
                                await _agent_client_cas(db, cfg.settings.agent_client_cas))
         tunnels.certs = certs = platform_ca.EdgeCerts(cfg.data_dir, sealer, tls)
-        router = EdgeRouter(db, tunnels.registry)
+        router = EdgeRouter(db, tunnels.registry, sealer=sealer)
         binder = tunnels.binder
         binder.edge_host = router.edge_host
-        binder.check_bind = partial(pipeline.bind_refusal, oauth_apps=cfg.settings.oauth_apps)
-        binder.tcp_admits = router.tcp_admits
+        binder.check_bind, binder.tcp.admits = router.bind_refusal, router.tcp_admits
+        router.oauth_apps = cfg.settings.oauth_apps
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,
                                http_port, https_port, _logins(cfg, platform, https_port),
                                platform.restrictions,

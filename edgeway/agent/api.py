@@ -36,7 +36,6 @@ from edgeway.agent.session import (
     BindFailed,
     LocalTunnel,
     NotConnected,
-    unsupported,
 )
 
 Scope = dict[str, Any]
@@ -219,8 +218,6 @@ class LocalApi:
             config: TunnelConfig = parse_tunnel(name or "api", doc, "request body")
         except ConfigError as exc:
             raise ApiError(400, 100, "invalid tunnel configuration", str(exc)) from None
-        if unsupported(config):
-            raise ApiError(400, 100, "invalid tunnel configuration", unsupported(config))
         try:
             return await self.agent.start_tunnel(config)
         except NotConnected as exc:

@@ -30,8 +30,8 @@ import httptools
 import structlog
 
 from edgeway.agent.captures import BODY_CAP, Exchange, Message, Store, canonical
-from edgeway.tunnel.muxado.aio import MuxStream, StreamClosed
-from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
 
 if TYPE_CHECKING:
     from httptools.parser.parser import HttpParser  # the common base, not exported

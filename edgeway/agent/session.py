@@ -28,8 +28,9 @@ from edgeway.agent.config import AgentConfig, TunnelConfig
 from edgeway.agent.inspect import Tap, splice_tapped
 from edgeway.agent.settings import server_host
 from edgeway.tunnel import rpc
-from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
-from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel.muxado.aio import MuxConnection
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
 from edgeway.tunnel.pipes import StreamPipe, splice
 from edgeway.tunnel.rpc import StreamType
 
@@ -55,12 +56,13 @@ class LocalTunnel:
     requests: int = 0  # proxied connections so far
 
 
-def unsupported(config: TunnelConfig) -> str:
-    """Why this agent cannot serve ``config`` as asked, or "" (refused, never ignored)."""
-    if config.host_header not in ("", "preserve"):
-        return (f"host_header '{config.host_header}' is not supported by the Edgeway agent "
-                "yet (only 'preserve'); the Host header is passed through unchanged")
-    return ""
+def _host_header(c: TunnelConfig, opts: dict[str, Any]) -> None:
+    """``host_header``, applied by the edge: ``rewrite`` to the local address (ForwardsTo),
+    or a given host; ``preserve`` (the default) passes the client's on."""
+    if c.host_header == "rewrite":
+        opts["HostHeaderRewrite"] = True
+    elif c.host_header not in ("", "preserve"):
+        opts["RequestHeaders"] = {"Add": [f"Host: {c.host_header}"], "Remove": ["Host"]}
 
 
 def _bind_message(t: LocalTunnel) -> tuple[int, dict[str, Any]]:
@@ -83,6 +85,8 @@ def _bind_message(t: LocalTunnel) -> tuple[int, dict[str, Any]]:
                 {"Username": u, "CleartextPassword": p} for u, p in c.basic_auth]}
         if c.traffic_policy and c.proto == "http":
             opts["TrafficPolicy"] = c.traffic_policy
+        if c.proto == "http":
+            _host_header(c, opts)
     return StreamType.BIND, {"Id": t.id, "Proto": proto, "ForwardsTo": c.addr.url(),
                              "ForwardsProto": "", "Opts": opts,
                              "Extra": {"Token": "", "Metadata": c.metadata}}
@@ -281,9 +285,6 @@ class AgentSession:
         self.cookie = str((answer.get("extra") or {}).get("cookie") or "")
 
     async def _bind(self, conn: MuxConnection, tunnel: LocalTunnel) -> None:
-        problem = unsupported(tunnel.config)
-        if problem:
-            raise BindFailed(problem)
         kind, body = _bind_message(tunnel)
         answer = rpc.folded(await self._call(conn, kind, body))
         if answer.get("error"):

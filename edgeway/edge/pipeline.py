@@ -24,7 +24,7 @@ module has one of the three.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -177,9 +177,11 @@ def bind_doc(req: BindRequest) -> dict[str, Any]:
     return doc
 
 
-def for_bind(req: BindRequest, key: str = "") -> Plan:
-    """The plan of an agent's bind, from the options it sent (``key``: its tunnel id)."""
-    return compile_doc(bind_doc(req), Compiling(key=key))
+def for_bind(req: BindRequest, key: str = "",
+             secrets: Mapping[tuple[str, str], str] | None = None) -> Plan:
+    """The plan of an agent's bind, from the options it sent (``key``: its tunnel id; the
+    vault secrets its traffic policy may read)."""
+    return compile_doc(bind_doc(req), Compiling(key=key, secrets=secrets or {}))
 
 
 def _oauth_refusal(req: BindRequest, oauth_apps: tuple[str, ...]) -> str | None:
@@ -198,7 +200,13 @@ def _oauth_refusal(req: BindRequest, oauth_apps: tuple[str, ...]) -> str | None:
     return None
 
 
-def bind_refusal(req: BindRequest, oauth_apps: tuple[str, ...] = ()) -> str | None:
+def reads_secrets(req: BindRequest) -> bool:
+    """Whether a bind's traffic policy may read vault secrets."""
+    return "secrets" in str(req.modules.get("traffic_policy", {}).get("value", ""))
+
+
+def bind_refusal(req: BindRequest, secrets: Mapping[tuple[str, str], str] | None = None,
+                 oauth_apps: tuple[str, ...] = ()) -> str | None:
     """Why the edge cannot enforce what a bind asks for (it is then refused), or None;
     ``oauth_apps``: the providers this server has a managed OAuth application for."""
     mods = req.modules
@@ -222,7 +230,8 @@ def bind_refusal(req: BindRequest, oauth_apps: tuple[str, ...] = ()) -> str | No
             return "OIDC logins need an https tunnel (the provider returns to an https URL)"
     if "oauth" in mods and (why := _oauth_refusal(req, oauth_apps)) is not None:
         return why
-    unenforced = compile_doc(_bind_modules(req), Compiling(key=req.id)).unenforced
+    unenforced = compile_doc(_bind_modules(req), Compiling(key=req.id, secrets=secrets or {})
+                             ).unenforced
     if unenforced:
         return f"{unenforced} is not enforced by this edge yet; refusing rather than " \
                "ignoring it"

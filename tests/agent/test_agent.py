@@ -109,10 +109,15 @@ def test_config_tunnels_and_the_local_api(srv: Server, token: str, tmp_path: Pat
                     "domain": "not-reserved.example.com"})
                 assert (r.status_code, r.json()["error_code"]) == (502, 103)
                 assert "is not reserved" in r.json()["details"]["err"]
-                r = a.api("POST", "/api/tunnels", json={"name": "hh", "proto": "http",
-                                                         "addr": str(svc),
-                                                         "host_header": "rewrite"})
-                assert r.status_code == 400 and "not supported" in r.json()["details"]["err"]
+                for name, host_header, seen in (
+                        ("hh", "rewrite", f"127.0.0.1:{svc}"),
+                        ("hc", "api.internal:8443", "api.internal:8443")):
+                    r = a.api("POST", "/api/tunnels", json={
+                        "name": name, "proto": "http", "addr": f"127.0.0.1:{svc}",
+                        "host_header": host_header})
+                    assert r.status_code == 201, r.text
+                    answer = client.get(r.json()["public_url"] + "/headers").json()
+                    assert [v for k, v in answer["headers"] if k == "host"] == [seen], answer
                 assert a.api("GET", "/api/tunnels/missing").status_code == 404
                 assert a.api("DELETE", "/api/tunnels/db").status_code == 204
                 assert a.api("GET", "/api/tunnels/db").status_code == 404

@@ -1,7 +1,7 @@
 """application users and sessions, used SAML assertions
 
 Revision ID: 0006_identity
-Revises: 0003
+Revises: 0008_vendor
 Create Date: 2026-11-25 10:00:00.000000
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006_identity"
-down_revision = "0003"
+down_revision = "0008_vendor"
 branch_labels = None
 depends_on = None
 
