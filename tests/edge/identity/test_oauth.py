@@ -207,6 +207,10 @@ def test_the_sdk_oauth_bind(ids: Identity, service: int) -> None:
         with Browser(ids.srv) as web:
             r = log_in(web, f"{url}/headers", "alice")
             assert identity(r)["edgeway-auth-user-email"] == "alice@acme.example"
+        with ids.srv.client() as api:  # the session names the agent's endpoint
+            (session,) = api.get("/app/sessions", params={
+                "filter": f'obj.public_url == "{url}"'}).json()["application_sessions"]
+            assert session["endpoint"]["id"].startswith("ep_") and session["route"] is None
         with Browser(ids.srv) as web:
             r = log_in(web, f"{url}/headers", "bob")
             assert r.status_code == 403 and "email_addresses" in r.text
