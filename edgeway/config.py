@@ -55,6 +55,16 @@ def split_list(text: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class IdentityOptions:
+    """End-user logins at the edge: OAuth provider endpoints replaced (provider, endpoint
+    name, URL), the platform's managed OAuth applications (provider, client id, secret) and
+    the host their callback is on ("": ``login.<base domain>``)."""
+    oauth_endpoints: tuple[tuple[str, str, str], ...] = ()
+    oauth_apps: tuple[tuple[str, str, str], ...] = ()
+    login_host: str = ""
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     data_dir: Path
     database_url: str | None
@@ -73,6 +83,7 @@ class ServerConfig:
     tunnel_cert: tuple[Path, Path] | None = None  # a certificate and key of the operator's
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the management API
     sns_cert_hosts: str = ""  # hosts SNS signing certificates are fetched from ("": AWS's)
+    identity: IdentityOptions = IdentityOptions()
 
 
 def cors_origins(given: tuple[str, ...]) -> tuple[str, ...]:
