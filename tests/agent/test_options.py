@@ -1,8 +1,8 @@
 """Every edge option of a config tunnel, enforced on traffic through a real server (on SQLite
 and PostgreSQL): IP restrictions, header changes, the Host header (set by the agent),
 compression, webhook verification, user agent filters, the WebSocket-TCP converter, OIDC,
-schemes and metadata; circuit breakers and OAuth are sent in the Bind, and a server that
-refuses them is shown refusing, with its reason."""
+schemes, metadata and circuit breakers; an OAuth login this server has no application for is
+refused at bind, and the agent shows the server's reason."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ tunnels:
     proto: http
     addr: {svc}
     oidc: {{issuer_url: "http://127.0.0.1:{closed}", client_id: c, client_secret: s}}
-  breaker: {{proto: http, addr: {svc}, circuit_breaker: 0.5}}
+  breaker: {{proto: http, addr: {closed}, circuit_breaker: 0.5}}
   oauth: {{proto: http, addr: {svc}, oauth: {{provider: google}}}}
 """
 
@@ -70,11 +70,9 @@ def test_every_option_is_enforced(server: Server, tmp_path: Path) -> None:
             url = {name: one["public_url"] for name, one in t.items()}
             check_traffic(server, url)
             check_websocket(server, url["ws"])
-            for name, words in (("breaker", "circuit breaker"), ("oauth", "OAuth")):
-                if t[name]["error"]:  # refused by this server: shown with its reason
-                    assert words in t[name]["error"], t[name]
-                else:  # accepted: the edge answers for it
-                    assert t[name]["public_url"].startswith("https://")
+            check_breaker(server, url["breaker"])
+            assert not t["oauth"]["public_url"]
+            assert "no managed OAuth application for google" in t["oauth"]["error"], t["oauth"]
             with server.client() as api:
                 tunnels = api.get("/tunnels").json()["tunnels"]
             assert any(x["metadata"] == "team-a" for x in tunnels)
@@ -107,6 +105,16 @@ def check_traffic(server: Server, url: dict[str, str]) -> None:
         assert client.get(url["plain"] + "/p").text == "svc /p"
         r = client.get(url["login"] + "/secret")  # a login is required: the provider is down
         assert r.status_code in (302, 502) and "svc" not in r.text
+
+
+def check_breaker(server: Server, url: str) -> None:
+    """The local service is down: the agent's failures trip the breaker (at least half of
+    20 requests failed), then the edge answers 503 itself."""
+    with EdgeClient(server) as client:
+        statuses = [client.get(url + f"/{i}").status_code for i in range(25)]
+        assert statuses[0] == 502 and statuses[-1] == 503, statuses
+        r = client.get(url + "/again")
+        assert r.status_code == 503 and r.headers["edgeway-error-code"] == "ERR_EDGEWAY_4011"
 
 
 def check_websocket(server: Server, url: str) -> None:
