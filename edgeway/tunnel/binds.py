@@ -148,6 +148,16 @@ def _squash(value: Any) -> Any:
     return value
 
 
+def _refuse_unsupported(opts: dict[str, Any], proto: str, family: str) -> None:
+    """BindRefused for an option this edge does not enforce (refused, never ignored)."""
+    for name in UNSUPPORTED[family]:
+        if opts.get(name) not in (None, "", False, 0):  # an empty object is set
+            raise BindRefused(f"{NAMES[name]} on {proto} tunnels is not enforced by this edge "
+                              "yet; refusing rather than ignoring it")
+    if int(opts.get("proxyproto") or 0):
+        raise BindRefused("the PROXY protocol header is not supported by this edge yet")
+
+
 def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> BindRequest:
     opts = _squash(folded.get("opts") or {})
     extra = folded.get("extra") or {}
@@ -155,12 +165,7 @@ def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> 
     if proto not in PROTOS:
         raise BindRefused(f"unknown tunnel protocol '{proto}' (http, https, tcp or tls)")
     family = "http" if proto in ("http", "https") else proto
-    for name in UNSUPPORTED[family]:
-        if opts.get(name) not in (None, "", False, 0):  # an empty object is set
-            raise BindRefused(f"{NAMES[name]} on {proto} tunnels is not enforced by this edge "
-                              "yet; refusing rather than ignoring it")
-    if int(opts.get("proxyproto") or 0):
-        raise BindRefused("the PROXY protocol header is not supported by this edge yet")
+    _refuse_unsupported(opts, proto, family)
     restriction = opts.get("iprestriction") or {}
     request_headers = _headers(opts.get("requestheaders"))
     if family == "http" and opts.get("hostheaderrewrite"):
