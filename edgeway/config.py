@@ -55,6 +55,16 @@ def split_list(text: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class IdentityOptions:
+    """End-user logins at the edge: OAuth provider endpoints replaced (provider, endpoint
+    name, URL), the platform's managed OAuth applications (provider, client id, secret) and
+    the host their callback is on ("": ``login.<base domain>``)."""
+    oauth_endpoints: tuple[tuple[str, str, str], ...] = ()
+    oauth_apps: tuple[tuple[str, str, str], ...] = ()
+    login_host: str = ""
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     data_dir: Path
     database_url: str | None
@@ -76,6 +86,7 @@ class ServerConfig:
     ssh_addr: tuple[str, int] | None = ("127.0.0.1", 2222)  # the SSH gateway, or None: off
     ssh_host_ca: str = ""  # an SSH certificate authority signing the gateway's host key
     ssh_keepalive: float = 15.0  # seconds between keep-alives to SSH clients
+    identity: IdentityOptions = IdentityOptions()
 
 
 def cors_origins(given: tuple[str, ...]) -> tuple[str, ...]:

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import re
 from pathlib import Path
 
+from edgeway.catalog import checks
 from edgeway.catalog.model import Settings
 from edgeway.config import (
+    IdentityOptions,
     ServerConfig,
     cors_origins,
     default_data_dir,
@@ -20,6 +23,8 @@ from edgeway.config import (
     public_url_for,
     split_list,
 )
+from edgeway.edge.oauth_providers import BY_SDK_NAME, PROVIDERS, check_endpoint
+from edgeway.errors import Invalid
 
 DEFAULTS = Settings()
 LOG_FORMATS = {"json": "json", "logfmt": "logfmt", "console": "term"}
@@ -44,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _tunnel_options(serve)
     _public_options(serve)
     _ssh_options(serve)
+    _identity_options(serve)
     serve.add_argument("--log-format", choices=tuple(LOG_FORMATS),
                        default=env("LOG_FORMAT", "json"),
                        help="json: one JSON object per line; logfmt; console: for people "
@@ -133,6 +139,52 @@ def _ssh(args: argparse.Namespace) -> tuple[tuple[str, int] | None, str, float]:
     if not 1 <= args.ssh_keepalive <= 3600:
         raise ValueError(f"--ssh-keepalive {args.ssh_keepalive:g} must be 1 to 3600 seconds")
     return _public(args.ssh_addr), ca, args.ssh_keepalive
+def _identity_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--oauth-endpoint", action="append", metavar="PROVIDER.NAME=URL",
+                       default=list(split_list(env("OAUTH_ENDPOINTS") or "")),
+                       help="replace an OAuth provider's endpoint, e.g. "
+                            "code_host_a.token=https://github.example.com/login/oauth/"
+                            "access_token (repeatable; names in the README)")
+    serve.add_argument("--oauth-apps", type=Path, default=env("OAUTH_APPS"), metavar="FILE",
+                       help="JSON file of the platform's managed OAuth applications: "
+                            '{"<provider>": {"client_id": ..., "client_secret": ...}}')
+    serve.add_argument("--login-host", default=env("LOGIN_HOST", ""),
+                       help="host of the managed OAuth applications' callback "
+                            "(default: login.<base-domain>)")
+
+
+def _oauth_apps(path: Path | None) -> tuple[tuple[str, str, str], ...]:
+    """The managed OAuth applications of ``--oauth-apps``: (provider, client id, secret)."""
+    if path is None:
+        return ()
+    try:
+        apps = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--oauth-apps {path}: {exc}") from None
+    if not isinstance(apps, dict):
+        raise ValueError(f"--oauth-apps {path}: must hold a JSON object of providers")
+    out = []
+    for name, app in apps.items():
+        provider = BY_SDK_NAME.get(str(name))
+        if provider is None:
+            raise ValueError(f"--oauth-apps {path}: '{name}' is not a provider (one of "
+                             f"{', '.join(PROVIDERS)})")
+        if not isinstance(app, dict) or not all(
+                isinstance(app.get(k), str) and app[k] for k in ("client_id", "client_secret")):
+            raise ValueError(f"--oauth-apps {path}: '{name}' needs a client_id and a "
+                             "client_secret (strings)")
+        out.append((provider.name, app["client_id"], app["client_secret"]))
+    return tuple(out)
+
+
+def _identity(args: argparse.Namespace, base_domain: str) -> IdentityOptions:
+    host = args.login_host.strip().lower().rstrip(".") or f"login.{base_domain}"
+    try:
+        checks.domain_name("--login-host", host)
+    except Invalid as exc:
+        raise ValueError(f"--login-host {host!r}: {exc.msg}") from None
+    return IdentityOptions(tuple(check_endpoint(e) for e in args.oauth_endpoint),
+                           _oauth_apps(args.oauth_apps), host)
 
 
 def _regex(option: str, text: str) -> str:
@@ -198,15 +250,18 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     own += [(addr[1], what) for what, addr in (("public HTTP listener", http_addr),
                                                ("public HTTPS listener", https_addr),
                                                ("SSH gateway", ssh_addr)) if addr]
+    identity = _identity(args, settings.base_domain)
     settings = dataclasses.replace(settings, own_ports=tuple(own),
                                    ssh_host_ca=ssh_host_ca,
                                    agent_client_cas=_agent_cas(args.agent_client_cas),
                                    agent_ports=tcp_ports, tcp_host=args.tcp_host,
-                                   lowest_port=lowest_bindable_port())
+                                   lowest_port=lowest_bindable_port(),
+                                   https_port=https_addr[1] if https_addr else 443,
+                                   oauth_apps=tuple(p for p, _, _ in identity.oauth_apps))
     return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,
                         names, args.tcp_host, tcp_ports, tcp_grace=args.tcp_grace,
                         http_addr=http_addr, https_addr=https_addr, reuse_port=args.reuse_port,
                         cors_origins=cors_origins(split_list(args.api_cors_origins)),
                         sns_cert_hosts=_regex("--sns-cert-hosts", args.sns_cert_hosts),
-                        tunnel_cert=_tunnel_cert(args), ssh_addr=ssh_addr,
+                        tunnel_cert=_tunnel_cert(args), identity=identity, ssh_addr=ssh_addr,
                         ssh_host_ca=ssh_host_ca, ssh_keepalive=ssh_keepalive)

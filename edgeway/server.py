@@ -14,8 +14,12 @@ import uvicorn
 
 from edgeway import bootstrap, catalog, ids, logs
 from edgeway.api.app import build
+from edgeway.catalog.modules import saml
 from edgeway.config import ServerConfig, listen_socket
+from edgeway.edge import login_gate
+from edgeway.edge.app_sessions import AppSessions
 from edgeway.edge.listeners import PublicListeners
+from edgeway.edge.login_gate import LoginGate
 from edgeway.edge.modules import sns
 from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.router import EdgeRouter
@@ -93,6 +97,15 @@ class _Commands:
         return None
 
 
+def _logins(cfg: ServerConfig, platform: Platform, https_port: int) -> LoginGate:
+    """The edge's login gate: sessions in the shared database, cookies signed with a key of
+    the platform, the managed OAuth applications' callback on the login host."""
+    host = cfg.identity.login_host or f"login.{cfg.settings.base_domain}"
+    return login_gate.build(platform.sealer.mac(b"edgeway edge logins"),
+                            AppSessions(platform.db, platform.sealer, cfg.settings.public_url),
+                            cfg.identity, saml.site(host, https_port), https_port)
+
+
 async def serve(cfg: ServerConfig) -> None:
     db = await open_database(cfg.database_url, cfg.data_dir)
     try:
@@ -115,8 +128,9 @@ async def serve(cfg: ServerConfig) -> None:
         binder = tunnels.binder
         binder.edge_host = router.edge_host
         binder.check_bind, binder.tcp.admits = router.bind_refusal, router.tcp_admits
+        router.oauth_apps = cfg.settings.oauth_apps
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,
-                               http_port, https_port, sealer.mac(b"edgeway edge logins"),
+                               http_port, https_port, _logins(cfg, platform, https_port),
                                platform.restrictions,
                                SnsVerifier(cfg.sns_cert_hosts or sns.CERT_HOSTS))
         platform.watchers += [router.changed, edge.changed, tunnels.changed]

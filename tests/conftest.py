@@ -21,12 +21,12 @@ CORS_ORIGIN = "https://console.example.com"  # the shared servers' browser origi
 
 
 @contextmanager
-def backend_server(backend: str, data_dir: Path) -> Iterator[Server]:
-    """A real server on ``backend`` (sqlite, or a fresh PostgreSQL database), stopped after;
-    it must shut down cleanly."""
+def backend_server(backend: str, data_dir: Path, *extra: str) -> Iterator[Server]:
+    """A real server on ``backend`` (sqlite, or a fresh PostgreSQL database), with ``extra``
+    options, stopped after; it must shut down cleanly."""
     with ExitStack() as stack:
         url = stack.enter_context(fresh_pg_database()) if backend == "postgres" else None
-        srv = start(data_dir, url, "--api-cors-origins", CORS_ORIGIN)
+        srv = start(data_dir, url, "--api-cors-origins", CORS_ORIGIN, *extra)
         try:
             yield srv
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -31,7 +32,7 @@ def store_args(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[
 
 
 def test_api_keys_create_prints_a_working_key(store_args: list[str], tmp_path: Path) -> None:
-    made = edgeway("api-keys", "create", "--description", "for scripts", *store_args)
+    made = edgeway("api-keys", "create", "--description", "for scripts", "--init", *store_args)
     assert made.returncode == 0, made.stderr
     token = made.stdout.strip()
     assert len(token.split("_")[0]) == 27 and "\n" not in token
@@ -95,9 +96,27 @@ def test_log_format_and_level(tmp_path: Path) -> None:
     (["--sns-cert-hosts", "sns.(unclosed"], "is not a regular expression"),
     (["--agent-client-cas", "agents"], "'agents' is not a certificate authority id"),
     (["--agent-client-cas", "ca_" + "A" * 27], "no certificate authority ca_AAA"),
+    (["--oauth-endpoint", "code_host_a.nope=https://x.example"],
+     "must be PROVIDER.NAME=URL with one of code_host_a.authorize"),
+    (["--oauth-endpoint", "search_a.token=ftp://x.example"], "is not an http(s) URL"),
+    (["--oauth-apps", "/nope.json"], "--oauth-apps /nope.json"),
+    (["--login-host", "not a host"], "--login-host 'not a host'"),
 ])
 def test_bad_options_fail_clearly(tmp_path: Path, args: list[str], words: str) -> None:
     r = edgeway("serve", "--data-dir", str(tmp_path), *args)
+    assert r.returncode == 2
+    assert words in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(("apps", "words"), [
+    ({"myspace": {"client_id": "i", "client_secret": "s"}}, "'myspace' is not a provider"),
+    ({"github": {"client_id": "i"}}, "'github' needs a client_id and a client_secret"),
+    (["github"], "must hold a JSON object"),
+])
+def test_bad_managed_oauth_apps_fail_clearly(tmp_path: Path, apps: object, words: str) -> None:
+    path = tmp_path / "apps.json"
+    path.write_text(json.dumps(apps))
+    r = edgeway("serve", "--data-dir", str(tmp_path), "--oauth-apps", str(path))
     assert r.returncode == 2
     assert words in r.stderr and "Traceback" not in r.stderr
 

@@ -119,7 +119,8 @@ async def create(request: Request, platform: Platform, caller: Caller, kind: Kin
             raise _unique_error(kind, doc) from None
         await repo.set_links(kind, id_, links + await hostports.bind(repo, kind, id_, doc))
         await guards.after(repo, caller, kind, _client(request), flags.get("force", False))
-        shown = await present.one(repo, kind, id_, doc, platform.settings.public_url, token)
+        shown = await present.one(repo, kind, id_, doc, platform.settings.public_url, token,
+                                  platform.settings.https_port)
     platform.changed(kind.collection)
     return json_response(201, shown)
 
@@ -129,7 +130,8 @@ async def get(request: Request, platform: Platform, caller: Caller, kind: Kind) 
     repo = Repo(platform.db.reader())
     id_, doc = await load(repo, request, kind)
     return json_response(200, await present.one(repo, kind, id_, doc,
-                                                platform.settings.public_url))
+                                                platform.settings.public_url,
+                                                https_port=platform.settings.https_port))
 
 
 async def apply(repo: Repo, kind: Kind, id_: str, old: dict[str, Any],
@@ -161,7 +163,8 @@ async def update(request: Request, platform: Platform, caller: Caller, kind: Kin
         await guards.before(repo, caller, kind, {"id": id_, **old}, {"id": id_, **old, **given})
         doc = await apply(repo, kind, id_, old, given, ctx)
         await guards.after(repo, caller, kind, _client(request), flags.get("force", False))
-        shown = await present.one(repo, kind, id_, doc, platform.settings.public_url)
+        shown = await present.one(repo, kind, id_, doc, platform.settings.public_url,
+                                  https_port=platform.settings.https_port)
     platform.changed(kind.collection)
     return json_response(200, shown)
 

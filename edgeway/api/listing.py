@@ -89,10 +89,11 @@ async def list_(request: Request, platform: Platform, caller: Caller, kind: Kind
     uri = f"{base}{kind.url}"
     if q.filter is None and not q.select:
         items = await repo.page(kind, q.before, q.limit + 1)
-        shown = await present.many(repo, kind, items[:q.limit], base)
+        shown = await present.many(repo, kind, items[:q.limit], base,
+                                   https_port=platform.settings.https_port)
         more = len(items) > q.limit
     else:
-        shown, more = await _scan(repo, kind, q, base)
+        shown, more = await _scan(repo, kind, q, base, platform.settings.https_port)
     nxt = None
     if more:
         nxt = f"{uri}?" + urlencode([("before_id", shown[-1]["id"]), ("limit", str(q.limit)),
@@ -100,14 +101,14 @@ async def list_(request: Request, platform: Platform, caller: Caller, kind: Kind
     return json_response(200, {kind.list_key: shown, "uri": uri, "next_page_uri": nxt})
 
 
-async def _scan(repo: Repo, kind: Kind, q: Query, base: str
+async def _scan(repo: Repo, kind: Kind, q: Query, base: str, https_port: int
                 ) -> tuple[list[dict[str, Any]], bool]:
     """A page of the resources ``q`` picks, and whether more follow."""
     out: list[dict[str, Any]] = []
     cursor = q.before
     while True:
         items = await repo.page(kind, cursor, SCAN)
-        for obj in await present.many(repo, kind, items, base):
+        for obj in await present.many(repo, kind, items, base, https_port=https_port):
             if q.picks(obj):
                 if len(out) == q.limit:
                     return out, True

@@ -32,7 +32,8 @@ def _unset(kind: Kind, name: str, id_: str) -> NotFound:
 
 async def _shown(repo: Repo, platform: Platform, kind: Kind, name: str, id_: str,
                  doc: dict[str, Any]) -> Any:
-    return (await present.one(repo, kind, id_, doc, platform.settings.public_url))[name]
+    return (await present.one(repo, kind, id_, doc, platform.settings.public_url,
+                              https_port=platform.settings.https_port))[name]
 
 
 async def put(request: Request, platform: Platform, caller: Caller, kind: Kind,

@@ -8,8 +8,8 @@ from edgeway.catalog.model import Kind, Where, ref
 
 
 def render(kind: Kind, id_: str, doc: dict[str, Any], public_url: str,
-           token: str | None = None) -> dict[str, Any]:
-    where = Where(public_url, id_, kind.uri(public_url, id_, doc))
+           token: str | None = None, site: str = "") -> dict[str, Any]:
+    where = Where(public_url, id_, kind.uri(public_url, id_, doc), site)
     out: dict[str, Any] = {"id": id_, "uri": where.uri, "created_at": doc.get("created_at", "")}
     for f in kind.fields:
         value = doc[f.name] if f.name in doc else f.default_value()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from edgeway.catalog import (
     addrs,
+    apps,
     authorities,
     backends,
     domains,
@@ -22,7 +23,7 @@ from edgeway.catalog.model import Context, Field, Kind, Link, Ref, Settings
 ALL: tuple[Kind, ...] = (
     *identity.KINDS, *domains.KINDS, *ip.KINDS, *authorities.KINDS, *events.KINDS,
     *runtime.KINDS, *ssh.KINDS, *ssh_certs.KINDS, *tls.KINDS, *backends.KINDS, *edges.KINDS,
-    *addrs.KINDS, *vaults.KINDS,
+    *addrs.KINDS, *vaults.KINDS, *apps.KINDS,
 )
 BY_COLLECTION: dict[str, Kind] = {k.collection: k for k in ALL}
 BY_PREFIX: dict[str, Kind] = {k.prefix: k for k in ALL}

@@ -48,6 +48,8 @@ class Settings:
     agent_client_cas: tuple[str, ...] = ()
     # the SSH certificate authority (id) signing the SSH gateway's host certificate
     ssh_host_ca: str = ""
+    https_port: int = 443  # the public HTTPS listener's (in the URLs of the edge's own paths)
+    oauth_apps: tuple[str, ...] = ()  # OAuth providers with a managed application here
 
     @property
     def ns_targets(self) -> tuple[str, ...]:
@@ -85,11 +87,14 @@ Resolve = Callable[[dict[str, Any], Context, Fetch], Awaitable[dict[str, Any]]]
 
 @dataclass(frozen=True)
 class Where:
-    """Where a response is rendered: the public base URL and the resource's own id and uri."""
+    """Where a response is rendered: the public base URL and the resource's own id and uri;
+    for an HTTPS edge route, ``site``: the base URL of its own host (``https://host[:port]``,
+    "" while its edge has no hostport)."""
 
     public_url: str
     id: str
     uri: str
+    site: str = ""
 
 
 def uri_of(public_url: str, id_: str) -> str:

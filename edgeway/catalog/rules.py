@@ -27,7 +27,11 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
     (215, ("private_key_pem",), "a parsable PEM private key"),
     (215, ("*saml.idp_metadata",), "well-formed XML: an EntityDescriptor"),
     (7091, ("*saml.idp_metadata",), "the IdP's EntityDescriptor XML, with a single sign-on "
-                                    "service and a signing certificate"),
+                                    "service of the HTTP-Redirect binding and a signing "
+                                    "certificate"),
+    (7035, ("*oauth.provider.*.client_id",), "without client_id and client_secret, the "
+                                             "provider needs a managed application on this "
+                                             "server (--oauth-apps)"),
     (215, ("resolves_to[*].value",), "a region of this platform (--regions)"),
     (500, ("region",), "a region of this platform (--regions)"),
     (228, ("ca_pem",), "exactly one parsable PEM certificate of a CA"),

@@ -32,11 +32,11 @@ from edgeway.edge.pages import Fixed, page
 from edgeway.tunnel.restrict import Network
 
 if TYPE_CHECKING:
+    from edgeway.edge.login_gate import LoginGate
     from edgeway.edge.modules.circuit_breaker import Breakers
     from edgeway.edge.modules.compression import Gzip
     from edgeway.edge.modules.sns import SnsVerifier
     from edgeway.edge.modules.traffic_policy import RateLimits
-    from edgeway.edge.oidc_login import OidcGate
     from edgeway.tunnel.pipes import Pipe
 
 Headers = list[tuple[bytes, bytes]]
@@ -62,9 +62,9 @@ Verdict = Fixed | Close | Takeover | None
 
 @dataclass
 class Services:
-    """What request hooks reach beyond the request: the login flow, the SNS certificate
+    """What request hooks reach beyond the request: the login gate, the SNS certificate
     cache and the rate-limit windows (one of each per HTTP edge)."""
-    login: OidcGate | None
+    login: LoginGate | None
     sns: SnsVerifier
     limits: RateLimits
 
@@ -82,7 +82,6 @@ class Exchange:
     interim: Callable[[bytes], None]  # writes a 1xx head (100 Continue) to the client
     body: bytes | None = None
     env: dict[str, Any] | None = None  # the traffic policy's CEL variables
-    renew: tuple[tuple[str, str], ...] = ()  # headers a login adds to the response
     gzip: Gzip | None = None  # the response body is gzipped (set by the compression hook)
 
 
@@ -130,12 +129,14 @@ class Unenforced(Hook):
 class Compiling:
     """What a module's ``compile`` may need besides its configuration: the IP policies'
     rules, the key of what it belongs to (a route, edge or tunnel id: rate-limit windows and
-    breaker counts are its own), where breaker counts are kept (None: new ones) and the
-    vault secrets traffic policies may read (``modules/secrets.py``)."""
+    breaker counts are its own), where breaker counts are kept (None: new ones), the vault
+    secrets traffic policies may read (``modules/secrets.py``) and, for a route, the host
+    its SAML service provider lives on."""
     rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
     key: str = ""
     breakers: Breakers | None = None
     secrets: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    host: str = ""
 
 
 def overrides(hook: Hook, phase: str) -> bool:

@@ -37,9 +37,9 @@ from edgeway.edge.client import ClientWatch, Deadline, next_event, pump_body, re
 from edgeway.edge.h1 import BadMessage, End, Request, RequestParser, header
 from edgeway.edge.hooks import Close, Exchange, Services, Takeover
 from edgeway.edge.hosts import covered, misdirected, request_host
+from edgeway.edge.login_gate import LoginGate
 from edgeway.edge.modules.policy_actions import RateLimits
 from edgeway.edge.modules.sns import SnsVerifier
-from edgeway.edge.oidc_login import OidcGate
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pool import Pool, Upstream
 from edgeway.edge.relay import Relay
@@ -71,7 +71,7 @@ def _replayable(req: Request, decision: Decision) -> bool:
 
 class HttpEdge:
     def __init__(self, router: EdgeRouter, scheme: str, https_port: int = 443,
-                 login: OidcGate | None = None, pool: Pool | None = None,
+                 login: LoginGate | None = None, pool: Pool | None = None,
                  restrictions: Restrictions | None = None,
                  sns: SnsVerifier | None = None) -> None:
         self.router, self.scheme, self.https_port = router, scheme, https_port

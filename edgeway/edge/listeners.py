@@ -22,9 +22,9 @@ import structlog
 from edgeway.config import listen_socket
 from edgeway.edge.backends import Static, Target
 from edgeway.edge.http import HttpEdge
+from edgeway.edge.login_gate import LoginGate
 from edgeway.edge.modules.mutual_tls import TlsOptions
 from edgeway.edge.modules.sns import SnsVerifier
-from edgeway.edge.oidc_login import OidcGate
 from edgeway.edge.pages import Fixed
 from edgeway.edge.pool import Pool
 from edgeway.edge.router import Edge, EdgeRouter
@@ -96,7 +96,7 @@ def _admits(edge: Edge, peer: tuple[str, int]) -> bool:
 
 class PublicListeners:
     def __init__(self, router: EdgeRouter, certs: EdgeCerts, base_domain: str, tcp_host: str,
-                 http_port: int, https_port: int, login_key: bytes,
+                 http_port: int, https_port: int, login: LoginGate,
                  restrictions: Restrictions | None = None,
                  sns: SnsVerifier | None = None) -> None:
         self.router, self.certs, self.tcp_host = router, certs, tcp_host
@@ -106,8 +106,9 @@ class PublicListeners:
         sns = sns or SnsVerifier()
         self.http = HttpEdge(router, "http", https_port, pool=self.pool,  # HTTPS edges (and
                              restrictions=restrictions, sns=sns)          # logins) need TLS
-        self.https = HttpEdge(router, "https", https_port, OidcGate(login_key), self.pool,
+        self.https = HttpEdge(router, "https", https_port, login, self.pool,
                               restrictions, sns)
+        router.bounce = login.bounce
         self._servers: list[asyncio.Server] = []
         self._tls_socket: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()

@@ -6,10 +6,11 @@ tunnel bound), into a ``Plan``: the hooks of the modules that are set and enable
 the response phase in reverse, like a middleware stack: compression, first, sees the response
 last, after every header change. So a request meets: its IP and user agent rules, basic auth,
 the circuit breaker and modules this edge does not enforce (all before a backend is chosen),
-then the WebSocket-to-TCP takeover, the traffic policy's on_http_request, the OIDC login and
-the webhook signature; its head gets the request header changes on the way upstream; the
-response head gets the response header changes, the login's renewed cookie, the policy's
-on_http_response, then compression.
+then the traffic policy's on_http_request, the login (OAuth, SAML or OIDC: what follows runs
+only for a signed-in user, or an OPTIONS request let through), the WebSocket-to-TCP takeover
+and the webhook signature; its head gets the request header changes on the way upstream; the
+response head gets the response header changes, the policy's on_http_response, then
+compression.
 
 Not hooks: ``backend`` (routing, ``edge/router.py``) and ``mutual_tls``/``tls_termination``
 (the TLS handshake, ``edge/listeners.py``), kept as the plan's own members.
@@ -36,14 +37,17 @@ from edgeway.edge.modules import (
     compression,
     ip_restriction,
     mutual_tls,
+    oauth,
     oidc,
     request_headers,
     response_headers,
+    saml,
     traffic_policy,
     user_agent_filter,
     webhook_verification,
     websocket_tcp_converter,
 )
+from edgeway.edge.oauth_providers import BY_SDK_NAME, PROVIDERS
 from edgeway.edge.pages import Fixed
 from edgeway.errors import Invalid
 from edgeway.tunnel.binds import BindRequest
@@ -52,21 +56,17 @@ Compiler = Callable[[dict[str, Any], Compiling], Hook | None]
 H = TypeVar("H", bound=Hook)
 
 
-def _unenforced(name: str) -> Compiler:
-    return lambda _module, _ctx: Unenforced(name)
-
-
 PIPELINE: tuple[tuple[str, Compiler], ...] = (
     ("compression", compression.compile),
     ("ip_restriction", ip_restriction.compile),
     ("user_agent_filter", user_agent_filter.compile),
     ("basic_auth", basic_auth.compile),  # agent binds only
     ("circuit_breaker", circuit_breaker.compile),
-    ("oauth", _unenforced("oauth")),
-    ("saml", _unenforced("saml")),
-    ("websocket_tcp_converter", websocket_tcp_converter.compile),
     ("traffic_policy", traffic_policy.compile),
+    ("oauth", oauth.compile),
+    ("saml", saml.compile),
     ("oidc", oidc.compile),
+    ("websocket_tcp_converter", websocket_tcp_converter.compile),
     ("webhook_verification", webhook_verification.compile),
     ("request_headers", request_headers.compile),
     ("response_headers", response_headers.compile),
@@ -142,10 +142,27 @@ def compile_doc(doc: dict[str, Any], ctx: Compiling | None = None) -> Plan:
                 mutual_tls.ca_ids(mtls) if mtls else (), tls.get("min_version") if tls else None)
 
 
+def _oauth_doc(sent: dict[str, Any]) -> dict[str, Any]:
+    """An SDK's OAuth option as the oauth module's document (the provider by the name the
+    SDKs use, or the module's own)."""
+    known = BY_SDK_NAME.get(sent["provider"].lower())
+    app = {"client_id": sent["client_id"], "client_secret": sent["client_secret"],
+           "scopes": sent["scopes"], "email_addresses": sent["allow_emails"],
+           "email_domains": sent["allow_domains"]}
+    return {"provider": {known.name: app} if known else {}}
+
+
+def _bind_modules(req: BindRequest) -> dict[str, Any]:
+    mods = dict(req.modules)
+    if "oauth" in mods:
+        mods["oauth"] = _oauth_doc(mods["oauth"])
+    return mods
+
+
 def bind_doc(req: BindRequest) -> dict[str, Any]:
     """An agent's bind options as module documents (CIDRs, credentials and header pairs in
     the forms the modules take from binds)."""
-    doc = dict(req.modules)
+    doc = _bind_modules(req)
     if req.allow or req.deny:
         doc["ip_restriction"] = {"allow": [str(n) for n in req.allow],
                                  "deny": [str(n) for n in req.deny]}
@@ -167,14 +184,31 @@ def for_bind(req: BindRequest, key: str = "",
     return compile_doc(bind_doc(req), Compiling(key=key, secrets=secrets or {}))
 
 
+def _oauth_refusal(req: BindRequest, oauth_apps: tuple[str, ...]) -> str | None:
+    sent = req.modules["oauth"]
+    known = BY_SDK_NAME.get(sent["provider"].lower())
+    if known is None:
+        return f"OAuth provider '{sent['provider']}' is not one of " + ", ".join(
+            sorted(p.sdk for p in PROVIDERS.values()))
+    if req.proto != "https":
+        return "OAuth logins need an https tunnel (the provider returns to an https URL)"
+    if bool(sent["client_id"]) != bool(sent["client_secret"]):
+        return "an OAuth client id and client secret go together"
+    if not sent["client_id"] and known.name not in oauth_apps:
+        return (f"this server has no managed OAuth application for {known.sdk}; pass the "
+                "client id and secret of your own application")
+    return None
+
+
 def reads_secrets(req: BindRequest) -> bool:
     """Whether a bind's traffic policy may read vault secrets."""
     return "secrets" in str(req.modules.get("traffic_policy", {}).get("value", ""))
 
 
-def bind_refusal(req: BindRequest,
-                 secrets: Mapping[tuple[str, str], str] | None = None) -> str | None:
-    """Why the edge cannot enforce what a bind asks for (it is then refused), or None."""
+def bind_refusal(req: BindRequest, secrets: Mapping[tuple[str, str], str] | None = None,
+                 oauth_apps: tuple[str, ...] = ()) -> str | None:
+    """Why the edge cannot enforce what a bind asks for (it is then refused), or None;
+    ``oauth_apps``: the providers this server has a managed OAuth application for."""
     mods = req.modules
     if "traffic_policy" in mods:
         text = mods["traffic_policy"]["value"]
@@ -194,7 +228,10 @@ def bind_refusal(req: BindRequest,
             return "OIDC needs an issuer URL, a client id and a client secret"
         if req.proto != "https":
             return "OIDC logins need an https tunnel (the provider returns to an https URL)"
-    unenforced = compile_doc(mods, Compiling(key=req.id, secrets=secrets or {})).unenforced
+    if "oauth" in mods and (why := _oauth_refusal(req, oauth_apps)) is not None:
+        return why
+    unenforced = compile_doc(_bind_modules(req), Compiling(key=req.id, secrets=secrets or {})
+                             ).unenforced
     if unenforced:
         return f"{unenforced} is not enforced by this edge yet; refusing rather than " \
                "ignoring it"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -20,14 +21,15 @@ from weakref import WeakKeyDictionary
 import structlog
 
 from edgeway import catalog
-from edgeway.edge import backends, pipeline
+from edgeway.catalog.modules import saml
+from edgeway.edge import backends, login, pipeline
 from edgeway.edge.backends import Backend, Target, compile_backend
 from edgeway.edge.h1 import Request
 from edgeway.edge.hooks import Compiling
 from edgeway.edge.hosts import request_host
-from edgeway.edge.modules import mutual_tls, oidc, secrets
+from edgeway.edge.modules import mutual_tls, secrets
 from edgeway.edge.modules.circuit_breaker import Breakers
-from edgeway.edge.pages import page
+from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pipeline import Plan
 from edgeway.pki.seal import Sealer
 from edgeway.store.db import Database, DatabaseUnavailable
@@ -123,10 +125,11 @@ async def load(db: Database, breakers: Breakers | None = None,
         match = doc.get("match", "")
         host, path = ("", match) if match.startswith("/") else \
             (match.split("/", 1)[0], "/" + match.split("/", 1)[1] if "/" in match else "/")
+        own = saml.route_host(parent.doc, doc)  # (where its SAML service provider lives)
         parent.routes.append(Route(id_, doc.get("match_type") == "exact_path", host, path,
                                    pipeline.compile_doc(doc, Compiling(snap.rules, id_,
                                                                        snap.breakers,
-                                                                       snap.secrets))))
+                                                                       snap.secrets, own))))
     for collection in BACKEND_COLLECTIONS:
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
             snap.backends[id_] = compile_backend(collection, doc)
@@ -153,6 +156,10 @@ class EdgeRouter:
         # a tunnel's plan, and the secrets it was compiled with
         self._bind_plans: WeakKeyDictionary[Tunnel, tuple[Plan, dict[tuple[str, str], str]]] = \
             WeakKeyDictionary()
+        # the managed OAuth applications' callback on the login host, and the providers this
+        # server has a managed application for (set by the server)
+        self.bounce: Callable[[Request, str], Fixed | None] | None = None
+        self.oauth_apps: tuple[str, ...] = ()
 
     def changed(self, collection: str) -> None:
         if collection in WATCHED:
@@ -215,6 +222,19 @@ class EdgeRouter:
                 best = r
         return best
 
+    @classmethod
+    def _pick(cls, edge: Edge, host: str, req: Request) -> tuple[str, Route | None]:
+        """The request's path and route: by the routes' matches, except the edge's own login
+        paths (``/.edgeway/<module>/...``), which belong to the login route they name (or
+        the first of that module) wherever its match is."""
+        path = req.target.decode("latin-1").split("?", 1)[0]
+        route = cls.route(edge, host, path)
+        own = login.own_path(req.target)
+        if own is not None:
+            route = next((r for r in edge.routes if (hook := r.plan.find(login.Gate))
+                          and hook.kind == own[0] and own[1] in ("", r.id)), route)
+        return path, route
+
     def target(self, snap: Snapshot, plan: Plan) -> Target | None:
         return backends.pick(snap.backends, plan.backend_id, self.registry) \
             if plan.backend_id else None
@@ -226,6 +246,9 @@ class EdgeRouter:
         host = request_host(req.headers)
         if req.method == b"CONNECT":
             return Decision(page(405, "Method not allowed", "CONNECT is not proxied.", 4005))
+        if self.bounce is not None and scheme == "https" \
+                and (bounced := self.bounce(req, host)) is not None:
+            return Decision(bounced)
         snap = await self.current()
         edge = snap.https.get(host) if scheme == "https" else None
         if edge is None:
@@ -236,10 +259,7 @@ class EdgeRouter:
             return Decision(page(421, "Misdirected request", f"{host} requires a client "
                                  "certificate, checked in the TLS handshake: connect with "
                                  f"{host} as the TLS server name.", 4012))
-        path = req.target.decode("latin-1").split("?", 1)[0]
-        route = self.route(edge, host, path)
-        if path in (oidc.CALLBACK, oidc.LOGOUT):  # the login route's, wherever it matches
-            route = next((r for r in edge.routes if r.plan.find(oidc.Login)), route)
+        path, route = self._pick(edge, host, req)
         if route is None:
             return Decision(page(404, "No route", f"The edge for {host} has no route "
                                  f"matching {path}.", 4004))
@@ -287,7 +307,7 @@ class EdgeRouter:
 
     async def bind_refusal(self, req: BindRequest) -> str | None:
         """Why the edge cannot enforce a bind (with the secrets there are now), or None."""
-        return pipeline.bind_refusal(req, (await self.current()).secrets)
+        return pipeline.bind_refusal(req, (await self.current()).secrets, self.oauth_apps)
 
     def tcp_admits(self, tunnel: Tunnel, ip: str, port: int) -> bool:
         """A TCP tunnel's hooks (its traffic policy's on_tcp_connect) on a new connection."""

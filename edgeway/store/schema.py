@@ -4,6 +4,8 @@ A kind's table holds ``id`` (primary key; ids sort by creation, so paging walks 
 ``doc`` (the stored members as JSON text), one ``k_<member>`` column per member of a unique
 key, and ``token_hash`` for kinds with a shown-once secret. ``links`` records every id a
 resource refers to, indexed by target, so deletes can restrict, cascade or keep.
+``used_assertions`` remembers the SAML assertions the edge accepted until they expire (a
+replayed one is refused on every node).
 """
 
 from __future__ import annotations
@@ -37,6 +39,14 @@ claims = sa.Table(
     sa.Column("owner_id", sa.String(64), nullable=False),
     sa.Column("owner_kind", sa.String(64), nullable=False),
     sa.Index("ix_claims_owner_id", "owner_id"),
+)
+
+
+used_assertions = sa.Table(
+    "used_assertions", metadata,
+    sa.Column("id", sa.String(300), primary_key=True),
+    sa.Column("expires", sa.BigInteger, nullable=False),
+    sa.Index("ix_used_assertions_expires", "expires"),
 )
 
 

@@ -3,9 +3,10 @@ options this edge can enforce. Pure: the server does the allocation and the I/O.
 
 Options the edge enforces on agent tunnels: IP restrictions; for HTTP also basic auth,
 request/response header changes, Host header rewriting, compression and the circuit
-breaker. Every other security or traffic option an
-SDK can send (OAuth, OIDC, webhook verification, mutual TLS, traffic policy, PROXY protocol,
-...) is refused with a clear error rather than accepted and silently ignored.
+breaker; the modules it checks and compiles itself (``modules``: OAuth, OIDC, webhook
+verification, traffic policy, ...). Every other security or traffic option an SDK can send
+(mutual TLS, PROXY protocol, ...) is refused with a clear error rather than accepted and
+silently ignored.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from edgeway.errors import Invalid
 PROTOS = ("http", "https", "tcp", "tls")
 # Bind options (folded keys) the edge does not enforce: refused when set
 UNSUPPORTED = {
-    "http": ("oauth", "mutualtlsca", "policy"),
+    "http": ("mutualtlsca", "policy"),
     "tcp": ("policy",),
     "tls": ("mutualtlsatagent", "mutualtlsatedge", "tlstermination", "trafficpolicy", "policy"),
 }
@@ -62,7 +63,8 @@ class BindRequest:
     basic_auth: tuple[tuple[str, str], ...] = ()  # (user, password) pairs
     compression: bool = False
     # oidc, webhook_verification, traffic_policy, user_agent_filter, websocket_tcp_converter:
-    # as an edge route's module documents (checked and compiled by the edge)
+    # as an edge route's module documents (checked and compiled by the edge); oauth as the
+    # SDK sends it (the provider by the SDK's name; the edge maps it to its module)
     modules: dict[str, Any] = field(default_factory=dict)
 
 
@@ -146,6 +148,16 @@ def _squash(value: Any) -> Any:
     return value
 
 
+def _refuse_unsupported(opts: dict[str, Any], proto: str, family: str) -> None:
+    """BindRefused for an option this edge does not enforce (refused, never ignored)."""
+    for name in UNSUPPORTED[family]:
+        if opts.get(name) not in (None, "", False, 0):  # an empty object is set
+            raise BindRefused(f"{NAMES[name]} on {proto} tunnels is not enforced by this edge "
+                              "yet; refusing rather than ignoring it")
+    if int(opts.get("proxyproto") or 0):
+        raise BindRefused("the PROXY protocol header is not supported by this edge yet")
+
+
 def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> BindRequest:
     opts = _squash(folded.get("opts") or {})
     extra = folded.get("extra") or {}
@@ -153,12 +165,7 @@ def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> 
     if proto not in PROTOS:
         raise BindRefused(f"unknown tunnel protocol '{proto}' (http, https, tcp or tls)")
     family = "http" if proto in ("http", "https") else proto
-    for name in UNSUPPORTED[family]:
-        if opts.get(name) not in (None, "", False, 0):  # an empty object is set
-            raise BindRefused(f"{NAMES[name]} on {proto} tunnels is not enforced by this edge "
-                              "yet; refusing rather than ignoring it")
-    if int(opts.get("proxyproto") or 0):
-        raise BindRefused("the PROXY protocol header is not supported by this edge yet")
+    _refuse_unsupported(opts, proto, family)
     restriction = opts.get("iprestriction") or {}
     request_headers = _headers(opts.get("requestheaders"))
     if family == "http" and opts.get("hostheaderrewrite"):
@@ -177,6 +184,22 @@ def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> 
         modules=_modules(opts, family))
 
 
+def _oauth(opts: dict[str, Any]) -> dict[str, Any]:
+    """The OAuth option, as sent (the provider by the SDK's name), if there is one."""
+    oauth = opts.get("oauth")
+    if not isinstance(oauth, dict):
+        return {}
+    if oauth.get("sealedclientsecret") and not oauth.get("clientsecret"):
+        raise BindRefused("OAuth with a sealed client secret is not supported; send the "
+                          "client secret itself (it travels inside the agent's TLS session)")
+    return {"oauth": {"provider": str(oauth.get("provider") or ""),
+                      "client_id": str(oauth.get("clientid") or ""),
+                      "client_secret": str(oauth.get("clientsecret") or ""),
+                      "scopes": list(oauth.get("scopes") or []),
+                      "allow_emails": list(oauth.get("allowemails") or []),
+                      "allow_domains": list(oauth.get("allowdomains") or [])}}
+
+
 def _modules(opts: dict[str, Any], family: str) -> dict[str, Any]:
     """The bind options the edge enforces as modules, in the modules' document form."""
     out: dict[str, Any] = {}
@@ -184,6 +207,7 @@ def _modules(opts: dict[str, Any], family: str) -> dict[str, Any]:
         out["traffic_policy"] = {"value": policy}
     if family != "http":
         return out
+    out.update(_oauth(opts))
     if isinstance(oidc := opts.get("oidc"), dict):
         out["oidc"] = {"issuer": str(oidc.get("issuerurl") or ""),
                        "client_id": str(oidc.get("clientid") or ""),

@@ -145,9 +145,7 @@ class TunnelServer:
             try:
                 await self.admission.address(session.peer)
             except AuthFailed as exc:
-                log.info("agent_session_revoked", session=session.id, reason=str(exc))
-                session.revoked = True
-                await session.conn.close()
+                await self._revoke(session, str(exc))
                 continue
             by_credential.setdefault(session.credential, []).append(session)
         for credential, sessions in by_credential.items():
@@ -155,13 +153,21 @@ class TunnelServer:
                 acl = await self.admission.still_valid(credential)
             except AuthFailed as exc:
                 for session in sessions:
-                    log.info("agent_session_revoked", session=session.id, reason=str(exc))
-                    session.revoked = True
-                    await session.conn.close()
+                    await self._revoke(session, str(exc))
                 continue
             for session in sessions:
                 if session.acl != acl:
                     await self.binder.reauthorize(session, acl)
+
+    async def _revoke(self, session: AgentConnection, reason: str) -> None:
+        """End a session that may no longer be held: its tunnels first (their ports and
+        names are free, and refuse traffic, by the time the agent sees the end), then its
+        connection."""
+        log.info("agent_session_revoked", session=session.id, reason=reason)
+        session.revoked = True
+        for tunnel_id in list(session.tunnels):
+            await self.binder.drop(session, tunnel_id, clean=True)
+        await session.conn.close()
 
     async def _recheck_every(self, seconds: float) -> None:
         """Writes made through another node's API reach this one's sessions too."""

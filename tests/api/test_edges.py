@@ -178,7 +178,7 @@ def module_bodies(backend: str, policy: str, ca: str) -> dict[str, dict[str, Any
         "circuit_breaker": {"error_threshold_percentage": 0.25}, "compression": {},
         "request_headers": {"add": {"X-A": "b"}}, "response_headers": {"remove": ["Server"]},
         "webhook_verification": {"provider": "GitHub", "secret": "s"},
-        "oauth": {"provider": {"code_host_a": {}}},
+        "oauth": {"provider": {"code_host_a": {"client_id": "c", "client_secret": "s"}}},
         "saml": {"idp_metadata": IDP_METADATA},
         "oidc": {"issuer": "https://idp.example.com", "client_id": "c", "client_secret": "s"},
         "websocket_tcp_converter": {}, "user_agent_filter": {"deny": ["(?i)curl"]},

@@ -10,15 +10,22 @@ from cryptography import x509
 
 from tests.api.samples import created
 from tests.api.samples_edges import reserved
+from tests.certs import make_cert
 
 IDP_METADATA = """<?xml version="1.0"?>
 <md:EntityDescriptor xmlns:md="urn:oasis:names:tc:SAML:2.0:metadata"
     entityID="https://idp.example.com/metadata">
   <md:IDPSSODescriptor protocolSupportEnumeration="urn:oasis:names:tc:SAML:2.0:protocol">
+    <md:KeyDescriptor use="signing">
+      <ds:KeyInfo xmlns:ds="http://www.w3.org/2000/09/xmldsig#"><ds:X509Data>
+        <ds:X509Certificate>{cert}</ds:X509Certificate>
+      </ds:X509Data></ds:KeyInfo>
+    </md:KeyDescriptor>
     <md:SingleSignOnService Binding="urn:oasis:names:tc:SAML:2.0:bindings:HTTP-Redirect"
         Location="https://idp.example.com/sso"/>
   </md:IDPSSODescriptor>
-</md:EntityDescriptor>"""
+</md:EntityDescriptor>""".replace("{cert}", "".join(
+    make_cert().splitlines()[1:-1]))
 
 
 @pytest.fixture
@@ -80,6 +87,7 @@ def test_tls_termination(api: httpx.Client) -> None:
     ({"search_a": {"client_id": "x"}}, "search_a.client_secret", ""),
     ({"search_a": {"client_secret": "x"}}, "search_a.client_id", ""),
     ({"search_a": {"scopes": ["email"]}}, "search_a.scopes", "_390"),
+    ({"search_a": {}}, "search_a.client_id", "_7035"),  # no managed application here
     ({"code_host_a": {"teams": ["justateam"]}}, "code_host_a.teams[0]", ""),
     ({"search_a": {"teams": ["a/b"]}}, "search_a.teams", "_214"),
 ])
@@ -135,6 +143,10 @@ def test_oidc_rules(api: httpx.Client, route_url: str, body: Any, member: str) -
     ("<root/>", "EntityDescriptor"),
     ('<md:EntityDescriptor xmlns:md="urn:oasis:names:tc:SAML:2.0:metadata" entityID="x"/>',
      "IDPSSODescriptor"),
+    (IDP_METADATA.replace("HTTP-Redirect", "HTTP-POST"), "HTTP-Redirect binding"),
+    (IDP_METADATA.replace('use="signing"', 'use="encryption"'), "signing certificate"),
+    (IDP_METADATA.replace("<ds:X509Certificate>", "<ds:X509Certificate>AAAA"),
+     "not a base64 DER certificate"),
 ])
 def test_saml_metadata_must_describe_an_idp(api: httpx.Client, route_url: str,
                                             metadata: str, words: str) -> None:
@@ -150,7 +162,10 @@ def test_saml_generates_the_service_provider(api: httpx.Client, route_url: str,
     assert r.status_code == 400 and "nameid_format" in r.json()["msg"]
     shown = api.put(route_url + "/saml", json={"idp_metadata": IDP_METADATA}).json()
     rid = route_url.rsplit("/", 1)[1]
-    assert shown["entity_id"] == f"{server.base_url}/saml/{rid}" == shown["metadata_url"]
+    host = api.get(route_url.rsplit("/routes", 1)[0]).json()["hostports"][0].split(":")[0]
+    # the service provider lives on the route's own host, as the edge serves it
+    assert shown["entity_id"] == f"https://{host}:{server.https_port}/.edgeway/saml/{rid}" \
+        == shown["metadata_url"]
     assert shown["assertion_consumer_service_url"] == shown["entity_id"] + "/acs"
     assert shown["single_logout_url"] == shown["entity_id"] + "/slo"
     assert shown["nameid_format"].endswith(":persistent")

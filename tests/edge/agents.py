@@ -43,6 +43,8 @@ SCRIPT = textwrap.dedent("""
                     b = b.compression()
                 if ln.get("oidc"):
                     b = b.oidc(*ln["oidc"])
+                if ln.get("oauth"):
+                    b = b.oauth(*ln["oauth"])
                 if ln.get("webhook"):
                     b = b.webhook_verification(*ln["webhook"])
                 for pattern in ln.get("deny_ua", []):

@@ -156,8 +156,9 @@ def test_route_modules_are_enforced(srv: Server, token: str, service: int) -> No
         assert r.status_code == 403 and r.headers["edgeway-error-code"] == "ERR_EDGEWAY_4003"
         assert web.get(f"{base}/bots", headers={"User-Agent": "curl/8"}).status_code == 403
         assert web.get(f"{base}/bots", headers={"User-Agent": "Firefox"}).text == "hello"
-        r = web.get(f"{base}/login")  # not enforced yet: refused, never let through
-        assert r.status_code == 503 and "oauth" in r.text
+        r = web.get(f"{base}/login")  # never let through: sent to log in
+        assert r.status_code == 302
+        assert r.headers["location"].startswith("https://github.com/login/oauth/authorize?")
         with srv.client() as api:  # the policy now allows us: the next request passes
             rules = api.get("/ip_policy_rules").json()["ip_policy_rules"]
             deny = next(r for r in rules if r["ip_policy"]["id"] == loopback["id"])

@@ -12,6 +12,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
+from edgeway.edge import login
+from edgeway.edge.login import DEFAULT_MAXIMUM
 from edgeway.edge.modules import oidc
 
 CFG = oidc.config({"issuer": "https://idp.example.com/", "client_id": "app",
@@ -56,8 +58,8 @@ def token(claims: dict[str, Any], alg: str = "RS256", kid: str = "r1",
 
 def test_config_defaults() -> None:
     assert CFG.issuer == "https://idp.example.com" and CFG.scopes == ("openid", "email")
-    assert CFG.cookie == "edgeway.session" and CFG.maximum == oidc.DEFAULT_MAXIMUM
-    assert CFG.inactivity == 0 and not CFG.options_passthrough
+    assert CFG.common.cookie == "edgeway.session" and CFG.common.maximum == DEFAULT_MAXIMUM
+    assert CFG.common.inactivity == 0 and not CFG.common.options_passthrough
 
 
 @pytest.mark.parametrize(("alg", "kid"), [("RS256", "r1"), ("ES256", "e1")])
@@ -94,10 +96,10 @@ def test_forged_or_unsigned_tokens_are_refused() -> None:
 
 def test_signed_values_resist_tampering() -> None:
     key = b"k" * 32
-    value = oidc.sign(key, {"sub": "u1", "auth": NOW})
-    assert oidc.unsign(key, value) == {"sub": "u1", "auth": NOW}
+    value = login.sign(key, {"sub": "u1", "auth": NOW})
+    assert login.unsign(key, value) == {"sub": "u1", "auth": NOW}
     data, _, mac = value.partition(".")
     forged = b64(json.dumps({"sub": "admin", "auth": NOW}).encode())
-    assert oidc.unsign(key, f"{forged}.{mac}") is None
-    assert oidc.unsign(b"x" * 32, value) is None
-    assert oidc.unsign(key, data) is None
+    assert login.unsign(key, f"{forged}.{mac}") is None
+    assert login.unsign(b"x" * 32, value) is None
+    assert login.unsign(key, data) is None

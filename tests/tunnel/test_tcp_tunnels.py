@@ -182,6 +182,6 @@ def test_unenforceable_options_are_refused_clearly(own_server: Server) -> None:
                               f"localhost:{own_server.tunnel_port}",
                               str(own_server.data_dir / "ca.pem")],
                              capture_output=True, text=True, timeout=30).stdout
-        assert out.startswith("FAILED") and "OAuth on https tunnels is not enforced" in out \
+        assert out.startswith("FAILED") and "no managed OAuth application for google" in out \
             and "ERR_NGROK_8000" in out, out
         assert api.get("/tunnels").json()["tunnels"] == []

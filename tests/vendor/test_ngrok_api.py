@@ -240,9 +240,13 @@ return out
 
 
 def _idp_metadata() -> str:
+    cert = "".join(make_cert().splitlines()[1:-1])  # (the IdP's signing certificate)
     return ('<md:EntityDescriptor xmlns:md="urn:oasis:names:tc:SAML:2.0:metadata" '
             'entityID="https://idp.example.com"><md:IDPSSODescriptor '
             'protocolSupportEnumeration="urn:oasis:names:tc:SAML:2.0:protocol">'
+            '<md:KeyDescriptor use="signing"><ds:KeyInfo '
+            'xmlns:ds="http://www.w3.org/2000/09/xmldsig#"><ds:X509Data><ds:X509Certificate>'
+            f'{cert}</ds:X509Certificate></ds:X509Data></ds:KeyInfo></md:KeyDescriptor>'
             '<md:SingleSignOnService Binding="urn:oasis:names:tc:SAML:2.0:bindings:'
             'HTTP-Redirect" Location="https://idp.example.com/sso"/>'
             '</md:IDPSSODescriptor></md:EntityDescriptor>')

@@ -54,7 +54,7 @@ def _filled(shape: type[msgspec.Struct], value: dict[str, Any]) -> dict[str, Any
     return out
 
 
-def _oauth_app(name: str, app: dict[str, Any], at: str) -> None:
+def _oauth_app(name: str, app: dict[str, Any], at: str, ctx: Context) -> None:
     has_id, has_secret = bool(app.get("client_id")), bool(app.get("client_secret"))
     if has_id != has_secret:
         member = "client_secret" if has_id else "client_id"
@@ -68,16 +68,20 @@ def _oauth_app(name: str, app: dict[str, Any], at: str) -> None:
         if team.count("/") != 1 and not team.isdigit():
             raise Invalid(f"{at}{name}.teams[{i}]", f"'{team}' must be '<org-slug>/<team-slug>' "
                           "or a numeric team id", 7033)
+    if not has_id and name not in ctx.settings.oauth_apps:
+        raise Invalid(f"{at}{name}.client_id", f"is required: this server has no managed OAuth "
+                      f"application for {name} (an operator registers one with --oauth-apps); "
+                      "give the client_id and client_secret of your own application", 7035)
 
 
-def _oauth(value: dict[str, Any], _ctx: Context, at: str) -> dict[str, Any]:
+def _oauth(value: dict[str, Any], ctx: Context, at: str) -> dict[str, Any]:
     provider = value.get("provider") or {}
     chosen = [k for k, v in provider.items() if v is not None]
     if len(chosen) != 1:
         raise Invalid(at + "provider", "exactly one identity provider must be set, one of "
                       + ", ".join(OAuthProvider.__struct_fields__) + f" (got {len(chosen)})",
                       7037 if not chosen else 7036)
-    _oauth_app(chosen[0], provider[chosen[0]], at + "provider.")
+    _oauth_app(chosen[0], provider[chosen[0]], at + "provider.", ctx)
     return _filled(OAuth, value)
 
 
