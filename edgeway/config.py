@@ -54,6 +54,23 @@ def split_list(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
 
 
+LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
+LETS_ENCRYPT_STAGING = "https://acme-staging-v02.api.letsencrypt.org/directory"
+
+
+@dataclass(frozen=True)
+class DomainsConfig:
+    """The built-in DNS server, the DNS checks' resolver and the ACME client."""
+
+    dns_addr: tuple[str, int] | None = None  # off by default
+    public_ips: tuple[str, ...] = ()  # what the platform's names resolve to
+    check_resolvers: tuple[tuple[str, int], ...] = ()  # none: the system's resolver
+    acme_directory: str = LETS_ENCRYPT  # "" (off): no managed certificates
+    acme_email: str = ""
+    acme_ca_bundle: Path | None = None
+    acme_renew_before: float = 30 * 86400.0  # seconds before expiry
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     data_dir: Path
@@ -73,6 +90,7 @@ class ServerConfig:
     tunnel_cert: tuple[Path, Path] | None = None  # a certificate and key of the operator's
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the management API
     sns_cert_hosts: str = ""  # hosts SNS signing certificates are fetched from ("": AWS's)
+    domains: DomainsConfig = DomainsConfig()
 
 
 def cors_origins(given: tuple[str, ...]) -> tuple[str, ...]:

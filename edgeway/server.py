@@ -14,6 +14,7 @@ import uvicorn
 from edgeway import bootstrap, catalog, ids, logs
 from edgeway.api.app import build
 from edgeway.config import ServerConfig, listen_socket
+from edgeway.dns.server import DnsServer
 from edgeway.edge import pipeline
 from edgeway.edge.listeners import PublicListeners
 from edgeway.edge.modules import sns
@@ -106,6 +107,11 @@ async def serve(cfg: ServerConfig) -> None:
         platform.watchers += [router.changed, edge.changed, tunnels.changed]
         await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
         await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
+        dns = None
+        if cfg.domains.dns_addr is not None:
+            dns = DnsServer(db, cfg.settings, cfg.domains.public_ips)
+            platform.watchers.append(dns.changed)
+            await dns.start(*cfg.domains.dns_addr, cfg.reuse_port)
         platform.agents = tunnels
         config = uvicorn.Config(build(platform, cfg.cors_origins), log_config=None,
                                 access_log=False, lifespan="off", server_header=False)
@@ -122,6 +128,8 @@ async def serve(cfg: ServerConfig) -> None:
             await server.serve(sockets=[api_socket])
         finally:
             reporter.cancel()
+            if dns is not None:
+                await dns.stop()
             await edge.stop()
             await tunnels.stop()
     finally:
