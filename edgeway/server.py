@@ -97,6 +97,7 @@ async def serve(cfg: ServerConfig) -> None:
                                await _agent_client_cas(db, cfg.settings.agent_client_cas))
         tunnels.certs = certs = platform_ca.EdgeCerts(cfg.data_dir, sealer, tls)
         router = EdgeRouter(db, tunnels.registry)
+        certs.lookup = router.served_certificate
         binder = tunnels.binder
         binder.edge_host = router.edge_host
         binder.check_bind, binder.tcp_admits = pipeline.bind_refusal, router.tcp_admits

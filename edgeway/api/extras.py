@@ -39,6 +39,7 @@ async def _mutate(platform: Platform, kind: catalog.Kind, id_: str,
             raise NotFound(f"{kind.title} '{id_}' was not found.", kind.not_found_code)
         result = change(doc)
         await repo.replace(kind, id_, doc)
+        await repo.set_links(kind, id_, await validate.links(repo, kind, doc, doc, id_))
     platform.changed(kind.collection)
     return result
 
@@ -61,7 +62,7 @@ async def delete_certificate(request: Request, platform: Platform, _c: Caller) -
         if doc.get("certificate_management_policy"):
             raise ApiError("The certificate is managed by the certificate management policy; "
                            "delete the policy instead of detaching the certificate.", 436)
-        doc["certificate"] = None
+        doc["certificate_id"] = None
 
     await _mutate(platform, RESERVED, request.path_params["id"], change)
     return no_content()

@@ -71,6 +71,10 @@ Fetch = Callable[[str, str], Awaitable[dict[str, Any] | None]]
 # transaction after the reference checks, for members computed from other stored resources
 # (e.g. a certificate signed with its CA's sealed key)
 Resolve = Callable[[dict[str, Any], Context, Fetch], Awaitable[dict[str, Any]]]
+# (new document, context, fetch, stored document or None on create) -> None; runs on create
+# and update inside the write transaction after the reference checks, for rules that read
+# other stored resources (e.g. an uploaded certificate must cover the domain)
+Verify = Callable[[dict[str, Any], Context, Fetch, dict[str, Any] | None], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,7 @@ class Kind:
     check: Callable[[dict[str, Any], Context], None] | None = None
     derive: Derive | None = None
     resolve: Resolve | None = None
+    verify: Verify | None = None
     secret: bool = False
     not_found_code: int | None = None
     describe: str = ""

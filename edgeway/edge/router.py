@@ -21,7 +21,7 @@ from weakref import WeakKeyDictionary
 import structlog
 
 from edgeway import catalog
-from edgeway.edge import pipeline
+from edgeway.edge import certificates, pipeline
 from edgeway.edge.h1 import Request
 from edgeway.edge.hooks import Compiling
 from edgeway.edge.hosts import request_host
@@ -29,6 +29,7 @@ from edgeway.edge.modules import mutual_tls, oidc
 from edgeway.edge.modules.circuit_breaker import Breakers
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pipeline import Plan
+from edgeway.pki.platform_ca import ServedCert
 from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
 from edgeway.tunnel.registry import Registry, Tunnel
@@ -40,7 +41,8 @@ BACKEND_COLLECTIONS = ("backends/tunnel_group", "backends/failover", "backends/w
                        "backends/static", "backends/http_response")
 STALE_RETRY = 1.0  # seconds between reload attempts while the database is out of reach
 WATCHED = frozenset((*EDGE_COLLECTIONS, *BACKEND_COLLECTIONS, "ip_policies",
-                     "ip_policy_rules", "reserved_domains"))
+                     "ip_policy_rules", "reserved_domains", "tls_certificates",
+                     "agent_ingresses", "managed_certificates"))
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,8 @@ class Snapshot:
     domains: set[str] = field(default_factory=set)  # reserved domain names
     cas: dict[str, str] = field(default_factory=dict)  # certificate authority id -> PEM
     breakers: Breakers = field(default_factory=Breakers)  # the routes' circuit breakers
+    # name (a reserved domain, an ingress region domain) -> its uploaded or issued certificate
+    certificates: dict[str, ServedCert] = field(default_factory=dict)
     loaded: float = 0.0
 
 
@@ -103,8 +107,9 @@ async def load(db: Database, breakers: Breakers | None = None) -> Snapshot:
     for _id, doc in await repo.all_docs(catalog.BY_COLLECTION["ip_policy_rules"]):
         snap.rules.setdefault(doc.get("ip_policy_id", ""), []).append(
             (doc.get("action", "deny"), ipaddress.ip_network(doc["cidr"], strict=False)))
-    snap.domains = {doc.get("domain", "") for _id, doc in
-                    await repo.all_docs(catalog.BY_COLLECTION["reserved_domains"])}
+    domains = await repo.all_docs(catalog.BY_COLLECTION["reserved_domains"])
+    snap.domains = {doc.get("domain", "") for _id, doc in domains}
+    snap.certificates = await certificates.served(db, domains)
     snap.cas = {id_: str(doc.get("ca_pem", "")) for id_, doc in
                 await repo.all_docs(catalog.BY_COLLECTION["certificate_authorities"])}
     by_id: dict[str, Edge] = {}
@@ -188,10 +193,21 @@ class EdgeRouter:
         """The name to present a certificate for when a client asks for ``host``: a wildcard
         for names under the base domain or a reserved wildcard, the name itself when it is
         reserved; None for names this platform does not serve."""
+        if host in self.snapshot.certificates:  # its own certificate beats a wildcard's
+            return host
         parent = host.split(".", 1)[1] if "." in host else ""
         if parent == base_domain or f"*.{parent}" in self.snapshot.domains:
             return f"*.{parent}"
         return host if host in self.snapshot.domains else None
+
+    def served_certificate(self, name: str) -> ServedCert | None:
+        """The uploaded or issued certificate for a certificate name (or the wildcard one
+        label up), if there is one."""
+        certs = self.snapshot.certificates
+        found = certs.get(name)
+        if found is None and not name.startswith("*.") and "." in name:
+            found = certs.get("*." + name.split(".", 1)[1])
+        return found
 
     def edge_host(self, host: str) -> str | None:
         """The edge serving ``host`` (from the last snapshot), if any."""
