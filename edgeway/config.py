@@ -60,11 +60,10 @@ LETS_ENCRYPT_STAGING = "https://acme-staging-v02.api.letsencrypt.org/directory"
 
 @dataclass(frozen=True)
 class DomainsConfig:
-    """The built-in DNS server, the DNS checks' resolver and the ACME client."""
+    """The built-in DNS server and the ACME client (the public addresses and the DNS
+    checks' resolver are ``Settings``)."""
 
     dns_addr: tuple[str, int] | None = None  # off by default
-    public_ips: tuple[str, ...] = ()  # what the platform's names resolve to
-    check_resolvers: tuple[tuple[str, int], ...] = ()  # none: the system's resolver
     acme_directory: str = LETS_ENCRYPT  # "" (off): no managed certificates
     acme_email: str = ""
     acme_ca_bundle: Path | None = None

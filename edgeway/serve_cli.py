@@ -188,9 +188,8 @@ def _resolvers(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-def _domains(args: argparse.Namespace) -> DomainsConfig:
+def _domains(args: argparse.Namespace, ips: tuple[str, ...]) -> DomainsConfig:
     dns_addr = _public(args.dns_addr)
-    ips = _ips(args.public_ip or [env("PUBLIC_IP") or ""])
     if dns_addr and not ips:
         raise ValueError("--dns-addr needs --public-ip: the addresses the platform's names "
                          "resolve to")
@@ -202,8 +201,7 @@ def _domains(args: argparse.Namespace) -> DomainsConfig:
     bundle = Path(args.acme_ca_bundle) if args.acme_ca_bundle else None
     if bundle is not None and not bundle.is_file():
         raise ValueError(f"--acme-ca-bundle {bundle}: no such file")
-    return DomainsConfig(dns_addr, ips, _resolvers(args.dns_check_resolver), directory,
-                         args.acme_email.strip(), bundle,
+    return DomainsConfig(dns_addr, directory, args.acme_email.strip(), bundle,
                          _duration("--acme-renew-before", args.acme_renew_before))
 
 
@@ -268,7 +266,9 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     own = [(port, "management API"), (t_port, "tunnel listener")]
     own += [(addr[1], what) for what, addr in (("public HTTP listener", http_addr),
                                                ("public HTTPS listener", https_addr)) if addr]
-    settings = dataclasses.replace(settings, own_ports=tuple(own),
+    ips = _ips(args.public_ip or [env("PUBLIC_IP") or ""])
+    settings = dataclasses.replace(settings, own_ports=tuple(own), public_ips=ips,
+                                   dns_check_resolvers=_resolvers(args.dns_check_resolver),
                                    agent_client_cas=_agent_cas(args.agent_client_cas),
                                    agent_ports=tcp_ports, lowest_port=lowest_bindable_port())
     return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,
@@ -276,4 +276,4 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                         http_addr=http_addr, https_addr=https_addr, reuse_port=args.reuse_port,
                         cors_origins=cors_origins(split_list(args.api_cors_origins)),
                         sns_cert_hosts=_regex("--sns-cert-hosts", args.sns_cert_hosts),
-                        tunnel_cert=_tunnel_cert(args), domains=_domains(args))
+                        tunnel_cert=_tunnel_cert(args), domains=_domains(args, ips))

@@ -110,7 +110,7 @@ async def serve(cfg: ServerConfig) -> None:
         await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
         dns = None
         if cfg.domains.dns_addr is not None:
-            dns = DnsServer(db, cfg.settings, cfg.domains.public_ips)
+            dns = DnsServer(db, cfg.settings)
             platform.watchers.append(dns.changed)
             await dns.start(*cfg.domains.dns_addr, cfg.reuse_port)
         platform.agents = tunnels

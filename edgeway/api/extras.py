@@ -1,5 +1,5 @@
-"""The few operations that are not plain CRUD: reserved-domain certificate detaches and the
-``sources`` sub-collection of event subscriptions."""
+"""The few operations that are not plain CRUD: reserved-domain certificate detaches, DNS
+checks (``dns_checks.py``) and the ``sources`` sub-collection of event subscriptions."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from edgeway import catalog
 from edgeway.api import validate
+from edgeway.api.dns_checks import dns_check
 from edgeway.api.http import body_bytes, decode, json_response, no_content
 from edgeway.api.platform import Caller
 from edgeway.catalog.events import SourceIn, source_type
@@ -157,6 +158,8 @@ def routes() -> list[tuple[str, str, Handler]]:
     return [
         ("/reserved_domains/{id}/certificate_management_policy", "DELETE", delete_cert_policy),
         ("/reserved_domains/{id}/certificate", "DELETE", delete_certificate),
+        ("/reserved_domains/{id}/dns_check", "GET", dns_check("reserved_domains")),
+        ("/agent_ingresses/{id}/dns_check", "GET", dns_check("agent_ingresses")),
         (sub, "POST", create_source),
         (sub, "GET", list_sources),
         (sub + "/{type}", "GET", get_source),

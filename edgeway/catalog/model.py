@@ -45,6 +45,10 @@ class Settings:
     lowest_port: int = 1
     # certificate authorities (ids) whose client certificates agents must present
     agent_client_cas: tuple[str, ...] = ()
+    # the platform's public addresses (what its names resolve to) and the recursive resolvers
+    # of DNS checks (none: the system's)
+    public_ips: tuple[str, ...] = ()
+    dns_check_resolvers: tuple[tuple[str, int], ...] = ()
 
     @property
     def ns_targets(self) -> tuple[str, ...]:

@@ -38,7 +38,7 @@ def _apex(records: Records, apex: str, settings: Settings) -> None:
         "NS": list(settings.ns_targets)})
 
 
-async def load(db: Database, settings: Settings, ips: tuple[str, ...], serial: int) -> Zones:
+async def load(db: Database, settings: Settings, serial: int) -> Zones:
     repo = Repo(db.reader())
     base = settings.base_domain
     ingresses = [str(doc["domain"]) for _id, doc in
@@ -46,7 +46,7 @@ async def load(db: Database, settings: Settings, ips: tuple[str, ...], serial: i
     apexes = tuple(sorted({base, *ingresses}, key=len, reverse=True))
     zones = Zones(apexes, {}, serial)
     records = zones.records
-    addr = _addresses(ips)
+    addr = _addresses(settings.public_ips)
 
     def host(name: str) -> None:
         if zones.zone_of(name) is not None:

@@ -40,9 +40,8 @@ class _Udp(asyncio.DatagramProtocol):
 
 
 class DnsServer:
-    def __init__(self, db: Database, settings: Settings, ips: tuple[str, ...],
-                 max_age: float = 5.0) -> None:
-        self.db, self.settings, self.ips, self.max_age = db, settings, ips, max_age
+    def __init__(self, db: Database, settings: Settings, max_age: float = 5.0) -> None:
+        self.db, self.settings, self.max_age = db, settings, max_age
         self.zones = Zones()
         self._changed = asyncio.Event()
         self._closers: list[asyncio.BaseTransport | asyncio.Server] = []
@@ -55,7 +54,7 @@ class DnsServer:
     async def reload(self) -> None:
         old = self.zones
         try:  # new contents get a new serial
-            self.zones = await records.load(self.db, self.settings, self.ips,
+            self.zones = await records.load(self.db, self.settings,
                                             max(old.serial + 1, int(time.time())))
         except DatabaseUnavailable as exc:
             log.warning("dns_zones_stale", error=str(exc))

@@ -27,6 +27,11 @@ class Resolver:
         self.upstream = upstream
         self.cnames: dict[str, str] = {}  # the user's zone: name -> CNAME target
 
+    def cname(self, name: str) -> str | None:
+        """The user's CNAME for ``name``, or a wildcard's one label up."""
+        parent = name.split(".", 1)[1] if "." in name else ""
+        return self.cnames.get(name) or self.cnames.get(f"*.{parent}")
+
     def _ask(self, name: str, rdtype: dns.rdatatype.RdataType) -> dns.message.Message:
         query = dns.message.make_query(name, rdtype)
         return dns.query.udp(query, self.upstream[0], timeout=2, port=self.upstream[1])
@@ -37,8 +42,7 @@ class Resolver:
         question = query.question[0]
         name = question.name.to_text(omit_final_dot=True).lower()
         seen = 0
-        while name in self.cnames and seen < 8:
-            target = self.cnames[name]
+        while (target := self.cname(name)) is not None and seen < 8:
             response.answer.append(dns.rrset.from_text(name + ".", 60, "IN", "CNAME",
                                                        target + "."))
             if question.rdtype == dns.rdatatype.CNAME:
