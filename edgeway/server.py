@@ -12,6 +12,7 @@ import structlog
 import uvicorn
 
 from edgeway import bootstrap, catalog, ids, logs
+from edgeway.acme.manager import CertificateManager
 from edgeway.api.app import build
 from edgeway.config import ServerConfig, listen_socket
 from edgeway.dns.server import DnsServer
@@ -113,6 +114,9 @@ async def serve(cfg: ServerConfig) -> None:
             dns = DnsServer(db, cfg.settings)
             platform.watchers.append(dns.changed)
             await dns.start(*cfg.domains.dns_addr, cfg.reuse_port)
+        certificates = CertificateManager(platform, cfg.domains, node_id(cfg.data_dir))
+        platform.watchers.append(certificates.changed)
+        certificates.start()
         platform.agents = tunnels
         config = uvicorn.Config(build(platform, cfg.cors_origins), log_config=None,
                                 access_log=False, lifespan="off", server_header=False)
@@ -129,6 +133,7 @@ async def serve(cfg: ServerConfig) -> None:
             await server.serve(sockets=[api_socket])
         finally:
             reporter.cancel()
+            await certificates.stop()
             if dns is not None:
                 await dns.stop()
             await edge.stop()

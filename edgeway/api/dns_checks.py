@@ -1,6 +1,7 @@
 """``GET /reserved_domains/{id}/dns_check`` and ``GET /agent_ingresses/{id}/dns_check``: the
 records the user was told to create, resolved now (``dns.check``), each ok, missing or
-wrong with the expected and the found values."""
+wrong with the expected and the found values. When all are ok and the certificate order
+failed before, it is tried again at once instead of at its retry time."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from edgeway.api.platform import Caller
 from edgeway.dns import check
 from edgeway.errors import ApiError, NotFound
 from edgeway.platform import Platform
+from edgeway.store.acme import AcmeStore
 from edgeway.store.repo import Repo
 
 INGRESSES = catalog.BY_COLLECTION["agent_ingresses"]
@@ -65,6 +67,9 @@ def dns_check(collection: str) -> Callable[[Request, Platform, Caller], Awaitabl
         except check.ResolverFailed as exc:
             raise ApiError(f"The DNS check could not resolve: {exc}", 9002, status=502) \
                 from None
+        if all(r.status == "ok" for r in records) and \
+                await AcmeStore(platform.db).retry_now(id_):  # the user fixed it: go on
+            platform.changed("managed_certificates")
         out = {"id": id_, "domain": doc["domain"],
                "checked_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                **check.report(records, settings.dns_check_resolvers)}

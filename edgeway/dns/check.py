@@ -85,6 +85,19 @@ async def _values(res: dns.asyncresolver.Resolver, name: str, rdtype: str) -> li
                    if rrset.rdtype == want and rrset.name == answer.qname for rd in rrset})
 
 
+async def txt(res: dns.asyncresolver.Resolver, name: str) -> list[str]:
+    """The TXT values of ``name`` (each record's strings joined)."""
+    try:
+        answer = await res.resolve(name, "TXT", raise_on_no_answer=False, lifetime=TIMEOUT,
+                                   search=False)
+    except dns.resolver.NXDOMAIN:
+        return []
+    except (dns.exception.Timeout, dns.resolver.NoNameservers) as exc:
+        raise ResolverFailed(f"the resolver gave no answer for {name} TXT: {exc}") from None
+    return [b"".join(rd.strings).decode() for rrset in answer.response.answer
+            if rrset.rdtype == dns.rdatatype.TXT for rd in rrset]
+
+
 async def _check(res: dns.asyncresolver.Resolver, rec: Record, ips: tuple[str, ...]) -> None:
     rec.found = await _values(res, rec.name, rec.type)
     if rec.found and (sorted(rec.found) == sorted(rec.expected)):

@@ -270,6 +270,9 @@ class EdgeRouter:
         host = request_host(req.headers)
         if req.method == b"CONNECT":
             return Decision(page(405, "Method not allowed", "CONNECT is not proxied.", 4005))
+        if scheme == "http" and (acme := await certificates.http01(
+                self.db, req.method, req.target)) is not None:
+            return Decision(acme)  # a CA validating a certificate order: before any tunnel
         snap = await self.current()
         edge = snap.https.get(host) if scheme == "https" else None
         if edge is None:

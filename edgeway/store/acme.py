@@ -3,7 +3,7 @@
 and the managed certificates' job rows, which one node at a time claims for a lease (an
 ``UPDATE ... WHERE claimed_until < now`` that only one node's statement can win), so several
 nodes on one database never issue the same certificate twice. The ACME account (key and
-URL, sealed) is a row of ``settings``."""
+URL, sealed) is a row of ``settings``, one per ACME directory."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import msgspec
 from edgeway.store.db import Database, UniqueViolation
 from edgeway.store.repo import Repo
 
-ACCOUNT = "acme_account"
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder(dict[str, Any])
 
@@ -56,17 +55,17 @@ class AcmeStore:
 
     # -- the account -------------------------------------------------------------------------
 
-    async def account(self) -> str | None:
-        return await Repo(self.db.reader()).setting(ACCOUNT)
+    async def account(self, slot: str) -> str | None:
+        return await Repo(self.db.reader()).setting(slot)
 
-    async def save_account(self, sealed: str) -> str:
+    async def save_account(self, slot: str, sealed: str) -> str:
         """Store the account unless another node stored one first; the one kept."""
         try:
             async with self.db.write() as tx:
-                await Repo(tx).put_setting(ACCOUNT, sealed)
+                await Repo(tx).put_setting(slot, sealed)
         except UniqueViolation:
             pass
-        kept = await self.account()
+        kept = await self.account(slot)
         assert kept is not None
         return kept
 
@@ -75,6 +74,16 @@ class AcmeStore:
     async def jobs(self) -> dict[str, dict[str, Any]]:
         rows = await self.db.reader().fetchall("SELECT id, doc FROM managed_certificates")
         return {str(r[0]): _dec.decode(r[1]) for r in rows}
+
+    async def retry_now(self, id_: str) -> bool:
+        """A job that failed (and waits for its retry) is tried again at once."""
+        row = await self.db.reader().fetchone(
+            "SELECT doc FROM managed_certificates WHERE id = ?", id_)
+        if row is None or not _dec.decode(str(row[0])).get("attempts"):
+            return False
+        async with self.db.write() as tx:
+            return await tx.execute("UPDATE managed_certificates SET due = ? WHERE id = ? "
+                                    "AND claimed_until < ?", now(), id_, now()) == 1
 
     async def add_job(self, id_: str, doc: dict[str, Any]) -> None:
         try:
@@ -112,6 +121,11 @@ class AcmeStore:
                              "claimed_by = '', claimed_until = 0 WHERE id = ? AND claimed_by = ?",
                              _enc.encode(doc).decode(), due, id_, node)
 
-    async def reschedule(self, id_: str, due: int) -> None:
+    async def reschedule(self, id_: str, due: int, doc: dict[str, Any] | None = None) -> None:
         async with self.db.write() as tx:
-            await tx.execute("UPDATE managed_certificates SET due = ? WHERE id = ?", due, id_)
+            if doc is None:
+                await tx.execute("UPDATE managed_certificates SET due = ? WHERE id = ?",
+                                 due, id_)
+            else:
+                await tx.execute("UPDATE managed_certificates SET due = ?, doc = ? "
+                                 "WHERE id = ?", due, _enc.encode(doc).decode(), id_)

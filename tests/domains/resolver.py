@@ -23,6 +23,9 @@ import dns.rrset
 
 
 class Resolver:
+    """The internet seen from an IPv4-only network (as Pebble's, whose http-01 dials an
+    AAAA address without falling back to A): AAAA answers are left out."""
+
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
         self.cnames: dict[str, str] = {}  # the user's zone: name -> CNAME target
@@ -56,7 +59,7 @@ class Resolver:
         if found.rcode() == dns.rcode.REFUSED:  # no such zone anywhere: NXDOMAIN
             response.set_rcode(dns.rcode.NXDOMAIN)
             return response
-        response.answer += found.answer
+        response.answer += [r for r in found.answer if r.rdtype != dns.rdatatype.AAAA]
         response.set_rcode(found.rcode())
         return response
 

@@ -3,6 +3,7 @@ certificate a listener presents for a server name."""
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import ssl
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,13 @@ from cryptography.x509.oid import NameOID
 
 def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def _general(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
 
 
 class UploadCA:
@@ -39,7 +47,7 @@ class UploadCA:
                 .serial_number(x509.random_serial_number())
                 .not_valid_before(now + timedelta(days=start))
                 .not_valid_after(now + timedelta(days=days))
-                .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]),
+                .add_extension(x509.SubjectAlternativeName([_general(n) for n in names]),
                                False)
                 .sign(self.key, hashes.SHA256()))
         chain = cert.public_bytes(serialization.Encoding.PEM).decode() + self.pem

@@ -1,0 +1,83 @@
+"""One certificate order, from the DNS check to the chain: the records the CA will need are
+checked through the DNS check's resolver first (a missing or wrong CNAME is a ``DNS_ERROR``
+naming it, and costs the CA nothing), then the order is placed, each challenge's answer is
+stored (every node serves it: http-01 on the public HTTP listener, dns-01 in the built-in
+DNS), dns-01 answers are awaited in the resolver's view, and the CA is asked to validate."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import structlog
+
+from edgeway.acme.client import Acme, AcmeFailure, Challenge, private_key
+from edgeway.catalog.model import Settings
+from edgeway.dns import check
+from edgeway.store.acme import AcmeStore
+
+log = structlog.get_logger()
+PROPAGATION = 30.0  # seconds a dns-01 answer may take to show in the resolver
+FINISH = 120.0  # seconds the CA has to validate and issue
+
+
+@dataclass(frozen=True)
+class Order:
+    owner: str  # the reserved domain or agent ingress
+    names: list[str]
+    key_type: str
+    records: list[check.Record]  # what the CA will need of the user's DNS
+    dns_name: Callable[[str], str | None]  # where a name's dns-01 TXT is served (None: http-01)
+
+
+async def preflight(order: Order, settings: Settings) -> None:
+    try:
+        await check.run(order.records, settings.dns_check_resolvers, settings.public_ips)
+    except check.ResolverFailed as exc:
+        raise AcmeFailure("INTERNAL_ERROR", f"the DNS check could not resolve: {exc}") \
+            from None
+    bad = [r.msg for r in order.records if r.status != "ok"]
+    if bad:
+        raise AcmeFailure("DNS_ERROR", "; ".join(bad))
+
+
+async def _visible(settings: Settings, challenge: Challenge) -> None:
+    """Wait (a while) until the resolver sees the TXT value the CA will look for."""
+    name = "_acme-challenge." + challenge.name.removeprefix("*.")
+    deadline = asyncio.get_running_loop().time() + PROPAGATION
+    res = check.resolver_for(settings.dns_check_resolvers)
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            found = await check.txt(res, name)
+        except check.ResolverFailed:
+            found = []
+        if challenge.value in found:
+            return
+        await asyncio.sleep(0.5)
+    log.warning("acme_dns_not_visible", name=name)
+
+
+async def run(order: Order, acme: Acme, store: AcmeStore, settings: Settings,
+              announce: Callable[[], None]) -> tuple[str, bytes]:
+    """The full chain and its private key (PEM)."""
+    await preflight(order, settings)
+    key_pem = await asyncio.to_thread(private_key, order.key_type)
+    placed = await asyncio.to_thread(acme.order, order.names, key_pem)
+    challenges = acme.challenges(placed, order.dns_name)
+    try:
+        for c in challenges:
+            await store.put_challenge(order.owner, c.key, c.value)
+        announce()  # (this node's DNS reloads at once)
+        for c in challenges:
+            if c.kind == "dns-01":
+                await _visible(settings, c)
+        for c in challenges:
+            await asyncio.to_thread(acme.answer, c)
+        deadline = datetime.now() + timedelta(seconds=FINISH)  # (acme compares naive times)
+        chain = await asyncio.to_thread(acme.finish, placed, deadline)
+    finally:
+        await store.drop_challenges(order.owner)
+        announce()
+    return chain, key_pem
