@@ -82,8 +82,10 @@ class AcmeStore:
         if row is None or not _dec.decode(str(row[0])).get("attempts"):
             return False
         async with self.db.write() as tx:
-            return await tx.execute("UPDATE managed_certificates SET due = ? WHERE id = ? "
-                                    "AND claimed_until < ?", now(), id_, now()) == 1
+            changed: int = await tx.execute("UPDATE managed_certificates SET due = ? "
+                                            "WHERE id = ? AND claimed_until < ?",
+                                            now(), id_, now())
+        return changed == 1
 
     async def add_job(self, id_: str, doc: dict[str, Any]) -> None:
         try:
