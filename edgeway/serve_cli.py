@@ -267,7 +267,9 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     own += [(addr[1], what) for what, addr in (("public HTTP listener", http_addr),
                                                ("public HTTPS listener", https_addr)) if addr]
     ips = _ips(args.public_ip or [env("PUBLIC_IP") or ""])
+    domains = _domains(args, ips)
     settings = dataclasses.replace(settings, own_ports=tuple(own), public_ips=ips,
+                                   acme=bool(domains.acme_directory),
                                    dns_check_resolvers=_resolvers(args.dns_check_resolver),
                                    agent_client_cas=_agent_cas(args.agent_client_cas),
                                    agent_ports=tcp_ports, lowest_port=lowest_bindable_port())
@@ -276,4 +278,4 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                         http_addr=http_addr, https_addr=https_addr, reuse_port=args.reuse_port,
                         cors_origins=cors_origins(split_list(args.api_cors_origins)),
                         sns_cert_hosts=_regex("--sns-cert-hosts", args.sns_cert_hosts),
-                        tunnel_cert=_tunnel_cert(args), domains=_domains(args, ips))
+                        tunnel_cert=_tunnel_cert(args), domains=domains)

@@ -115,8 +115,9 @@ async def serve(cfg: ServerConfig) -> None:
             platform.watchers.append(dns.changed)
             await dns.start(*cfg.domains.dns_addr, cfg.reuse_port)
         certificates = CertificateManager(platform, cfg.domains, node_id(cfg.data_dir))
-        platform.watchers.append(certificates.changed)
-        certificates.start()
+        if cfg.domains.acme_directory:
+            platform.watchers.append(certificates.changed)
+            certificates.start()
         platform.agents = tunnels
         config = uvicorn.Config(build(platform, cfg.cors_origins), log_config=None,
                                 access_log=False, lifespan="off", server_header=False)

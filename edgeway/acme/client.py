@@ -10,11 +10,14 @@ the CA to validate.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from acme import challenges, client, crypto_util, errors, messages
 from cryptography.hazmat.primitives import serialization
@@ -22,7 +25,16 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from josepy.jwa import ES256
 from josepy.jwk import JWKEC
 
+T = TypeVar("T")
 USER_AGENT = "edgeway"
+# ACME calls block on the network: their own few threads, so that a slow or unreachable CA
+# never holds the threads the rest of the server uses (asyncio.to_thread's)
+_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="acme")
+
+
+async def call(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on one of the ACME threads."""
+    return await asyncio.get_running_loop().run_in_executor(_POOL, fn, *args)
 
 
 @dataclass(frozen=True)

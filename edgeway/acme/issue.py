@@ -7,13 +7,13 @@ DNS), dns-01 answers are awaited in the resolver's view, and the CA is asked to 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import structlog
 
-from edgeway.acme.client import Acme, AcmeFailure, Challenge, private_key
+from edgeway.acme.client import Acme, AcmeFailure, Challenge, call, private_key
 from edgeway.catalog.model import Settings
 from edgeway.dns import check
 from edgeway.store.acme import AcmeStore
@@ -59,12 +59,14 @@ async def _visible(settings: Settings, challenge: Challenge) -> None:
     log.warning("acme_dns_not_visible", name=name)
 
 
-async def run(order: Order, acme: Acme, store: AcmeStore, settings: Settings,
-              announce: Callable[[], None]) -> tuple[str, bytes]:
-    """The full chain and its private key (PEM)."""
+async def run(order: Order, connect: Callable[[], Awaitable[Acme]], store: AcmeStore,
+              settings: Settings, announce: Callable[[], None]) -> tuple[str, bytes]:
+    """The full chain and its private key (PEM); the CA is only reached (``connect``) once
+    the DNS check passed."""
     await preflight(order, settings)
-    key_pem = await asyncio.to_thread(private_key, order.key_type)
-    placed = await asyncio.to_thread(acme.order, order.names, key_pem)
+    acme = await connect()
+    key_pem = await call(private_key, order.key_type)
+    placed = await call(acme.order, order.names, key_pem)
     challenges = acme.challenges(placed, order.dns_name)
     try:
         for c in challenges:
@@ -74,9 +76,9 @@ async def run(order: Order, acme: Acme, store: AcmeStore, settings: Settings,
             if c.kind == "dns-01":
                 await _visible(settings, c)
         for c in challenges:
-            await asyncio.to_thread(acme.answer, c)
+            await call(acme.answer, c)
         deadline = datetime.now() + timedelta(seconds=FINISH)  # (acme compares naive times)
-        chain = await asyncio.to_thread(acme.finish, placed, deadline)
+        chain = await call(acme.finish, placed, deadline)
     finally:
         await store.drop_challenges(order.owner)
         announce()

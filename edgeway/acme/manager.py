@@ -5,7 +5,7 @@ store) and run: the order (``issue.py``), then the certificate stored as a ``tls
 resource (key sealed) that the resource points at, and ``certificate_management_status``
 saying what happened, when it renews or when it is retried.
 
-With ``--acme-directory off`` jobs only say that certificate management is off.
+With ``--acme-directory off`` no manager runs (new policies say so in their status).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import structlog
 
 from edgeway import catalog
 from edgeway.acme import issue, status
-from edgeway.acme.client import Acme, AcmeFailure, new_account_key
+from edgeway.acme.client import Acme, AcmeFailure, call, new_account_key
 from edgeway.acme.store_results import Results
 from edgeway.config import DomainsConfig
 from edgeway.dns import check
@@ -93,13 +93,12 @@ class CertificateManager:
                 await self.store.add_job(id_, want)
             elif any(job.get(k) != v for k, v in want.items()):
                 await self.store.reschedule(id_, int(status.now()), {**job, **want})
-            elif self._first and (job.get("off") != (not self.cfg.acme_directory)
-                                  or job.get("not_after")):
+            elif self._first and job.get("not_after"):
                 await self.store.reschedule(id_, int(self._due(job)))
         self._first = False
 
     def _due(self, job: dict[str, Any]) -> float:
-        if job.get("not_after") and not job.get("off"):
+        if job.get("not_after"):
             return status.renewal(job["not_after"], job["issued"], self.cfg.acme_renew_before)
         return status.now()
 
@@ -116,18 +115,11 @@ class CertificateManager:
         started = status.now()
         renews = status.renewal(job["not_after"], job["issued"], self.cfg.acme_renew_before) \
             if job.get("not_after") else None
-        if not self.cfg.acme_directory:
-            await self.results.status(kind, id_, policy, status.status(renews, status.job(
-                "Certificate management is off on this platform (edgeway serve "
-                "--acme-directory off): no certificate is requested.", started)))
-            await self.store.finish(id_, self.node, {**job, "off": True},
-                                    int(started + 86400))
-            return
         await self.results.status(kind, id_, policy, status.status(renews, status.job(
             f"Requesting a certificate for {', '.join(job['names'])} from "
             f"{policy['authority']}.", started)))
         try:
-            chain, key = await issue.run(await self._order(id_, job, doc), await self._acme(),
+            chain, key = await issue.run(await self._order(id_, job, doc), self._acme,
                                          self.store, self.platform.settings,
                                          lambda: self.platform.changed("acme_challenges"))
         except Exception as exc:
@@ -138,15 +130,15 @@ class CertificateManager:
             log.warning("acme_order_failed", id=id_, code=failure.code, error=failure.msg)
             await self.results.status(kind, id_, policy, status.status(renews, status.job(
                 failure.msg, started, failure.code, retries)))
-            await self.store.finish(id_, self.node, {**job, "attempts": attempts,
-                                                     "off": False}, int(retries))
+            await self.store.finish(id_, self.node, {**job, "attempts": attempts},
+                                    int(retries))
             return
         issued = await self.results.certificate(kind, id_, policy, job, chain, key,
                                                 self.cfg.acme_renew_before)
         if issued is not None:
             log.info("acme_certificate_issued", id=id_, names=job["names"])
-            await self.store.finish(id_, self.node, {**job, **issued, "attempts": 0,
-                                                     "off": False}, int(self._due(issued)))
+            await self.store.finish(id_, self.node, {**job, **issued, "attempts": 0},
+                                    int(self._due(issued)))
 
     async def _order(self, id_: str, job: dict[str, Any],
                      doc: dict[str, Any]) -> issue.Order:
@@ -176,16 +168,16 @@ class CertificateManager:
         if sealed is not None:
             account = json.loads(sealer.open(sealed, "acme_account"))
             acme = Acme(directory, account["key"], self.cfg.acme_ca_bundle)
-            await asyncio.to_thread(acme.connect, account["uri"], self.cfg.acme_email)
+            await call(acme.connect, account["uri"], self.cfg.acme_email)
             return acme
         key = new_account_key()
         acme = Acme(directory, key, self.cfg.acme_ca_bundle)
-        uri = await asyncio.to_thread(acme.connect, None, self.cfg.acme_email)
+        uri = await call(acme.connect, None, self.cfg.acme_email)
         kept = await self.store.save_account(slot, sealer.seal(
             json.dumps({"key": key, "uri": uri}).encode(), "acme_account"))
         account = json.loads(sealer.open(kept, "acme_account"))
         if account["uri"] != uri:  # another node registered first: use that one
             acme = Acme(directory, account["key"], self.cfg.acme_ca_bundle)
-            await asyncio.to_thread(acme.connect, account["uri"], self.cfg.acme_email)
+            await call(acme.connect, account["uri"], self.cfg.acme_email)
         log.info("acme_account", directory=directory, uri=account["uri"])
         return acme

@@ -70,7 +70,9 @@ def cert_status(policy: dict[str, Any] | None, ctx: Context) -> dict[str, Any] |
         "error_code": None, "started_at": ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "retries_at": None,
         "msg": "Waiting for DNS to point at the platform before requesting a certificate "
-               f"from {policy['authority']}.",
+               f"from {policy['authority']}." if ctx.settings.acme else
+               "Certificate management is off on this platform (edgeway serve "
+               "--acme-directory off): no certificate is requested.",
     }}
 
 

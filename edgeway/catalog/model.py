@@ -49,6 +49,7 @@ class Settings:
     # of DNS checks (none: the system's)
     public_ips: tuple[str, ...] = ()
     dns_check_resolvers: tuple[tuple[str, int], ...] = ()
+    acme: bool = True  # certificate management policies are acted on (--acme-directory)
 
     @property
     def ns_targets(self) -> tuple[str, ...]:
