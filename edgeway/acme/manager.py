@@ -139,6 +139,7 @@ class CertificateManager:
             log.info("acme_certificate_issued", id=id_, names=job["names"])
             await self.store.finish(id_, self.node, {**job, **issued, "attempts": 0},
                                     int(self._due(issued)))
+            self.platform.changed("managed_certificates")  # (an ingress's is found there)
 
     async def _order(self, id_: str, job: dict[str, Any],
                      doc: dict[str, Any]) -> issue.Order:

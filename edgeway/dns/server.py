@@ -85,6 +85,8 @@ class DnsServer:
     async def stop(self) -> None:
         if self._follow is not None:
             self._follow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follow
         for closer in self._closers:
             closer.close()
 

@@ -155,3 +155,31 @@ def test_a_restart_keeps_the_certificates_then_they_renew(
         new = api.get(f"/tls_certificates/{renewed['certificate']['id']}").json()
     assert when(new["not_after"]) > when(old["not_after"])
     restart(domains)  # (back to the shared options)
+
+
+def test_an_agent_ingress_certificate_on_the_tunnel_listener(domains: Domains) -> None:
+    """Its region domains lie in a zone delegated to the built-in DNS: dns-01 there, and the
+    tunnel listener presents the certificate to agents dialing a region domain."""
+    with domains.server.client() as api:
+        made = api.post("/agent_ingresses", json={
+            "domain": "connect.acme.example",
+            "certificate_management_policy": {"authority": "letsencrypt"}}).json()
+
+    def get() -> dict[str, Any]:
+        with domains.server.client() as api:
+            out: dict[str, Any] = api.get(f"/agent_ingresses/{made['id']}").json()
+        return out
+
+    doc = until(get, lambda d: d["certificate_management_status"]["renews_at"] is not None)
+    assert doc["certificate_management_status"]["provisioning_job"] is None
+    root = domains.pebble.root()
+    for name in ("tunnel.eu.connect.acme.example", "tunnel.us-cal-1.connect.acme.example"):
+        # (served once this node's snapshot has reloaded: poll a moment)
+        deadline = time.monotonic() + 10
+        while True:
+            issuer = presented(domains.server.tunnel_port, name).issuer.rfc4514_string()
+            if "Pebble" in issuer or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        leaf = presented(domains.server.tunnel_port, name, root)  # (verified this time)
+        assert "Pebble Intermediate" in leaf.issuer.rfc4514_string()
