@@ -2,7 +2,8 @@
 checked through the DNS check's resolver first (a missing or wrong CNAME is a ``DNS_ERROR``
 naming it, and costs the CA nothing), then the order is placed, each challenge's answer is
 stored (every node serves it: http-01 on the public HTTP listener, dns-01 in the built-in
-DNS), dns-01 answers are awaited in the resolver's view, and the CA is asked to validate."""
+DNS), the resolver is given a moment to see them (the TXT value; the name's address), and
+the CA is asked to validate."""
 
 from __future__ import annotations
 
@@ -44,19 +45,27 @@ async def preflight(order: Order, settings: Settings) -> None:
 
 
 async def _visible(settings: Settings, challenge: Challenge) -> None:
-    """Wait (a while) until the resolver sees the TXT value the CA will look for."""
-    name = "_acme-challenge." + challenge.name.removeprefix("*.")
+    """Wait (a while) until the resolver sees what the CA will look for: the TXT value of a
+    dns-01 challenge; for http-01, the name resolving to one of the public addresses (a new
+    ``cname_target`` reaches the other nodes' DNS within their reload period)."""
+    if challenge.kind == "http-01" and not settings.public_ips:
+        return
+    name = challenge.name if challenge.kind == "http-01" else \
+        "_acme-challenge." + challenge.name.removeprefix("*.")
     deadline = asyncio.get_running_loop().time() + PROPAGATION
     res = check.resolver_for(settings.dns_check_resolvers)
     while asyncio.get_running_loop().time() < deadline:
         try:
-            found = await check.txt(res, name)
+            if challenge.kind == "http-01":
+                seen = bool(set(await check.addresses(res, name)) & set(settings.public_ips))
+            else:
+                seen = challenge.value in await check.txt(res, name)
         except check.ResolverFailed:
-            found = []
-        if challenge.value in found:
+            seen = False
+        if seen:
             return
         await asyncio.sleep(0.5)
-    log.warning("acme_dns_not_visible", name=name)
+    log.warning("acme_dns_not_visible", name=name, challenge=challenge.kind)
 
 
 async def run(order: Order, connect: Callable[[], Awaitable[Acme]], store: AcmeStore,
@@ -73,8 +82,7 @@ async def run(order: Order, connect: Callable[[], Awaitable[Acme]], store: AcmeS
             await store.put_challenge(order.owner, c.key, c.value)
         announce()  # (this node's DNS reloads at once)
         for c in challenges:
-            if c.kind == "dns-01":
-                await _visible(settings, c)
+            await _visible(settings, c)
         for c in challenges:
             await call(acme.answer, c)
         deadline = datetime.now() + timedelta(seconds=FINISH)  # (acme compares naive times)

@@ -98,6 +98,22 @@ async def txt(res: dns.asyncresolver.Resolver, name: str) -> list[str]:
             if rrset.rdtype == dns.rdatatype.TXT for rd in rrset]
 
 
+async def addresses(res: dns.asyncresolver.Resolver, name: str) -> list[str]:
+    """The A and AAAA addresses ``name`` resolves to (through its CNAMEs)."""
+    out: list[str] = []
+    for rdtype in ("A", "AAAA"):
+        try:
+            answer = await res.resolve(name, rdtype, raise_on_no_answer=False,
+                                       lifetime=TIMEOUT, search=False)
+        except dns.resolver.NXDOMAIN:
+            continue
+        except (dns.exception.Timeout, dns.resolver.NoNameservers) as exc:
+            raise ResolverFailed(f"the resolver gave no answer for {name} {rdtype}: {exc}") \
+                from None
+        out += [rd.to_text() for rd in answer.rrset or ()]
+    return out
+
+
 async def _check(res: dns.asyncresolver.Resolver, rec: Record, ips: tuple[str, ...]) -> None:
     rec.found = await _values(res, rec.name, rec.type)
     if rec.found and (sorted(rec.found) == sorted(rec.expected)):

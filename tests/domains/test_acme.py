@@ -6,14 +6,17 @@ a renewal when the renewal window is reached. One Pebble and one server per back
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.domains.conftest import Domains
+from tests.domains.resolver import udp_and_tcp_port
 from tests.domains.tlsprobe import presented
 from tests.server import start
 
@@ -183,3 +186,38 @@ def test_an_agent_ingress_certificate_on_the_tunnel_listener(domains: Domains) -
             time.sleep(0.1)
         leaf = presented(domains.server.tunnel_port, name, root)  # (verified this time)
         assert "Pebble Intermediate" in leaf.issuer.rfc4514_string()
+
+
+def test_two_nodes_on_one_database_issue_once(domains: Domains, tmp_path: Path) -> None:
+    """A second node on the same PostgreSQL database (same secret key): the node whose API
+    saw the new policy orders the certificate, the CA's http-01 request reaches the other
+    node (Pebble's port is the first node's), which answers it from the shared store; the
+    certificate is issued once and both nodes serve it."""
+    first = domains.server
+    if first.database_url is None:
+        pytest.skip("several nodes share a PostgreSQL database")
+    shutil.copy(first.data_dir / "secret.key", tmp_path / "secret.key")
+    args = list(domains.args)
+    args[args.index("--dns-addr") + 1] = f"127.0.0.1:{udp_and_tcp_port()}"
+    second = start(tmp_path, first.database_url, *args, token=first.token)
+    try:
+        with second.client() as api:
+            made = api.post("/reserved_domains", json={
+                "domain": "both.acme.example", "certificate_management_policy": None}).json()
+            domains.resolver.cnames["both.acme.example"] = made["cname_target"]
+            api.patch(f"/reserved_domains/{made['id']}", json={
+                "certificate_management_policy": {"authority": "letsencrypt"}})
+        until(lambda: rd(domains, made["id"]), issued)
+        root = domains.pebble.root()
+        for node in (first, second):
+            deadline = time.monotonic() + 10  # (the other node's snapshot: within 5 s)
+            while "Pebble" not in presented(node.https_port, "both.acme.example"
+                                            ).issuer.rfc4514_string():
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            presented(node.https_port, "both.acme.example", root)
+        logs = first.log() + second.log()
+        assert logs.count(f'"acme_certificate_issued","id":"{made["id"]}"') == 1
+        assert f'"acme_certificate_issued","id":"{made["id"]}"' in second.log()
+    finally:
+        assert second.stop() == 0
