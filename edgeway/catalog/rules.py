@@ -29,6 +29,11 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
     (7091, ("*saml.idp_metadata",), "the IdP's EntityDescriptor XML, with a single sign-on "
                                     "service and a signing certificate"),
     (215, ("resolves_to[*].value",), "a region of this platform (--regions)"),
+    (215, ("certificate_id",), "a TLS certificate covering the reserved domain, not expired"),
+    (434, ("certificate_id",), "an uploaded certificate and a certificate management policy "
+                               "exclude each other"),
+    (436, ("certificate_id",), "a certificate the policy manages is not replaced or detached "
+                               "while the policy stays"),
     (500, ("region",), "a region of this platform (--regions)"),
     (228, ("ca_pem",), "exactly one parsable PEM certificate of a CA"),
     (611, ("public_key",), "an OpenSSH public key"),
