@@ -50,9 +50,9 @@ class AcmeFailure(Exception):
     """The CA refused or failed: ``code`` is DNS_ERROR (the user's DNS must change) or
     INTERNAL_ERROR (temporary)."""
 
-    def __init__(self, code: str, msg: str) -> None:
+    def __init__(self, code: str, msg: str, account_gone: bool = False) -> None:
         super().__init__(msg)
-        self.code, self.msg = code, msg
+        self.code, self.msg, self.account_gone = code, msg, account_gone
 
 
 def new_account_key() -> str:
@@ -109,7 +109,12 @@ class Acme:
 
     def order(self, names: list[str], key_pem: bytes) -> messages.OrderResource:
         assert self.client is not None
-        return self.client.new_order(crypto_util.make_csr(key_pem, names))
+        try:
+            return self.client.new_order(crypto_util.make_csr(key_pem, names))
+        except messages.Error as err:
+            gone = str(err.typ or "").endswith(":accountDoesNotExist")
+            raise AcmeFailure("INTERNAL_ERROR", f"the CA refused the order: "
+                              f"{err.detail or err.typ}", account_gone=gone) from None
 
     def challenges(self, order: messages.OrderResource,
                    dns_name: Any) -> list[Challenge]:

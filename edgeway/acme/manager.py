@@ -71,8 +71,9 @@ class CertificateManager:
                     await self._run(id_)
             except Exception:  # the next round tries again
                 log.exception("acme_round_failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), TICK)
+            with contextlib.suppress(TimeoutError):  # (asyncio.timeout: wait_for may swallow
+                async with asyncio.timeout(TICK):  # the cancel that stops us)
+                    await self._changed.wait()
             self._changed.clear()
 
     async def sync(self) -> None:
@@ -87,6 +88,8 @@ class CertificateManager:
         jobs = await self.store.jobs()
         for id_ in set(jobs) - set(wanted):
             await self.store.drop_job(id_)
+            if jobs[id_].get("certificate_id"):  # (its resource is gone: so is its cert)
+                await self.results.forget(str(jobs[id_]["certificate_id"]))
         for id_, want in wanted.items():
             job = jobs.get(id_)
             if job is None:
@@ -128,6 +131,8 @@ class CertificateManager:
             attempts = int(job.get("attempts", 0)) + 1
             retries = started + status.retry_after(attempts)
             log.warning("acme_order_failed", id=id_, code=failure.code, error=failure.msg)
+            if failure.account_gone:
+                await self.store.forget_account(self._slot())
             await self.results.status(kind, id_, policy, status.status(renews, status.job(
                 failure.msg, started, failure.code, retries)))
             await self.store.finish(id_, self.node, {**job, "attempts": attempts},
@@ -160,10 +165,14 @@ class CertificateManager:
 
         return issue.Order(id_, job["names"], job["key_type"], records, dns_name)
 
+    def _slot(self) -> str:
+        """The settings row of the account at this directory."""
+        digest = hashlib.sha256(self.cfg.acme_directory.encode()).hexdigest()[:16]
+        return f"acme_account:{digest}"
+
     async def _acme(self) -> Acme:
         """The client with the platform's account for this directory (registered once)."""
-        directory = self.cfg.acme_directory
-        slot = "acme_account:" + hashlib.sha256(directory.encode()).hexdigest()[:16]
+        directory, slot = self.cfg.acme_directory, self._slot()
         sealer = self.platform.sealer
         sealed = await self.store.account(slot)
         if sealed is not None:

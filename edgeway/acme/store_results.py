@@ -48,6 +48,16 @@ class Results:
         self.platform.changed(kind.collection)
         return True
 
+    async def forget(self, cert_id: str) -> None:
+        """Delete a certificate the platform issued once nothing refers to it any more."""
+        async with self.platform.db.write() as tx:
+            repo = Repo(tx)
+            doc = await repo.get(TLS, cert_id)
+            if doc is None or not doc.get("issued_at") or await repo.links_to(cert_id):
+                return
+            await repo.delete(TLS, cert_id)
+        self.platform.changed("tls_certificates")
+
     async def certificate(self, kind: Kind, id_: str, policy: dict[str, Any],
                           job: dict[str, Any], chain: str, key: bytes,
                           renew_before: float) -> dict[str, Any] | None:

@@ -92,8 +92,9 @@ class DnsServer:
 
     async def _follow_changes(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), self.max_age)
+            with contextlib.suppress(TimeoutError):  # (asyncio.timeout: wait_for may swallow
+                async with asyncio.timeout(self.max_age):  # the cancel that stops us)
+                    await self._changed.wait()
             self._changed.clear()
             try:
                 await self.reload()

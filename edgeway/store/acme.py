@@ -69,6 +69,11 @@ class AcmeStore:
         assert kept is not None
         return kept
 
+    async def forget_account(self, slot: str) -> None:
+        """The CA no longer knows the account: the next order registers a new one."""
+        async with self.db.write() as tx:
+            await tx.execute("DELETE FROM settings WHERE key = ?", slot)
+
     # -- certificate jobs --------------------------------------------------------------------
 
     async def jobs(self) -> dict[str, dict[str, Any]]:

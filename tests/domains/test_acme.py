@@ -125,10 +125,15 @@ def test_a_broken_cname_is_a_dns_error_until_fixed(domains: Domains) -> None:
     domains.resolver.cnames["*.broken.acme.example"] = made["cname_target"]
     with domains.server.client() as api:
         assert api.get(f"/reserved_domains/{made['id']}/dns_check").json()["ok"] is True
-    until(lambda: rd(domains, made["id"]), issued)
+    cert = until(lambda: rd(domains, made["id"]), issued)["certificate"]
     leaf = presented(domains.server.https_port, "x.broken.acme.example",
                      domains.pebble.root())
     assert "Pebble Intermediate" in leaf.issuer.rfc4514_string()
+    # the domain deleted: the certificate issued for it goes too
+    with domains.server.client() as api:
+        assert api.delete(f"/reserved_domains/{made['id']}").status_code == 204
+        until(lambda: {"status": api.get(cert["uri"]).status_code},
+              lambda d: d["status"] == 404)
 
 
 def restart(domains: Domains, *extra: str) -> None:
