@@ -178,8 +178,8 @@ def _resolvers(text: str) -> tuple[tuple[str, int], ...]:
             continue
         except ValueError:
             pass
-        host, port = parse_addr(item)
         try:
+            host, port = parse_addr(item)
             ipaddress.ip_address(host)
         except ValueError:
             raise ValueError(f"--dns-check-resolver: {item!r} must be an IP address with an "
