@@ -1,6 +1,7 @@
-"""The ``edgeway`` command: ``serve`` (the platform; its options in ``serve_cli.py``),
-``agent`` (the Edgeway agent; ``agent/cli.py``), ``ca export`` and ``api-keys create``. Every
-option also reads an ``EDGEWAY_*`` environment variable; the command line wins."""
+"""The ``edgeway`` command: ``serve`` (the platform; its options in ``serve_cli.py``), the
+agent's commands (``start``, ``http``, ``tcp``, ``tls``, ``config``, ``agent``; in
+``agent/cli.py``), ``ca export`` and ``api-keys create``. Every server option also reads an
+``EDGEWAY_*`` environment variable; the command line wins."""
 
 from __future__ import annotations
 
@@ -10,23 +11,36 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from edgeway import bootstrap, logs, runner, serve_cli
+from edgeway import __version__, bootstrap, logs, runner, serve_cli
 from edgeway.agent import cli as agent_cli
 from edgeway.config import default_data_dir
 from edgeway.store.db import DatabaseUnavailable, StoreUnavailable
 from edgeway.store.migrate import open_database
 
+DESCRIPTION = """Edgeway: a self-hosted ingress and tunneling platform. Run the platform with
+serve; expose local services with the agent (http, tcp, tls for one tunnel, start for the
+tunnels of the config file)."""
+EXAMPLES = """examples:
+  edgeway serve                       run the platform (prints an admin API key once)
+  edgeway ca export > ca.pem          the CA agents trust
+  edgeway config add-authtoken TOKEN  save a credential's token for the agent
+  edgeway http 3000 --basic-auth 'alice:a-long-password'
+  edgeway tcp 22
+  edgeway start --all                 every tunnel of the agent's config file"""
+
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="edgeway", description=__doc__)
-    sub = top.add_subparsers(dest="command", required=True)
+    top = argparse.ArgumentParser(prog="edgeway", description=DESCRIPTION, epilog=EXAMPLES,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.add_argument("--version", action="version", version=f"edgeway {__version__}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve_cli.add_parser(sub)
     ca = sub.add_parser("ca", help="the platform CA that agents trust")
     ca_sub = ca.add_subparsers(dest="action", required=True)
     export = ca_sub.add_parser("export", help="print the CA certificate (PEM)")
     export.add_argument("--data-dir", type=Path,
                         default=Path(serve_cli.env("DATA_DIR") or default_data_dir()))
-    agent_cli.add_parser(sub)
+    agent_cli.add_parsers(sub)
     keys = sub.add_parser("api-keys", help="manage API keys from the command line")
     keys_sub = keys.add_subparsers(dest="action", required=True)
     create = keys_sub.add_parser("create", help="create an API key and print its token")
@@ -34,17 +48,31 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--role", choices=("admin", "operator", "read_only"), default="admin",
                         help="admin: everything; operator: all but API keys, bot users and "
                              "the API's IP restrictions; read_only: reads (default: admin)")
+    create.add_argument("--init", action="store_true",
+                        help="create the database when no server has used the data directory "
+                             "yet (provisioning before the first start)")
     serve_cli.store_options(create)
     return top
+
+
+def _initialised(data_dir: Path, what: str, marker: str) -> None:
+    """Refuse a data directory no server has used (a typo would make a new CA or database)."""
+    if not (data_dir / marker).exists():
+        raise ValueError(f"{data_dir} is not a data directory a server has initialised (no "
+                         f"{marker}): pass the server's --data-dir, or start `edgeway serve "
+                         f"--data-dir {data_dir}` first{what}")
 
 
 def _ca_export(args: argparse.Namespace) -> None:
     from edgeway.pki import platform_ca, seal
 
+    _initialised(args.data_dir, "", "ca.pem")
     print(platform_ca.ca_pem(args.data_dir, seal.load(args.data_dir)).read_text(), end="")
 
 
 async def _api_key(args: argparse.Namespace) -> None:
+    if not args.database_url and not args.init:
+        _initialised(args.data_dir, " (or pass --init to create it)", "edgeway.db")
     db = await open_database(args.database_url, args.data_dir)
     try:
         print(await bootstrap.create_api_key(db, args.description, args.role))
@@ -69,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             _serve(args)
         elif args.command == "ca":
             _ca_export(args)
-        elif args.command == "agent":
+        elif args.command in agent_cli.AGENT_COMMANDS:
             agent_cli.main(args)
         else:
             runner.run(_api_key(args))

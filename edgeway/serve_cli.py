@@ -272,7 +272,8 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                                    acme=bool(domains.acme_directory),
                                    dns_check_resolvers=_resolvers(args.dns_check_resolver),
                                    agent_client_cas=_agent_cas(args.agent_client_cas),
-                                   agent_ports=tcp_ports, lowest_port=lowest_bindable_port())
+                                   agent_ports=tcp_ports, tcp_host=args.tcp_host,
+                                   lowest_port=lowest_bindable_port())
     return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,
                         names, args.tcp_host, tcp_ports, tcp_grace=args.tcp_grace,
                         http_addr=http_addr, https_addr=https_addr, reuse_port=args.reuse_port,

@@ -16,7 +16,6 @@ from edgeway.acme.manager import CertificateManager
 from edgeway.api.app import build
 from edgeway.config import ServerConfig, listen_socket
 from edgeway.dns.server import DnsServer
-from edgeway.edge import pipeline
 from edgeway.edge.listeners import PublicListeners
 from edgeway.edge.modules import sns
 from edgeway.edge.modules.sns import SnsVerifier
@@ -97,11 +96,11 @@ async def serve(cfg: ServerConfig) -> None:
                                node_id(cfg.data_dir), http_port, https_port, cfg.tcp_grace,
                                await _agent_client_cas(db, cfg.settings.agent_client_cas))
         tunnels.certs = certs = platform_ca.EdgeCerts(cfg.data_dir, sealer, tls)
-        router = EdgeRouter(db, tunnels.registry)
+        router = EdgeRouter(db, tunnels.registry, sealer=sealer)
         certs.lookup = router.served_certificate
         binder = tunnels.binder
         binder.edge_host = router.edge_host
-        binder.check_bind, binder.tcp_admits = pipeline.bind_refusal, router.tcp_admits
+        binder.check_bind, binder.tcp.admits = router.bind_refusal, router.tcp_admits
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,
                                http_port, https_port, sealer.mac(b"edgeway edge logins"),
                                platform.restrictions,

@@ -31,7 +31,7 @@ def store_args(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[
 
 
 def test_api_keys_create_prints_a_working_key(store_args: list[str], tmp_path: Path) -> None:
-    made = edgeway("api-keys", "create", "--description", "for scripts", *store_args)
+    made = edgeway("api-keys", "create", "--description", "for scripts", "--init", *store_args)
     assert made.returncode == 0, made.stderr
     token = made.stdout.strip()
     assert len(token.split("_")[0]) == 27 and "\n" not in token

@@ -1,5 +1,6 @@
 """The agent's local API on ``web_addr`` (default 127.0.0.1:4040): list, start and stop
-tunnels, and the agent's status, in the shapes of the ngrok agent API.
+tunnels, and the agent's status, in the shapes of the ngrok agent API; the captured requests
+(``edgeway.agent.requestsapi``) and the web inspector's page (``edgeway.agent.webui``).
 
 Only requests whose Host is local (localhost, 127.0.0.1, ::1), listed in ``web_allow_hosts``
 (names, ``.suffix`` names, addresses or CIDRs), or the public host of a tunnel that points at
@@ -7,70 +8,43 @@ this API (the spec's way to reach it from outside) are served; others get 403. E
 agent API's body: ``{"error_code", "status_code", "msg", "details": {"err"}}`` — 400 for a bad
 body, 404 for an unknown name, 502 when the server refuses a bind, 503 before the session is
 up.
-
-``/api/requests/http`` lists, shows, replays and clears the HTTP exchanges captured by
-``edgeway.agent.inspect``. With ``inspect_db_size: -1`` inspection is off and these paths
-answer 404 "request inspection is disabled" (rather than an empty list, which would look like
-no traffic). A replay is refused (400) when the captured request body was truncated, as
-sending it would hang the service; it answers 204 once the request is sent, and the exchange
-it makes shows up as a new capture.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import ipaddress
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import parse_qs
 
 from edgeway import __version__
-from edgeway.agent.captures import Store
+from edgeway.agent import webui
 from edgeway.agent.config import ConfigError, TunnelConfig, parse_tunnel
-from edgeway.agent.inspect import Tap
-from edgeway.agent.session import (
-    LOCAL_TLS,
-    AgentSession,
-    BindFailed,
-    LocalTunnel,
-    NotConnected,
-    unsupported,
-)
+from edgeway.agent.proxy import LocalTunnel
+from edgeway.agent.requestsapi import EVENTS, REQUESTS, ApiError, Requests
+from edgeway.agent.session import AgentSession, BindFailed, NotConnected
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 LOCAL = ("localhost", "127.0.0.1", "::1")
-REQUESTS = "/api/requests/http"
-REPLAY_TIMEOUT = 60.0
 
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: int, msg: str, err: str) -> None:
-        super().__init__(msg)
-        self.status, self.code, self.msg, self.err = status, code, msg, err
-
-
-def _metrics(count: int) -> dict[str, Any]:
-    zero = {"rate1": 0, "rate5": 0, "rate15": 0, "p50": 0, "p90": 0, "p95": 0, "p99": 0}
-    return {"conns": {"count": count, "gauge": 0, **zero}, "http": {"count": count, **zero}}
+__all__ = ["ApiError", "LocalApi", "tunnel_json"]
 
 
 def tunnel_json(t: LocalTunnel) -> dict[str, Any]:
     c = t.config
     return {"name": c.name, "ID": t.id, "uri": f"/api/tunnels/{c.name}",
-            "public_url": t.url, "proto": t.proto or c.proto,
+            "public_url": t.url, "proto": t.proto or c.proto, "error": t.error,
             "config": {"addr": c.addr.url(), "inspect": c.inspect if c.proto == "http"
                        else False},
-            "metrics": _metrics(t.requests)}
+            "metrics": t.metrics.json()}
 
 
 class LocalApi:
     def __init__(self, agent: AgentSession, allow_hosts: tuple[str, ...], port: int) -> None:
         self.agent, self.allow_hosts, self.port = agent, allow_hosts, port
-        self._replays: set[asyncio.Task[None]] = set()  # reading the answers to replays
+        self.requests = Requests(agent)
 
     def host_allowed(self, host: str) -> bool:
         name = host.rsplit(":", 1)[0].strip("[]").lower() if not host.startswith("[") \
@@ -96,32 +70,40 @@ class LocalApi:
         if scope["type"] != "http":
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        method, path = scope["method"], scope["path"]
+        if not self.host_allowed(headers.get("host", "")):
+            host = headers.get("host", "")
+            await _json(send, 403, _error(ApiError(
+                403, 101, "this Host is not allowed", f"Host '{host}' is not in "
+                "web_allow_hosts")))
+        elif path == EVENTS and method == "GET":
+            try:
+                await self.requests.events(receive, send)
+            except ApiError as exc:
+                await _json(send, exc.status, _error(exc))
+        elif (page := webui.page(path)) is not None and method in ("GET", "HEAD"):
+            await webui.send_page(send, page, method == "HEAD")
+        else:
+            status, out = await self._answer(scope, receive)
+            await _json(send, status, out)
+
+    async def _answer(self, scope: Scope, receive: Receive) -> tuple[int, Any]:
         body = b""
         while True:
             msg = await receive()
             body += msg.get("body", b"")
             if len(body) > 1 << 20:
-                status, out = 413, _error(ApiError(413, 100, "request body too large", ""))
-                break
+                return 413, _error(ApiError(413, 100, "request body too large", ""))
             if not msg.get("more_body"):
-                try:
-                    status, out = await self._route(
-                        scope["method"], scope["path"], body, headers.get("host", ""),
-                        scope.get("query_string", b"").decode("latin-1"))
-                except ApiError as exc:
-                    status, out = exc.status, _error(exc)
                 break
-        data = b"" if out is None else json.dumps(out).encode()
-        await send({"type": "http.response.start", "status": status, "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(data)).encode())]})
-        await send({"type": "http.response.body", "body": data})
+        try:
+            return await self._route(scope["method"], scope["path"], body,
+                                     scope.get("query_string", b"").decode("latin-1"))
+        except ApiError as exc:
+            return exc.status, _error(exc)
 
-    async def _route(self, method: str, path: str, body: bytes, host: str, query: str = ""
+    async def _route(self, method: str, path: str, body: bytes, query: str = ""
                      ) -> tuple[int, Any]:
-        if not self.host_allowed(host):
-            raise ApiError(403, 101, "this Host is not allowed", f"Host '{host}' is not in "
-                           "web_allow_hosts")
         path = path.rstrip("/") or "/"
         if path == "/api":
             return 200, {"uri": "/api", "tunnels_uri": "/api/tunnels",
@@ -135,77 +117,22 @@ class LocalApi:
             if method == "POST":
                 return 201, tunnel_json(await self.start(body))
         if path.startswith("/api/tunnels/"):
-            name = path.split("/", 3)[3]
-            tunnel = self.agent.tunnels.get(name)
-            if tunnel is None:
-                raise ApiError(404, 102, "tunnel not found", f"no tunnel named '{name}'")
-            if method == "GET":
-                return 200, tunnel_json(tunnel)
-            if method == "DELETE":
-                await self.agent.stop_tunnel(name)
-                return 204, None
+            return await self._tunnel(method, path.split("/", 3)[3])
         if path == REQUESTS or path.startswith(REQUESTS + "/"):
-            return await self._requests(method, path[len(REQUESTS) + 1:], body, query)
+            return await self.requests.route(method, path[len(REQUESTS) + 1:], body, query)
         raise ApiError(404 if method == "GET" else 405, 100, "not found",
                        f"{method} {path} is not an operation of this API")
 
-    async def _requests(self, method: str, rest: str, body: bytes, query: str
-                        ) -> tuple[int, Any]:
-        store = self.agent.inspector
-        if store is None:
-            raise ApiError(404, 100, "request inspection is disabled",
-                           "inspect_db_size is -1 in the agent config")
-        if rest and method == "GET":
-            if (ex := store.get(rest)) is None:
-                raise ApiError(404, 100, "request not found", f"no captured request '{rest}'")
-            return 200, ex.json()
-        if not rest and method == "GET":
-            params = parse_qs(query)
-            text = params.get("limit", ["50"])[-1]
-            if not (text.isascii() and text.isdigit() and int(text) > 0):
-                raise ApiError(400, 100, "invalid limit", f"limit must be a positive integer "
-                                                          f"(got '{text}')")
-            name = params.get("tunnel_name", [None])[-1]
-            return 200, {"uri": REQUESTS, "requests": [
-                ex.json() for ex in store.newest(int(text), name)]}
-        if not rest and method == "DELETE":
-            store.clear()
-            return 204, None
-        if not rest and method == "POST":
-            await self.replay(store, body)
+    async def _tunnel(self, method: str, name: str) -> tuple[int, Any]:
+        tunnel = self.agent.tunnels.get(name)
+        if tunnel is None:
+            raise ApiError(404, 102, "tunnel not found", f"no tunnel named '{name}'")
+        if method == "GET":
+            return 200, tunnel_json(tunnel)
+        if method == "DELETE":
+            await self.agent.stop_tunnel(name)
             return 204, None
         raise ApiError(405, 100, "not found", f"{method} is not an operation of this path")
-
-    async def replay(self, store: Store, body: bytes) -> None:
-        try:
-            doc = json.loads(body or b"{}")
-        except ValueError as exc:
-            raise ApiError(400, 100, "invalid JSON body", str(exc)) from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("id"), str) or \
-                not isinstance(doc.get("tunnel_name", ""), str):
-            raise ApiError(400, 100, "invalid replay request", 'the body must be {"id": '
-                           '"<request id>", "tunnel_name": "<optional tunnel name>"}')
-        if (ex := store.get(doc["id"])) is None:
-            raise ApiError(404, 100, "request not found", f"no captured request '{doc['id']}'")
-        name = doc.get("tunnel_name") or ex.tunnel_name
-        if (tunnel := self.agent.tunnels.get(name)) is None:
-            raise ApiError(404, 102, "tunnel not found", f"no tunnel named '{name}'")
-        if ex.request.truncated:
-            raise ApiError(400, 100, "cannot replay this request", "its body was larger than "
-                           "the captured part (64 KiB)")
-        addr = tunnel.config.addr
-        try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(
-                addr.host, addr.port, ssl=LOCAL_TLS if addr.scheme == "https" else None), 10)
-        except (OSError, TimeoutError) as exc:
-            raise ApiError(502, 100, "replay failed", f"cannot reach {addr.url()}: "
-                           f"{exc or type(exc).__name__}") from None
-        tap, raw = Tap(store, name, ex.remote_addr), bytes(ex.request.raw)
-        writer.write(raw)
-        tap.request(raw)
-        task = asyncio.create_task(_answer(reader, writer, tap))
-        self._replays.add(task)
-        task.add_done_callback(self._replays.discard)
 
     async def start(self, body: bytes) -> LocalTunnel:
         try:
@@ -219,8 +146,6 @@ class LocalApi:
             config: TunnelConfig = parse_tunnel(name or "api", doc, "request body")
         except ConfigError as exc:
             raise ApiError(400, 100, "invalid tunnel configuration", str(exc)) from None
-        if unsupported(config):
-            raise ApiError(400, 100, "invalid tunnel configuration", unsupported(config))
         try:
             return await self.agent.start_tunnel(config)
         except NotConnected as exc:
@@ -230,28 +155,17 @@ class LocalApi:
 
     def status(self) -> dict[str, Any]:
         a = self.agent
-        return {"status": "online" if a.status == "online" else a.status,
-                "agent_version": __version__, "uri": "/api/status",
-                "session": {"id": a.session_id, "error": a.error, "legs": [
-                    {"region": "", "latency": int(a.latency * 1e9)}]}}
+        return {"status": a.status, "agent_version": __version__, "uri": "/api/status",
+                "session": {"id": a.session_id, "error": a.error, "hint": a.hint, "legs": [
+                    {"region": a.config.options.region,
+                     "latency": int(a.latency * 1e9)}]}}
 
 
-async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tap: Tap
-                  ) -> None:
-    """Read a replay's answer, for the tap, until it is complete (60 s at most)."""
-    try:
-        async with asyncio.timeout(REPLAY_TIMEOUT):
-            while tap.pending and not tap.stopped:
-                if not (data := await reader.read(65536)):
-                    tap.response_eof()
-                    break
-                tap.response(data)
-    except (OSError, TimeoutError):
-        pass
-    finally:
-        tap.stop()
-        with contextlib.suppress(ConnectionError, OSError, RuntimeError):
-            writer.close()
+async def _json(send: Send, status: int, out: Any) -> None:
+    data = b"" if out is None else json.dumps(out).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})
 
 
 def _error(exc: ApiError) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import re
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -68,9 +69,19 @@ class Exchange:
         return OVERHEAD + len(self.request.raw) + (len(self.response.raw) if self.response
                                                    else 0)
 
+    def started(self) -> str:
+        return datetime.fromtimestamp(self.start, UTC).isoformat().replace("+00:00", "Z")
+
+    def summary(self) -> dict[str, Any]:
+        """The list view's line: no headers, no bodies."""
+        res = self.response
+        return {"id": self.id, "tunnel_name": self.tunnel_name, "start": self.started(),
+                "duration": self.duration, "method": self.request.method,
+                "uri": self.request.uri, "status_code": res.status_code if res else None}
+
     def json(self) -> dict[str, Any]:
         req, res = self.request, self.response
-        start = datetime.fromtimestamp(self.start, UTC).isoformat().replace("+00:00", "Z")
+        start = self.started()
         return {"uri": f"/api/requests/http/{self.id}", "id": self.id,
                 "tunnel_name": self.tunnel_name, "remote_addr": self.remote_addr,
                 "start": start, "duration": self.duration,
@@ -88,19 +99,28 @@ class Store:
         self.max_count = max_count
         self.items: OrderedDict[str, Exchange] = OrderedDict()
         self.size = 0
+        self.listeners: set[Callable[[Exchange], None]] = set()  # the inspector's live view
+
+    def _tell(self, ex: Exchange) -> None:
+        for listener in list(self.listeners):
+            listener(ex)
 
     def add(self, ex: Exchange) -> None:
         ex.size = ex.weight()
         self.items[ex.id] = ex
         self.size += ex.size
         self._evict()
+        self._tell(ex)
 
-    def resize(self, ex: Exchange) -> None:
+    def resize(self, ex: Exchange, final: bool = False) -> None:
+        """Weigh ``ex`` again (its request or its response ended; ``final``: the latter)."""
         if self.items.get(ex.id) is ex:  # not evicted meanwhile
             weight = ex.weight()
             self.size += weight - ex.size
             ex.size = weight
             self._evict()
+            if final:
+                self._tell(ex)
 
     def _evict(self) -> None:
         while self.items and (self.size > self.max_bytes or len(self.items) > self.max_count):

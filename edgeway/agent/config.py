@@ -6,9 +6,12 @@ tunnel) merge key by key. A key left empty (`key:`, a YAML null) counts as not s
 erase an earlier file's value.
 
 The agent's own settings (console_ui, log, log_level, log_format, region, connect_timeout,
-update_check, update_channel) are checked in ``edgeway.agent.settings``. Refused, because the
-agent cannot honour them: proxy_url, api_key, remote_management, dns_resolver_ips, crl_noverify,
-and the edge options listed in TUNNEL_UNSUPPORTED. Every other unknown key is an error too.
+update_check, update_channel) are checked in ``edgeway.agent.settings``, each tunnel in
+``edgeway.agent.tunnelconfig``. Refused, because the agent cannot honour them: proxy_url,
+api_key, remote_management, dns_resolver_ips, crl_noverify, and the tunnel options listed in
+TUNNEL_UNSUPPORTED. Every other unknown key is an error too. The command line's options
+(``--authtoken``, a one-liner's tunnel…) come last, as one more document named "the command
+line".
 
 Each error names the file (for a merged key, the file that set it last), the dotted key path and
 the rule: "b.yml: tunnels.web.proto: must be one of http, tcp, tls (got 'ftp')".
@@ -18,18 +21,30 @@ from __future__ import annotations
 
 import copy
 import io
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from edgeway.agent import configcheck as check
 from edgeway.agent import settings
-from edgeway.agent.configcheck import DEFAULT_INSPECT_DB_SIZE, NAME, Invalid, show
+from edgeway.agent.configcheck import DEFAULT_INSPECT_DB_SIZE, show
+from edgeway.agent.context import ConfigError, Context
+from edgeway.agent.tunnelconfig import (
+    TUNNEL_UNSUPPORTED,
+    Addr,
+    TunnelConfig,
+    parse_tunnel,
+    tunnel,
+)
 
-T = TypeVar("T")
+__all__ = ["TOP_UNSUPPORTED", "TUNNEL_UNSUPPORTED", "Addr", "AgentConfig", "ConfigError",
+           "TunnelConfig", "load", "load_merged", "merge", "parse_tunnel", "split_paths",
+           "to_yaml"]
 
 SETTINGS: dict[str, Callable[[Any], Any]] = {
     "console_ui": settings.console_ui, "log": settings.log_target,
@@ -42,59 +57,13 @@ TOP_KEYS = frozenset({"version", "authtoken", "server_addr", "root_cas", "web_ad
                       "heartbeat_tolerance", "tunnels", *SETTINGS})
 TOP_UNSUPPORTED = frozenset({"proxy_url", "api_key", "remote_management", "dns_resolver_ips",
                              "crl_noverify"})
-_COMMON = frozenset({"proto", "addr", "metadata"})
-TUNNEL_KEYS = {  # by proto; "" is a labeled tunnel
-    "http": _COMMON | {"domain", "hostname", "subdomain", "inspect", "basic_auth", "host_header",
-                       "schemes", "traffic_policy"},
-    "tcp": _COMMON | {"remote_addr", "traffic_policy"},
-    "tls": _COMMON | {"domain", "hostname", "subdomain"},
-    "": frozenset({"addr", "labels", "metadata"}),
-}
-TUNNEL_UNSUPPORTED = frozenset({
-    "compression", "circuit_breaker", "ip_restriction", "request_header", "response_header",
-    "oauth", "oidc", "verify_webhook", "mutual_tls_cas", "user_agent_filter",
-    "websocket_tcp_converter", "policy", "crt", "key", "terminate_at",
-    "proxy_proto"})
-TUNNEL_RENAMED = {
-    "bind_tls": "no longer supported: use schemes ([https] for true, [http] for false, "
-                "[http, https] for both)",
-    "auth": "no longer supported: use basic_auth, a list of \"user:password\"",
-}
-_ALL_TUNNEL_KEYS = frozenset().union(*TUNNEL_KEYS.values())
-_ADDR_SCHEMES = {"http": ("http", "https"), "tcp": ("tcp",), "tls": ("tcp",),
-                 "": ("http", "https", "tcp")}
 DEFAULT_WEB_ADDR = "127.0.0.1:4040"
+COMMAND_LINE = "the command line"
 
 
-class ConfigError(Exception):
-    """An unusable config; str(exc) names the file, the key path and the rule."""
-
-
-@dataclass(frozen=True)
-class Addr:
-    scheme: str  # "http", "https" or "tcp"
-    host: str  # "127.0.0.1" unless the user wrote a host; IPv6 without brackets
-    port: int
-
-    def url(self) -> str:
-        return f"{self.scheme}://{check.join_host_port(self.host, self.port)}"
-
-
-@dataclass(frozen=True)
-class TunnelConfig:
-    name: str
-    proto: str  # "http", "tcp" or "tls"; "" for labeled tunnels
-    addr: Addr
-    domain: str = ""  # also from the older `hostname`
-    subdomain: str = ""
-    inspect: bool = True  # http only: False for the others
-    labels: dict[str, str] = field(default_factory=dict)
-    metadata: str = ""
-    remote_addr: str = ""  # tcp
-    basic_auth: tuple[tuple[str, str], ...] = ()
-    host_header: str = ""  # "rewrite", "preserve" or a literal host
-    schemes: tuple[str, ...] = ("https",)  # http only: () for the others
-    traffic_policy: str = ""  # http and tcp: the policy document as JSON (the edge runs it)
+def default_config() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "edgeway" / "agent.yml"
 
 
 @dataclass(frozen=True)
@@ -112,6 +81,16 @@ class AgentConfig:
     tunnels: dict[str, TunnelConfig]
     files: tuple[str, ...]
     options: settings.AgentSettings = field(default_factory=settings.AgentSettings)
+
+    def missing(self) -> str:
+        """What ``start`` still needs that the config does not say, or ""."""
+        lacking = [k for k in ("authtoken", "server_addr") if not getattr(self, k)]
+        if not lacking:
+            return ""
+        return (f"the config needs {' and '.join(lacking)} to start (in "
+                f"{', '.join(self.files) or 'no file'}; `edgeway config add-authtoken TOKEN` "
+                "and `edgeway config add-server-addr HOST:PORT` write them, or pass "
+                "--authtoken and --server-addr)")
 
 
 def split_paths(values: list[str]) -> list[str]:
@@ -147,10 +126,10 @@ def read(path: str) -> dict[str, Any]:
     if tunnels is not None and not isinstance(tunnels, dict):
         raise ConfigError(f"{path}: tunnels: must be a mapping of tunnel names to definitions "
                           f"(got {show(tunnels)})")
-    for name, tunnel in (tunnels or {}).items():
-        if not isinstance(tunnel, dict):
+    for name, one in (tunnels or {}).items():
+        if not isinstance(one, dict):
             raise ConfigError(f"{path}: tunnels.{name}: must be a mapping with proto, addr… "
-                              f"(got {show(tunnel)})")
+                              f"(got {show(one)})")
     return doc
 
 
@@ -197,41 +176,24 @@ def load(paths: list[str]) -> AgentConfig:
     return load_merged(paths)[0]
 
 
-def load_merged(paths: list[str]) -> tuple[AgentConfig, dict[str, Any]]:
-    """`load`, also returning the merged document (for `to_yaml`)."""
-    if not paths:
+def load_merged(paths: list[str], command_line: dict[str, Any] | None = None
+                ) -> tuple[AgentConfig, dict[str, Any]]:
+    """`load`, also returning the merged document (for `to_yaml`); `command_line` is merged
+    last (the flags of `start` and the one-liners), and then a file may be missing."""
+    if not paths and command_line is None:
         raise ConfigError("no config file given")
-    merged, origins = merge([(path, read(path)) for path in paths])
-    return validate(merged, origins, tuple(paths)), merged
-
-
-class _Context:
-    def __init__(self, origins: dict[str, str], files: tuple[str, ...]) -> None:
-        self.origins, self.files = origins, files
-
-    def file(self, path: tuple[str, ...]) -> str:
-        for i in range(len(path), 0, -1):
-            if (name := self.origins.get(".".join(path[:i]))) is not None:
-                return name
-        return ", ".join(self.files)
-
-    def error(self, path: tuple[str, ...], rule: str) -> ConfigError:
-        return ConfigError(f"{self.file(path)}: {'.'.join(path)}: {rule}")
-
-    def get(self, doc: dict[str, Any], path: tuple[str, ...], parse: Callable[[Any], T],
-            default: T) -> T:
-        if path[-1] not in doc:
-            return default
-        try:
-            return parse(doc[path[-1]])
-        except Invalid as exc:
-            raise self.error(path, str(exc)) from None
+    docs = [(path, read(path)) for path in paths]
+    if command_line:
+        docs.append((COMMAND_LINE, {"version": 2} if not docs else {}))
+        docs.append((COMMAND_LINE, command_line))
+    merged, origins = merge(docs)
+    return validate(merged, origins, tuple(paths) or (COMMAND_LINE,)), merged
 
 
 def validate(doc: dict[str, Any], origins: dict[str, str], files: tuple[str, ...]
              ) -> AgentConfig:
     """Check a merged document (see `merge`) and build the config."""
-    ctx = _Context(origins, files)
+    ctx = Context(origins, files)
     version = doc.get("version")
     if "version" not in doc:
         raise ctx.error(("version",), "required: add `version: 2`")
@@ -265,13 +227,13 @@ def validate(doc: dict[str, Any], origins: dict[str, str], files: tuple[str, ...
                                 lambda v: tuple(map(check.allow_host, check.string_list(v))), ()),
         inspect_db_size=ctx.get(doc, ("inspect_db_size",), check.inspect_db_size,
                                 DEFAULT_INSPECT_DB_SIZE),
-        tunnels={name: _tunnel(ctx, name, t, ("tunnels", name)) for name, t in tunnels.items()},
+        tunnels={name: tunnel(ctx, name, t, ("tunnels", name)) for name, t in tunnels.items()},
         files=files,
         options=_settings(ctx, doc, server_addr),
     )
 
 
-def _settings(ctx: _Context, doc: dict[str, Any], server_addr: str) -> settings.AgentSettings:
+def _settings(ctx: Context, doc: dict[str, Any], server_addr: str) -> settings.AgentSettings:
     given = {key: ctx.get(doc, (key,), parse, None) for key, parse in SETTINGS.items()}
     given = {k: v for k, v in given.items() if v is not None and not k.startswith("update_")}
     if given.get("region"):
@@ -287,84 +249,26 @@ def _settings(ctx: _Context, doc: dict[str, Any], server_addr: str) -> settings.
     return settings.AgentSettings(**given)
 
 
-def parse_tunnel(name: str, doc: dict[str, Any], origin: str) -> TunnelConfig:
-    """One tunnel definition from elsewhere (the local API); errors name `origin`."""
-    clean = {k: v for k, v in doc.items() if v is not None}
-    return _tunnel(_Context({}, (origin,)), name, clean, ())
-
-
-def _tunnel(ctx: _Context, name: str, doc: object, base: tuple[str, ...]) -> TunnelConfig:
-    if not isinstance(doc, dict):
-        raise ctx.error(base, f"must be a mapping with proto, addr… (got {show(doc)})")
-    if not NAME.fullmatch(name):
-        raise ctx.error(base or ("name",), "tunnel names must be letters, digits, '_', '.' or "
-                                           f"'-' (got {name!r})")
-    for key in doc:
-        if key in TUNNEL_UNSUPPORTED:
-            raise ctx.error((*base, key), "the Edgeway agent does not support this option yet")
-        if key in TUNNEL_RENAMED:
-            raise ctx.error((*base, key), TUNNEL_RENAMED[key])
-        if key not in _ALL_TUNNEL_KEYS:
-            raise ctx.error((*base, key), check.unknown_key(key, _ALL_TUNNEL_KEYS))
-    if "labels" in doc and "proto" in doc:
-        raise ctx.error((*base, "proto"), "must be left out when labels is set (the labels "
-                                          "select the edge, which sets the protocol)")
-    if "labels" not in doc and "proto" not in doc:
-        raise ctx.error((*base, "proto"), "required (http, tcp or tls) unless labels is set")
-    proto = ctx.get(doc, (*base, "proto"), check.proto, "")
-    kind = "http" if proto == "https" else proto
-    for key in doc:
-        if key not in TUNNEL_KEYS[kind]:
-            what = f"{kind} tunnels" if kind else "labeled tunnels"
-            raise ctx.error((*base, key), f"does not apply to {what} (they take: "
-                                          f"{', '.join(sorted(TUNNEL_KEYS[kind]))})")
-    for first, second in (("domain", "hostname"), ("domain", "subdomain"),
-                          ("hostname", "subdomain")):
-        if first in doc and second in doc:
-            raise ctx.error((*base, second), f"cannot be combined with {first}")
-    if proto == "https" and "schemes" in doc:
-        raise ctx.error((*base, "schemes"), "proto https already means schemes [https]; use "
-                                            "proto http to choose schemes")
-    if "addr" not in doc:
-        raise ctx.error((*base, "addr"), "required: a port, host:port or URL")
-    scheme, host, port = ctx.get(
-        doc, (*base, "addr"), lambda v: check.local_addr(v, _ADDR_SCHEMES[kind]), ("", "", 0))
-    domain = ctx.get(doc, (*base, "hostname"), lambda v: check.domain(v, wildcard=True), "")
-    return TunnelConfig(
-        name=name, proto=kind, addr=Addr(scheme, host, port),
-        domain=ctx.get(doc, (*base, "domain"), lambda v: check.domain(v, wildcard=True), domain),
-        subdomain=ctx.get(doc, (*base, "subdomain"), lambda v: check.domain(v, wildcard=False),
-                          ""),
-        inspect=ctx.get(doc, (*base, "inspect"), check.boolean, kind == "http"),
-        labels=ctx.get(doc, (*base, "labels"), check.labels, {}),
-        metadata=ctx.get(doc, (*base, "metadata"), check.metadata, ""),
-        remote_addr=ctx.get(doc, (*base, "remote_addr"),
-                            lambda v: check.join_host_port(*check.host_port(check.string(v))),
-                            ""),
-        basic_auth=ctx.get(doc, (*base, "basic_auth"), check.basic_auth, ()),
-        host_header=ctx.get(doc, (*base, "host_header"), check.host_header, ""),
-        schemes=ctx.get(doc, (*base, "schemes"), check.schemes,
-                        ("https",) if kind == "http" else ()),
-        traffic_policy=ctx.get(doc, (*base, "traffic_policy"),
-                               lambda v: check.traffic_policy(v, kind), ""),
-    )
-
-
 def _mask_token(token: object) -> str:
     text = str(token)
     return text[:4] + "…" if len(text) > 8 else "…"
 
 
 def to_yaml(config_doc: dict[str, Any]) -> str:
-    """The merged document as YAML, the authtoken masked and basic_auth passwords hidden."""
+    """The merged document as YAML, the authtoken masked, passwords and secrets hidden."""
     doc = copy.deepcopy(config_doc)
     if "authtoken" in doc:
         doc["authtoken"] = _mask_token(doc["authtoken"])
     tunnels = doc.get("tunnels")
-    for tunnel in tunnels.values() if isinstance(tunnels, dict) else ():
-        auth = tunnel.get("basic_auth") if isinstance(tunnel, dict) else None
+    for one in tunnels.values() if isinstance(tunnels, dict) else ():
+        auth = one.get("basic_auth") if isinstance(one, dict) else None
         if isinstance(auth, list):
-            tunnel["basic_auth"] = [f"{str(e).partition(':')[0]}:********" for e in auth]
+            one["basic_auth"] = [f"{str(e).partition(':')[0]}:********" for e in auth]
+        for key, secret in (("oauth", "client_secret"), ("oidc", "client_secret"),
+                            ("verify_webhook", "secret")):
+            part = one.get(key) if isinstance(one, dict) else None
+            if isinstance(part, dict) and part.get(secret):
+                part[secret] = "********"
     yaml = YAML(typ="safe")
     yaml.default_flow_style = False
     yaml.allow_unicode = True

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
-import json
 import math
 import os
 import re
@@ -253,64 +252,3 @@ def proto(value: object) -> str:
     if value not in ("http", "https", "tcp", "tls"):
         raise Invalid(f"must be one of http, tcp, tls (got {show(value)})")
     return str(value)
-
-
-def labels(value: object) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for i, item in enumerate(string_list(value), 1):
-        name, sep, label = item.partition("=")
-        if not sep or not NAME.fullmatch(name) or not label or name in found:
-            raise Invalid(f"entry {i} must be a distinct name=value (got {item!r})")
-        found[name] = label
-    if not found:
-        raise Invalid("must list at least one name=value")
-    return found
-
-
-def basic_auth(value: object) -> tuple[tuple[str, str], ...]:
-    """"user:password" strings; messages name the user, never the password."""
-    pairs = []
-    for i, item in enumerate(string_list(value), 1):
-        user, sep, password = item.partition(":")
-        if not sep or not user:
-            raise Invalid(f"entry {i} must be user:password")
-        if len(password) < 8:
-            raise Invalid(f"entry {i} (user {user!r}): the password must be at least 8 "
-                          "characters")
-        pairs.append((user, password))
-    return tuple(pairs)
-
-
-def host_header(value: object) -> str:
-    text = string(value).strip()
-    if text not in ("rewrite", "preserve"):
-        host_port(text, 80)
-    return text
-
-
-def schemes(value: object) -> tuple[str, ...]:
-    items = string_list(value)
-    if not items or not set(items) <= {"http", "https"} or len(set(items)) < len(items):
-        raise Invalid(f"must list http and/or https, each once (got {items!r})")
-    return tuple(items)
-
-
-def traffic_policy(value: object, kind: str) -> str:
-    """A traffic policy: a mapping of phases (or its JSON/YAML text), checked as the API
-    checks one (phases of this kind of tunnel, rules, CEL, actions); sent as JSON."""
-    from edgeway.catalog.modules.policy import check_policy, parse
-    from edgeway.errors import Invalid as Refused
-
-    doc = value
-    try:
-        if isinstance(value, str):
-            doc = parse("traffic_policy", value)
-        text = json.dumps(doc)
-        check_policy("traffic_policy", text, "tcp_edge" if kind == "tcp" else "route")
-    except Refused as exc:
-        where = exc.member.removeprefix("traffic_policy").lstrip(".")
-        rule = str(exc).split("': ", 1)[-1]
-        raise Invalid(f"{where}: {rule}" if where else rule) from None
-    except (TypeError, ValueError) as exc:
-        raise Invalid(f"must be a mapping of phases to rules ({exc})") from None
-    return text

@@ -1,27 +1,32 @@
-"""``edgeway agent start``: the session, the local API and the console, until SIGINT/SIGTERM.
+"""``edgeway agent start`` and the one-liners: the session, the local API and the console,
+until SIGINT/SIGTERM.
 
-The console is one screen (redrawn on change when stdout is a terminal, else a line per
-change): the session's status, each tunnel's public URL and local address, and how many
-connections it has carried. ``--log`` prints structured log lines instead.
+``web_addr`` taken by another process: the API listens on the next free port (up to
+``WEB_TRIES`` ports on), and the console and the log say so. A tunnel publishing the API
+without any login or address restriction gets a warning in the console and in the log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import signal
 import socket
-import sys
 from collections.abc import Iterator
 
 import structlog
 import uvicorn
 
-from edgeway import __version__
 from edgeway.agent.api import LocalApi
 from edgeway.agent.config import AgentConfig
+from edgeway.agent.console import Console, exposed
 from edgeway.agent.session import AgentSession
+from edgeway.agent.state import TunnelIds
 from edgeway.config import parse_addr
+
+log = structlog.get_logger()
+WEB_TRIES = 10
 
 
 class _Server(uvicorn.Server):
@@ -32,74 +37,72 @@ class _Server(uvicorn.Server):
         yield
 
 
-class Console:
-    def __init__(self, agent: AgentSession, web: str, enabled: bool) -> None:
-        self.agent, self.web, self.enabled = agent, web, enabled
-        self.tty = sys.stdout.isatty()
-        self._last = ""
-
-    def render(self) -> str:
-        a = self.agent
-        lines = [f"Edgeway agent {__version__}",
-                 f"Session   {a.status}" + (f" ({a.error})" if a.error and
-                                              a.status != "online" else ""),
-                 f"Server    {a.config.server_addr}",
-                 f"Web API   {self.web}", "Tunnels" + ("" if a.tunnels else "   none")]
-        for name, t in a.tunnels.items():
-            lines.append(f"  {name:<14} {t.url or '(not bound)':<48} -> "
-                         f"{t.config.addr.url():<28} {t.requests} conns")
-        return "\n".join(lines)
-
-    def update(self) -> None:
-        if not self.enabled:
-            return
-        text = self.render()
-        if text == self._last:
-            return
-        self._last = text
-        if self.tty:
-            sys.stdout.write("\x1b[H\x1b[2J" + text + "\n")
-        else:
-            sys.stdout.write(text + "\n\n")
-        sys.stdout.flush()
+def listen(web_addr: str) -> tuple[socket.socket, str]:
+    """A socket on ``web_addr``, or on the next free port; and a note when it moved."""
+    host, port = parse_addr(web_addr)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for candidate in range(port, port + (WEB_TRIES if port else 1)):
+        try:
+            sock = socket.create_server((host, candidate), family=family)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or candidate + 1 >= port + WEB_TRIES:
+                raise OSError(exc.errno, f"web_addr {web_addr}: {exc.strerror}") from None
+            continue
+        if candidate != port:
+            log.warning("web_addr_in_use", web_addr=web_addr, listening=candidate)
+            return sock, f"{web_addr} was in use"
+        return sock, ""
+    raise OSError(errno.EADDRINUSE, f"web_addr {web_addr}: in use")  # (not reached)
 
 
 async def run(config: AgentConfig, names: list[str], resolve: dict[str, str],
-              log_mode: bool) -> str:
+              console_on: bool) -> str:
     """Run until a signal or the server stops the agent; the refusal text if the server
     refused the authtoken, else ""."""
     screens: list[Console] = []
+    warned: set[str] = set()
 
     def changed() -> None:
         for screen in screens:
             screen.update()
+            for t in exposed(agent, screen.web_port):
+                if t.config.name not in warned:
+                    warned.add(t.config.name)
+                    log.warning("agent_api_exposed", tunnel=t.config.name, url=t.url or None,
+                                reason="no basic_auth, oauth, oidc or ip_restriction")
 
-    agent = AgentSession(config, resolve, on_change=changed)
-    console = Console(agent, config.web_addr or "off",
-                      enabled=not log_mode and config.options.console(sys.stdout.isatty()))
-    screens.append(console)
+    ids = TunnelIds(config.server_addr, config.authtoken)
+    agent = AgentSession(config, resolve, on_change=changed, ids=ids)
     server: uvicorn.Server | None = None
     tasks = [asyncio.create_task(agent.run(names))]
+    web, note = "off", ""
     if config.web_addr:
-        host, port = parse_addr(config.web_addr)
+        sock, note = listen(config.web_addr)
+        host, port = sock.getsockname()[:2]
+        web = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         api = LocalApi(agent, config.web_allow_hosts, port)
-        sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host
-                                    else socket.AF_INET)
         server = _Server(uvicorn.Config(api, log_config=None, access_log=False,
-                                        lifespan="off", server_header=False))
+                                        lifespan="off", server_header=False,
+                                        timeout_graceful_shutdown=2))
         tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
+    console = Console(agent, web, note, enabled=console_on)
+    screens.append(console)
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
-    console.update()
-    await asyncio.wait([tasks[0], asyncio.create_task(stopping.wait())],
-                       return_when=asyncio.FIRST_COMPLETED)
-    await agent.stop()
-    if server is not None:
-        server.should_exit = True
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(task, 5)
-    structlog.get_logger().info("agent_stopped")
+    console.start()
+    tasks.append(asyncio.create_task(console.tick()))
+    try:
+        await asyncio.wait([tasks[0], asyncio.create_task(stopping.wait())],
+                           return_when=asyncio.FIRST_COMPLETED)
+        await agent.stop()
+        if server is not None:
+            server.should_exit = True
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 5)
+    finally:
+        console.stop()
+    log.info("agent_stopped")
     return agent.error if agent.status == "refused" else ""

@@ -1,10 +1,13 @@
-"""The agent's side of the tunnel protocol: dial ``server_addr`` over TLS, authenticate, keep
-heartbeats going, bind tunnels, and for every proxy stream the server opens dial the tunnel's
-local address and splice (through an inspection tap, ``edgeway.agent.inspect``, for HTTP
-tunnels with ``inspect`` on). When the connection drops the agent redials with capped
+"""The agent's side of the tunnel protocol: dial ``server_addr`` (``edgeway.agent.dial``),
+authenticate, keep heartbeats going, bind tunnels, and serve every proxy stream the server
+opens (``edgeway.agent.proxy``). When the connection drops the agent redials with capped
 exponential back-off (0.5 s doubling to 30 s) and re-binds the tunnels started from the
-config with their old ids, so they come back with the same URLs. Tunnels started through the
-local API are not re-bound: as the spec says, they do not survive a network outage.
+config with their old ids, so they come back with the same URLs; across agent restarts the
+ids are kept on disk (``edgeway.agent.state``). Tunnels started through the local API are not
+re-bound: as the spec says, they do not survive a network outage.
+
+A bind the server refuses leaves the tunnel listed with the reason (``LocalTunnel.error``);
+the session's last failure is ``error``, and ``hint`` says what to do about it.
 """
 
 from __future__ import annotations
@@ -16,25 +19,32 @@ import platform
 import secrets
 import ssl
 import struct
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from edgeway import __version__
-from edgeway.agent.captures import Store
+from edgeway.agent import dial, proxy
+from edgeway.agent.bindmsg import bind_message
+from edgeway.agent.captures import Exchange, Store
 from edgeway.agent.config import AgentConfig, TunnelConfig
-from edgeway.agent.inspect import Tap, splice_tapped
-from edgeway.agent.settings import server_host
+from edgeway.agent.proxy import LocalTunnel
+from edgeway.agent.state import TunnelIds
 from edgeway.tunnel import rpc
-from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
-from edgeway.tunnel.muxado.session import StreamError
-from edgeway.tunnel.pipes import StreamPipe, splice
+from edgeway.tunnel.muxado.aio import MuxConnection
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
 from edgeway.tunnel.rpc import StreamType
 
 log = structlog.get_logger()
 MAX_BACKOFF = 30.0
+RECENT = 20  # HTTP exchanges kept for the console
+LOST = (OSError, ssl.SSLError, TimeoutError, rpc.RPCError, StreamClosed, StreamError,
+        asyncio.IncompleteReadError)
+
+__all__ = ["AgentSession", "BindFailed", "LocalTunnel", "NotConnected"]
 
 
 class BindFailed(Exception):
@@ -45,84 +55,10 @@ class NotConnected(Exception):
     pass
 
 
-@dataclass
-class LocalTunnel:
-    config: TunnelConfig
-    from_config: bool
-    id: str = ""
-    url: str = ""
-    proto: str = ""
-    requests: int = 0  # proxied connections so far
-
-
-def unsupported(config: TunnelConfig) -> str:
-    """Why this agent cannot serve ``config`` as asked, or "" (refused, never ignored)."""
-    if config.host_header not in ("", "preserve"):
-        return (f"host_header '{config.host_header}' is not supported by the Edgeway agent "
-                "yet (only 'preserve'); the Host header is passed through unchanged")
-    return ""
-
-
-def _bind_message(t: LocalTunnel) -> tuple[int, dict[str, Any]]:
-    c = t.config
-    if c.labels:
-        return StreamType.START_TUNNEL_WITH_LABEL, {
-            "Labels": c.labels, "ForwardsTo": c.addr.url(), "ForwardsProto": "",
-            "Metadata": c.metadata}
-    opts: dict[str, Any]
-    if c.proto == "tcp":
-        proto, opts = "tcp", {"Addr": c.remote_addr}
-        if c.traffic_policy:
-            opts["TrafficPolicy"] = c.traffic_policy
-    else:
-        opts = {"Domain": c.domain, "Subdomain": c.subdomain, "Hostname": ""}
-        proto = "tls" if c.proto == "tls" else (
-            "http" if tuple(c.schemes) == ("http",) else "https")
-        if c.basic_auth:
-            opts["BasicAuth"] = {"Credentials": [
-                {"Username": u, "CleartextPassword": p} for u, p in c.basic_auth]}
-        if c.traffic_policy and c.proto == "http":
-            opts["TrafficPolicy"] = c.traffic_policy
-    return StreamType.BIND, {"Id": t.id, "Proto": proto, "ForwardsTo": c.addr.url(),
-                             "ForwardsProto": "", "Opts": opts,
-                             "Extra": {"Token": "", "Metadata": c.metadata}}
-
-
-def _local_tls() -> ssl.SSLContext:
-    """Local https:// upstreams usually have self-signed certificates: not verified."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    return context
-
-
-LOCAL_TLS = _local_tls()
-
-
-def _context(root_cas: str, cert: str = "", key: str = "") -> ssl.SSLContext:
-    if root_cas in ("trusted", "host", ""):
-        ctx = ssl.create_default_context()
-    else:
-        ctx = ssl.create_default_context(cafile=root_cas)
-    if cert:
-        ctx.load_cert_chain(cert, key)
-    return ctx
-
-
-def _refused(exc: BaseException, server: str) -> ssl.SSLError | None:
-    """A TLS alert refusing our client certificate (or its absence), with what to do."""
-    text = str(exc)
-    if not isinstance(exc, ssl.SSLError) or not ("CERTIFICATE_REQUIRED" in text
-                                                 or "UNKNOWN_CA" in text):
-        return None
-    return ssl.SSLError(f"{server} refused the TLS handshake: the server requires an agent "
-                        "client certificate issued by its agent certificate authority "
-                        f"(client_cert and client_key in the config; {exc.reason or text})")
-
-
 class AgentSession:
     def __init__(self, config: AgentConfig, resolve: dict[str, str] | None = None,
-                 on_change: Callable[[], None] | None = None) -> None:
+                 on_change: Callable[[], None] | None = None,
+                 ids: TunnelIds | None = None) -> None:
         self.config = config
         self.resolve = resolve or {}
         self.tunnels: dict[str, LocalTunnel] = {}
@@ -130,7 +66,9 @@ class AgentSession:
         self.error = ""
         self.session_id = ""
         self.cookie = ""
-        self.latency = 0.0
+        self.latency = 0.0  # seconds: the last heartbeat's round trip
+        self.recent: deque[tuple[str, Exchange]] = deque(maxlen=RECENT)
+        self.ids = ids  # where config tunnels keep their ids across restarts
         self._conn: MuxConnection | None = None
         self._authed = False  # the current connection's Auth was answered
         self._online = asyncio.Event()
@@ -140,21 +78,27 @@ class AgentSession:
         # captured HTTP exchanges (edgeway.agent.inspect); None: inspect_db_size -1
         self.inspector = Store(config.inspect_db_size) if config.inspect_db_size != -1 else None
 
+    @property
+    def hint(self) -> str:
+        return dial.hint(self.error, self.config) if self.error else ""
+
     # -- public ------------------------------------------------------------------------------
 
     async def run(self, names: list[str]) -> None:
         """Connect (and reconnect) until ``stop``; bind the named config tunnels each time."""
         for name in names:
-            self.tunnels[name] = LocalTunnel(self.config.tunnels[name], from_config=True)
+            tunnel = LocalTunnel(self.config.tunnels[name], from_config=True)
+            tunnel.id = self.ids.get(name) if self.ids is not None else ""
+            self.tunnels[name] = tunnel
         delay = 0.5
         while not self._stop.is_set():
             started = asyncio.get_running_loop().time()
             try:
                 await self._session()
-            except (OSError, ssl.SSLError, TimeoutError, rpc.RPCError, StreamClosed,
-                    StreamError, asyncio.IncompleteReadError, NotConnected) as exc:
+            except (*LOST, NotConnected) as exc:
                 self.error = self._untrusted() or str(exc) or type(exc).__name__
-                log.warning("session_lost", error=self.error)
+                log.warning("session_lost", error=self.error, hint=self.hint or None)
+                self._on_change()
             self._set_offline()
             if self._stop.is_set():
                 break
@@ -163,6 +107,8 @@ class AgentSession:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), delay)
             delay = min(MAX_BACKOFF, delay * 2)
+        if self.ids is not None:
+            self.ids.release()
 
     def _untrusted(self) -> str:
         """With TLS 1.3 a server checks our certificate after our side of the handshake is
@@ -200,37 +146,18 @@ class AgentSession:
         tunnel = self.tunnels.pop(name, None)
         if tunnel is None:
             return False
-        if self._conn is not None and tunnel.id:
+        if self._conn is not None and tunnel.id and not tunnel.error:
             with contextlib.suppress(StreamClosed, StreamError, rpc.RPCError,
-                                     asyncio.IncompleteReadError):
-                stream = await self._conn.open_stream()
-                await stream.write(struct.pack(">I", StreamType.UNBIND)
-                                   + json.dumps({"Id": tunnel.id}).encode())
-                await asyncio.wait_for(rpc.read_message(stream), 10)
+                                     asyncio.IncompleteReadError, TimeoutError):
+                await self._call(self._conn, StreamType.UNBIND, {"Id": tunnel.id})
         self._on_change()
         return True
 
     # -- one session -------------------------------------------------------------------------
 
-    async def _dial(self) -> MuxConnection:
-        opts = self.config.options
-        host = server_host(self.config.server_addr, opts.region)
-        port = int(self.config.server_addr.rpartition(":")[2])
-        target = self.resolve.get(host, host)
-        context = _context(self.config.root_cas, opts.client_cert, opts.client_key)
-        try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(
-                target, port, ssl=context, server_hostname=host), opts.connect_timeout)
-        except TimeoutError:
-            raise TimeoutError(f"no TLS connection to {host}:{port} within "
-                               f"{opts.connect_timeout:g}s (connect_timeout)") from None
-        except ssl.SSLError as exc:  # (TLS 1.2: the server refuses in the handshake)
-            raise _refused(exc, self.config.server_addr) or exc from None
-        return MuxConnection(reader, writer, client=True)
-
     async def _session(self) -> None:
         self._conn, self._authed = None, False
-        conn = self._conn = await self._dial()
+        conn = self._conn = await dial.dial(self.config, self.resolve)
         try:
             await self._auth(conn)
             self._authed = True
@@ -240,12 +167,9 @@ class AgentSession:
                 if not tunnel.from_config:  # started through the API: not re-bound
                     del self.tunnels[tunnel.config.name]
                     continue
-                try:
+                with contextlib.suppress(BindFailed):  # (the tunnel shows the reason)
                     await self._bind(conn, tunnel)
-                except BindFailed as exc:
-                    tunnel.url, tunnel.proto = "", ""
-                    log.warning("bind_refused", tunnel=tunnel.config.name, error=str(exc))
-            self.status = "online"
+            self.status, self.error = "online", ""
             self._online.set()
             self._on_change()
             await conn.closed.wait()
@@ -281,26 +205,31 @@ class AgentSession:
         self.cookie = str((answer.get("extra") or {}).get("cookie") or "")
 
     async def _bind(self, conn: MuxConnection, tunnel: LocalTunnel) -> None:
-        problem = unsupported(tunnel.config)
-        if problem:
-            raise BindFailed(problem)
-        kind, body = _bind_message(tunnel)
-        answer = rpc.folded(await self._call(conn, kind, body))
-        if answer.get("error"):
-            raise BindFailed(str(answer["error"]).split("\nERR_")[0])
+        answer = rpc.folded(await self._call(conn, *bind_message(tunnel.config, tunnel.id)))
+        error = str(answer.get("error") or "").split("\nERR_")[0]
+        if error and tunnel.id and tunnel.id in error:  # a saved id this credential cannot use
+            tunnel.id = ""
+            answer = rpc.folded(await self._call(conn, *bind_message(tunnel.config, "")))
+            error = str(answer.get("error") or "").split("\nERR_")[0]
+        if error:
+            tunnel.url, tunnel.proto, tunnel.error = "", "", error
+            log.warning("bind_refused", tunnel=tunnel.config.name, error=error)
+            self._on_change()
+            raise BindFailed(error)
         tunnel.id = str(answer.get("id") or "")
         tunnel.url = str(answer.get("url") or "")
-        tunnel.proto = str(answer.get("proto") or "")
+        tunnel.proto, tunnel.error = str(answer.get("proto") or ""), ""
+        if tunnel.from_config and self.ids is not None:
+            self.ids.put(tunnel.config.name, tunnel.id)
         log.info("tunnel_bound", tunnel=tunnel.config.name, url=tunnel.url,
                  addr=tunnel.config.addr.url())
 
     async def _heartbeat(self, conn: MuxConnection) -> None:
-        """Beat every interval; no echo within the tolerance ends the session."""
+        """Beat at once, then every interval; no echo within the tolerance ends the session."""
         stream = await conn.open_stream()
         await stream.write(struct.pack(">I", StreamType.HEARTBEAT))
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(self.config.heartbeat_interval)
             beat = secrets.token_bytes(4)
             sent = loop.time()
             await stream.write(beat)
@@ -313,6 +242,8 @@ class AgentSession:
                 return
             if echo == beat:
                 self.latency = loop.time() - sent
+                self._on_change()
+            await asyncio.sleep(self.config.heartbeat_interval)
 
     def _set_offline(self) -> None:
         if self._online.is_set() or self.status == "online":
@@ -340,17 +271,18 @@ class AgentSession:
                 await rpc.read_message(stream)
                 await self._command(conn, stream, kind)
             elif kind == StreamType.STOP_TUNNEL:
-                msg = rpc.folded(await rpc.read_message(stream))
-                for name, t in list(self.tunnels.items()):
-                    if t.id == msg.get("id"):
-                        del self.tunnels[name]
-                        log.warning("tunnel_stopped_by_server", tunnel=name,
-                                    message=msg.get("message"))
-                        self._on_change()
+                self._stopped(rpc.folded(await rpc.read_message(stream)))
             else:
                 stream.reset()
         except (StreamClosed, StreamError, asyncio.IncompleteReadError, rpc.RPCError):
             stream.reset()
+
+    def _stopped(self, msg: dict[str, Any]) -> None:
+        for name, t in list(self.tunnels.items()):
+            if t.id == msg.get("id"):
+                del self.tunnels[name]
+                log.warning("tunnel_stopped_by_server", tunnel=name, message=msg.get("message"))
+                self._on_change()
 
     async def _command(self, conn: MuxConnection, stream: MuxStream, kind: int) -> None:
         if kind == StreamType.UPDATE:
@@ -365,33 +297,14 @@ class AgentSession:
         await asyncio.sleep(0.1)  # let the reply leave before the session goes
         await conn.close()
 
+    def _seen(self, tunnel: LocalTunnel, ex: Exchange) -> None:
+        self.recent.append((tunnel.config.name, ex))
+
     async def _proxy(self, stream: MuxStream) -> None:
-        (size,) = struct.unpack("<q", await stream.readexactly(8))
-        if not 0 < size <= 1 << 16:
-            raise rpc.RPCError("bad proxy header length")
-        header = rpc.folded(json.loads(await stream.readexactly(size)))
+        header = await proxy.read_header(stream)
         tunnel = next((t for t in self.tunnels.values() if t.id == header.get("id")), None)
         if tunnel is None:
             stream.reset()
             return
-        tunnel.requests += 1
-        self._on_change()
-        addr = tunnel.config.addr
-        try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(
-                addr.host, addr.port, ssl=LOCAL_TLS if addr.scheme == "https" else None), 10)
-        except (OSError, TimeoutError, ssl.SSLError) as exc:
-            if tunnel.config.proto == "http":  # the client gets a page saying why
-                body = (f"The Edgeway agent could not reach {addr.url()}: {exc}\n").encode()
-                await stream.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n"
-                                   + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-                                   .encode() + body, eof=True)
-            else:
-                stream.reset()
-            return
-        store, c = self.inspector, tunnel.config
-        if store is not None and c.proto == "http" and c.inspect:
-            tap = Tap(store, c.name, str(header.get("clientaddr") or ""))
-            await splice_tapped(reader, writer, stream, tap)
-        else:
-            await splice(reader, writer, StreamPipe(stream))
+        await proxy.serve(stream, tunnel, str(header.get("clientaddr") or ""),
+                          self.inspector, self._seen, self._on_change)

@@ -33,7 +33,7 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 @dataclass(frozen=True)
 class AgentSettings:
     console_ui: str = "true"  # true: always (a screen per change when not a terminal)
-    log: str = "stderr"  # stdout, stderr, false or a file path
+    log: str = ""  # stdout, stderr, false or a file path; "": stderr unless the console is on it
     log_level: str = "info"
     log_format: str = "json"
     region: str = ""  # dial tunnel.<region>.<server_addr host>
@@ -41,27 +41,33 @@ class AgentSettings:
     client_cert: str = ""  # PEM certificate (chain) file presented to the server
     client_key: str = ""  # its private key file
 
-    def console(self, tty: bool) -> bool:
-        """Whether the console is drawn: never over a log written to stdout."""
-        if self.log == "stdout" or self.console_ui == "false":
-            return False
-        return self.console_ui == "true" or tty
+    def plan(self, out_tty: bool, err_tty: bool) -> tuple[bool, str]:
+        """Whether the console is drawn, and where the log goes (stdout, stderr, false or a
+        file). They never share a terminal: a log on stdout turns the console off, and so does
+        an explicit ``stderr`` when both are the same terminal; with no ``log`` set, the log is
+        off while the console is drawn on a terminal that stderr also writes to."""
+        console = self.console_ui == "true" or (self.console_ui == "iftty" and out_tty)
+        if self.log == "stdout" or (self.log == "stderr" and out_tty and err_tty):
+            console = False
+        log = self.log or ("false" if console and out_tty and err_tty else "stderr")
+        return console, log
 
-    def open_log(self) -> TextIO | None:
-        """The log's stream (None: ``log: false``); a file is opened for appending."""
-        if self.log == "false":
-            return None
-        if self.log in ("stdout", "stderr"):
-            return sys.stdout if self.log == "stdout" else sys.stderr
-        try:
-            return open(self.log, "a", buffering=1, encoding="utf-8")
-        except OSError as exc:
-            raise ValueError(f"log: cannot open {self.log}: {exc.strerror or exc}") from None
-
-    def configure_logs(self) -> None:
-        stream = self.open_log()
+    def configure_logs(self, target: str) -> None:
+        stream = open_log(target)
         level = LOG_LEVELS[self.log_level] if stream is not None else logging.CRITICAL + 10
         logs.configure(stream, level, self.log_format)
+
+
+def open_log(target: str) -> TextIO | None:
+    """The log's stream (None: ``false``); a file is opened for appending."""
+    if target == "false":
+        return None
+    if target in ("stdout", "stderr"):
+        return sys.stdout if target == "stdout" else sys.stderr
+    try:
+        return open(target, "a", buffering=1, encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"log: cannot open {target}: {exc.strerror or exc}") from None
 
 
 def console_ui(value: object) -> str:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 import structlog
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -22,9 +23,15 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from edgeway import __version__, catalog, ids
-from edgeway.api import crud, extras, guards, listing, modules
+from edgeway.api import crud, dialect, extras, guards, listing, modules
 from edgeway.api.auth import authenticate
-from edgeway.api.http import check_version, error_response, json_response, operation_id
+from edgeway.api.http import (
+    JSONResponse,
+    check_version,
+    error_response,
+    json_response,
+    operation_id,
+)
 from edgeway.api.openapi import document
 from edgeway.api.platform import AuthCache, Caller
 from edgeway.api.router import PathRouter
@@ -33,6 +40,8 @@ from edgeway.platform import Platform
 from edgeway.store.db import DatabaseUnavailable, OutcomeUnknown
 
 log = structlog.get_logger()
+_enc = msgspec.json.Encoder()
+UNKNOWN_PATH, UNKNOWN_METHOD = 254, 255  # Edgeway's own codes, next to 252/253
 Handler = Callable[[Request, Platform, Caller], Awaitable[Response]]
 Endpoint = Callable[[Request], Awaitable[Response]]
 _CRUD: tuple[tuple[str, str, str, Any], ...] = (
@@ -86,8 +95,10 @@ def routes() -> list[tuple[str, str, Endpoint]]:
 
 
 async def openapi(request: Request) -> Response:
+    """The document in Edgeway's names, whichever the dialect (its description says how the
+    vendor's differ)."""
     platform: Platform = request.app.state.platform
-    return json_response(200, document(platform.settings.public_url))
+    return JSONResponse(_enc.encode(document(platform.settings.public_url)), 200)
 
 
 async def root(request: Request) -> Response:
@@ -132,6 +143,8 @@ class Api:
         if scope["type"] != "http":
             return
         op = self._op()
+        spoken = dialect.of_headers(scope["headers"])
+        token = dialect.use(spoken)
         scope["app"] = self
         scope["state"] = {"operation_id": op}
         start = time.perf_counter()
@@ -144,6 +157,8 @@ class Api:
                 status = message["status"]
                 message["headers"] = [*message.get("headers", ()),
                                       (b"edgeway-operation-id", op.encode())]
+                if not spoken.native:
+                    message["headers"].append((spoken.operation_header, op.encode()))
             elif message["type"] == "http.response.body" and not message.get("more_body"):
                 # Logged before the last of the answer goes out: a client holding the answer
                 # finds its line in the log.
@@ -161,6 +176,7 @@ class Api:
                                "server log.", None, status=500)
                 await error_response(err, op)(scope, receive, send_op)
         finally:
+            dialect.reset(token)
             if not logged:
                 self._log(scope, op, status, start)
 
@@ -169,12 +185,12 @@ class Api:
         found = self.router.match(scope["path"])
         method = "GET" if scope["method"] == "HEAD" else scope["method"]
         if found is None:
-            nf = NotFound("Not Found")
+            nf = NotFound(f"No operation is served at {scope['path']}.", UNKNOWN_PATH)
             nf.details = {"path": scope["path"]}
             response = error_response(nf, operation_id(request))
         elif method not in found[0]:
-            err = ApiError(f"{scope['method']} is not supported on {scope['path']}.", None,
-                           status=405)
+            err = ApiError(f"{scope['method']} is not supported on {scope['path']}.",
+                           UNKNOWN_METHOD, status=405)
             response = error_response(err, operation_id(request))
             response.headers["Allow"] = ", ".join(sorted(found[0]))
         else:
@@ -191,7 +207,8 @@ class Api:
                  operation_id=op)
 
 
-CORS_HEADERS = ("Authorization", "Content-Type", "Edgeway-Version", "Service-Version")
+CORS_HEADERS = ("Authorization", "Content-Type", "Edgeway-Version", "Service-Version",
+                "Ngrok-Version")
 
 
 def build(platform: Platform, cors_origins: tuple[str, ...] = ()) -> ASGIApp:
@@ -204,4 +221,5 @@ def build(platform: Platform, cors_origins: tuple[str, ...] = ()) -> ASGIApp:
     return CORSMiddleware(app, allow_origins=list(cors_origins),
                           allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
                           allow_headers=list(CORS_HEADERS),
-                          expose_headers=["Edgeway-Operation-Id", "Retry-After"], max_age=600)
+                          expose_headers=["Edgeway-Operation-Id", "Ngrok-Operation-Id",
+                                          "Retry-After"], max_age=600)

@@ -6,6 +6,7 @@ from starlette.requests import Request
 
 from edgeway import catalog, ids
 from edgeway.api.platform import AuthCache, Caller
+from edgeway.catalog.identity import MACHINE_USERS
 from edgeway.errors import Forbidden
 from edgeway.platform import Platform
 from edgeway.store.repo import Repo
@@ -47,10 +48,11 @@ async def authenticate(request: Request, platform: Platform, cache: AuthCache) -
         raise Forbidden("The API key is not valid: it does not exist or was deleted.", 203)
     owner = item.doc["owner_id"]
     is_admin = False
-    if owner.startswith("bot_"):
-        bot = await repo.get(catalog.BY_COLLECTION["bot_users"], owner)
+    machine = catalog.BY_PREFIX.get(owner.split("_", 1)[0])
+    if machine is not None and machine.collection in MACHINE_USERS:
+        bot = await repo.get(machine, owner)
         if bot is None or not bot.get("active", True):
-            raise Forbidden("The API key belongs to an inactive bot user.", 203)
+            raise Forbidden(f"The API key belongs to an inactive {machine.title}.", 203)
     else:
         user = await repo.get(catalog.BY_COLLECTION["users"], owner)
         is_admin = bool(user and user.get("admin"))

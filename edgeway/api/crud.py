@@ -48,10 +48,19 @@ def _unique_error(kind: Kind, doc: dict[str, Any]) -> Conflict:
     return Conflict(kind.unique_msg.format(**doc), kind.unique_code)
 
 
+class _Fetcher:
+    def __init__(self, repo: Repo) -> None:
+        self.repo = repo
+
+    async def __call__(self, collection: str, id_: str) -> dict[str, Any] | None:
+        return await self.repo.get(catalog.BY_COLLECTION[collection], id_)
+
+    async def all(self, collection: str) -> list[tuple[str, dict[str, Any]]]:
+        return await self.repo.all_docs(catalog.BY_COLLECTION[collection])
+
+
 def _fetcher(repo: Repo) -> Fetch:
-    async def fetch(collection: str, id_: str) -> dict[str, Any] | None:
-        return await repo.get(catalog.BY_COLLECTION[collection], id_)
-    return fetch
+    return _Fetcher(repo)
 
 
 def _path_members(request: Request, kind: Kind) -> dict[str, str]:
@@ -105,6 +114,7 @@ async def create(request: Request, platform: Platform, caller: Caller, kind: Kin
             await kind.verify(doc, ctx, _fetcher(repo), None)
         if kind.resolve:
             doc.update(await kind.resolve(doc, ctx, _fetcher(repo)))
+            links = await validate.links(repo, kind, doc, None)  # (it may fill references)
         try:
             await repo.insert(kind, id_, doc, ids.token_hash(token) if token else None)
         except UniqueViolation:

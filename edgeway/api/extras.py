@@ -1,5 +1,6 @@
 """The few operations that are not plain CRUD: reserved-domain certificate detaches, DNS
-checks (``dns_checks.py``) and the ``sources`` sub-collection of event subscriptions."""
+checks (``dns_checks.py``), the ``sources`` sub-collection of event subscriptions, and the
+secrets of one vault."""
 
 from __future__ import annotations
 
@@ -11,19 +12,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from edgeway import catalog
-from edgeway.api import validate
+from edgeway.api import listing, present, validate
 from edgeway.api.dns_checks import dns_check
 from edgeway.api.http import body_bytes, decode, json_response, no_content
 from edgeway.api.platform import Caller
 from edgeway.catalog.events import SourceIn, source_type
 from edgeway.errors import ApiError, Conflict, NotFound
 from edgeway.platform import Platform
-from edgeway.store.repo import Repo
+from edgeway.store.repo import Item, Repo
 
 Handler = Callable[[Request, Platform, Caller], Any]
 RESERVED = catalog.BY_COLLECTION["reserved_domains"]
 SUBSCRIPTIONS = catalog.BY_COLLECTION["event_subscriptions"]
 SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
+VAULTS, SECRETS = catalog.BY_COLLECTION["vaults"], catalog.BY_COLLECTION["vault_secrets"]
 
 
 class _Empty(msgspec.Struct, forbid_unknown_fields=True):
@@ -152,6 +154,27 @@ def session_action(action: str) -> Handler:
     return run
 
 
+async def vault_secrets(request: Request, platform: Platform, _caller: Caller) -> Response:
+    """``GET /vaults/{id}/secrets``: a page of the vault's secrets, newest first."""
+    await body_bytes(request, False)
+    vault_id = validate.id_in_path(VAULTS, request.path_params["id"])
+    q = listing.query(request, SECRETS)
+    if q.filter is not None:
+        raise ApiError("The query parameter 'filter' is not supported here; filter "
+                       "GET /vault_secrets instead.", 231)
+    repo = Repo(platform.db.reader())
+    if await repo.get(VAULTS, vault_id) is None:
+        raise NotFound(f"Vault '{vault_id}' was not found.", VAULTS.not_found_code)
+    rows = sorted(await repo.docs_where(SECRETS, "vault_id", [vault_id]), reverse=True)
+    items = [Item(id_, doc) for id_, doc in rows if q.before is None or id_ < q.before]
+    base = platform.settings.public_url
+    shown = await present.many(repo, SECRETS, items[:q.limit], base)
+    uri = f"{base}/vaults/{vault_id}/secrets"
+    nxt = f"{uri}?before_id={shown[-1]['id']}&limit={q.limit}" if len(items) > q.limit \
+        else None
+    return json_response(200, {SECRETS.list_key: shown, "uri": uri, "next_page_uri": nxt})
+
+
 def routes() -> list[tuple[str, str, Handler]]:
     """``(path, method, handler)`` for each operation here."""
     sub = "/event_subscriptions/{id}/sources"
@@ -160,6 +183,7 @@ def routes() -> list[tuple[str, str, Handler]]:
         ("/reserved_domains/{id}/certificate", "DELETE", delete_certificate),
         ("/reserved_domains/{id}/dns_check", "GET", dns_check("reserved_domains")),
         ("/agent_ingresses/{id}/dns_check", "GET", dns_check("agent_ingresses")),
+        ("/vaults/{id}/secrets", "GET", vault_secrets),
         (sub, "POST", create_source),
         (sub, "GET", list_sources),
         (sub + "/{type}", "GET", get_source),

@@ -3,10 +3,12 @@ restrictions that would lock the caller out.
 
 Roles: ``admin`` may do everything; ``operator`` everything but managing API keys and bot
 users and the IP restrictions (and their IP policies) that guard the API or the dashboard;
-``read_only`` may only read. Keys stored before roles existed are admins.
+``read_only`` may only read. Service users are managed like bot users. Keys stored before
+roles existed are admins.
 
 Two rules hold after every write, checked inside its transaction (a refused write is rolled
-back whole): at least one admin API key that works (its bot user, if any, active) remains;
+back whole): at least one admin API key that works (its bot or service user, if any,
+active) remains;
 and the calling address still passes the enforced ``api`` restrictions, unless a restriction
 write says ``force: true``.
 """
@@ -17,6 +19,7 @@ from typing import Any
 
 from edgeway import catalog
 from edgeway.api.platform import Caller
+from edgeway.catalog.identity import MACHINE_USERS
 from edgeway.catalog.model import Kind
 from edgeway.errors import Conflict, Forbidden, Invalid
 from edgeway.restrictions import address, compile_all
@@ -24,9 +27,11 @@ from edgeway.store.repo import Repo
 
 ROLES = ("admin", "operator", "read_only")
 READS = frozenset({"GET", "HEAD"})
-OPERATOR_DENIED = ("/api_keys", "/bot_users")  # (and guarding IP restrictions, below)
+OPERATOR_DENIED = ("/api_keys", "/bot_users", "/service_users")  # (and guarding IP
+# restrictions, below)
 GUARDING = ("api", "dashboard")
-KEYS, BOTS = catalog.BY_COLLECTION["api_keys"], catalog.BY_COLLECTION["bot_users"]
+KEYS = catalog.BY_COLLECTION["api_keys"]
+MACHINES = tuple(catalog.BY_COLLECTION[c] for c in MACHINE_USERS)
 RESTRICTIONS = catalog.BY_COLLECTION["ip_restrictions"]
 POLICIES, RULES = catalog.BY_COLLECTION["ip_policies"], catalog.BY_COLLECTION["ip_policy_rules"]
 
@@ -79,20 +84,22 @@ async def before(repo: Repo, caller: Caller, kind: Kind, old: dict[str, Any] | N
 async def after(repo: Repo, caller: Caller, kind: Kind, client: str | None,
                 force: bool) -> None:
     """The rules that must hold once the write is done (in its transaction)."""
-    if kind in (KEYS, BOTS):
+    if kind is KEYS or kind in MACHINES:
         await _an_admin_remains(repo)
     if kind in (RESTRICTIONS, POLICIES, RULES) and not force:
         await _caller_not_locked_out(repo, kind, client)
 
 
 async def _an_admin_remains(repo: Repo) -> None:
-    bots = {id_: bool(doc.get("active", True)) for id_, doc in await repo.all_docs(BOTS)}
+    machines = {id_: bool(doc.get("active", True)) for kind in MACHINES
+                for id_, doc in await repo.all_docs(kind)}
     for _id, doc in await repo.all_docs(KEYS):
         owner = str(doc.get("owner_id") or "")
-        if role_of(doc) == "admin" and (not owner.startswith("bot_") or bots.get(owner)):
+        machine = owner.split("_", 1)[0] in {k.prefix for k in MACHINES}
+        if role_of(doc) == "admin" and (not machine or machines.get(owner)):
             return
     raise Conflict("That would leave no working admin API key: create another admin key "
-                   "first (keys of an inactive bot user do not count).", 261)
+                   "first (keys of an inactive bot or service user do not count).", 261)
 
 
 async def _caller_not_locked_out(repo: Repo, kind: Kind, client: str | None) -> None:

@@ -10,6 +10,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from edgeway.api import dialect
 from edgeway.errors import ApiError, Invalid
 
 VERSION_HEADERS = ("edgeway-version", "service-version")
@@ -39,22 +40,32 @@ class JSONResponse(Response):
 
 
 def json_response(status: int, body: Any) -> Response:
-    return JSONResponse(_enc.encode(body), status)
+    """``body`` in the request's dialect (``api.dialect``)."""
+    return JSONResponse(_enc.encode(dialect.outbound(body)), status)
 
 
 def no_content() -> Response:
     return Response(status_code=204)
 
 
+class _Spelled(Invalid):
+    """An error already in the request's dialect (a member it named as it spelled it)."""
+
+
 def error_response(err: ApiError, op_id: str) -> Response:
-    response = json_response(err.status, err.body(op_id))
+    spelled = isinstance(err, _Spelled)
+    body = dialect.error_body(err.body(op_id), "" if spelled else err.details.get("member", ""),
+                              dialect.current(), words=not spelled)
+    response = JSONResponse(_enc.encode(body), err.status)
     if err.retry_after is not None:
         response.raw_headers.append((b"retry-after", str(err.retry_after).encode()))
     return response
 
 
 def check_version(request: Request) -> None:
-    for name in VERSION_HEADERS:
+    """The version header: the vendor dialect's (which chose it), or one of Edgeway's."""
+    spoken = dialect.current()
+    for name in (spoken.version_header,) if not spoken.native else VERSION_HEADERS:
         value = request.headers.get(name)
         if value is not None:
             if value.strip() not in SUPPORTED_VERSIONS:
@@ -129,8 +140,24 @@ def decode_error(exc: msgspec.ValidationError | msgspec.DecodeError,
     return Invalid(path, msg[0].lower() + msg[1:], codes.get(top, 215))
 
 
+def _from_dialect(body: bytes) -> bytes:
+    """A body in the vendor's dialect, in Edgeway's names (unchanged when it cannot hold a
+    name that differs, or is not JSON: decoding then says why)."""
+    if dialect.current().native or not dialect.mentions(body):
+        return body
+    try:
+        return _enc.encode(dialect.inbound(msgspec.json.decode(body)))
+    except msgspec.DecodeError:
+        return body
+    except dialect.Unknown as exc:
+        err = _Spelled(str(exc), "unknown member", 214)
+        err.msg = f"Unknown request member '{exc}'."
+        raise err from None
+
+
 def decode(body: bytes, shape: type[msgspec.Struct], codes: dict[str, int]) -> dict[str, Any]:
     """Strictly decode ``body`` into ``shape``; the result keeps only members that were sent."""
+    body = _from_dialect(body)
     try:
         value = msgspec.json.decode(body or b"{}", type=shape)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:

@@ -180,6 +180,10 @@ def _extra_paths() -> dict[str, dict[str, Any]]:
             "204", None, body={"type": "object", "additionalProperties": False},
             params=[id_param(catalog.BY_COLLECTION["tunnel_sessions"])])}
            for action in ("stop", "restart", "update")},
+        "/vaults/{id}/secrets": {"get": operation(
+            "ListVaultSecrets", "List the secrets of a vault", "200",
+            _ref("SecretList"), params=[id_param(catalog.BY_COLLECTION["vaults"]),
+                                        *_page_params(catalog.BY_COLLECTION["vault_secrets"])[:2]])},
         "/event_subscriptions/{id}/sources/{type}": {
             "get": operation("GetEventSource", "Get an event type", "200", src,
                              params=[*sub, typ]),

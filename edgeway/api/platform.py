@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-AUTH_KINDS = frozenset({"api_keys", "users", "bot_users"})
+AUTH_KINDS = frozenset({"api_keys", "users", "bot_users", "service_users"})
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class Caller:
 @dataclass
 class AuthCache:
     """Token hash -> (caller, monotonic expiry). Entries live ``ttl`` seconds, and every
-    write to api_keys, users or bot_users in this process clears the cache at once
+    write to api_keys, users, bot_users or service_users in this process clears the cache at once
     (``changed``, a watcher of the platform's change bus)."""
     ttl: float = 5.0
     entries: dict[str, tuple[Caller, float]] = field(default_factory=dict)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from edgeway.catalog import (
+    addrs,
     authorities,
     backends,
     domains,
@@ -14,12 +15,14 @@ from edgeway.catalog import (
     ssh,
     ssh_certs,
     tls,
+    vaults,
 )
 from edgeway.catalog.model import Context, Field, Kind, Link, Ref, Settings
 
 ALL: tuple[Kind, ...] = (
     *identity.KINDS, *domains.KINDS, *ip.KINDS, *authorities.KINDS, *events.KINDS,
     *runtime.KINDS, *ssh.KINDS, *ssh_certs.KINDS, *tls.KINDS, *backends.KINDS, *edges.KINDS,
+    *addrs.KINDS, *vaults.KINDS,
 )
 BY_COLLECTION: dict[str, Kind] = {k.collection: k for k in ALL}
 BY_PREFIX: dict[str, Kind] = {k.prefix: k for k in ALL}

@@ -150,7 +150,8 @@ def _reserved_domain(value: str, ctx: Context) -> str:
     return name
 
 
-def _region(value: str, ctx: Context) -> str:
+def region(value: str, ctx: Context) -> str:
+    """A region code of the platform (``--regions``), or ""."""
     if value and value not in ctx.settings.regions:
         raise Invalid("region", f"'{value}' is not a region; regions: "
                       + ", ".join(ctx.settings.regions), 500)
@@ -247,7 +248,7 @@ RESERVED_DOMAINS = Kind(
         *standard(),
         Field("domain", str, "the domain; may be a wildcard such as *.site.example.com",
               create="required", check=_reserved_domain),
-        Field("region", str, "deprecated; kept for compatibility", default="", check=_region),
+        Field("region", str, "deprecated; kept for compatibility", default="", check=region),
         Field("cname_target", str | None, "target of the CNAME record for the domain",
               create="no"),
         Field("certificate_id", str | None, "the certificate (a tls_certificates id) served "

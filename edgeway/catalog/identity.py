@@ -1,4 +1,6 @@
-"""Identity kinds: users (internal), API keys, bot users and agent credentials (authtokens)."""
+"""Identity kinds: users (internal), API keys, bot and service users (machine identities: they
+own API keys and credentials, which stop working while they are inactive) and agent
+credentials (authtokens)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from edgeway.catalog import checks
 from edgeway.catalog.model import Context, Field, Kind, Link, standard
 from edgeway.errors import Forbidden
 
-OWNER = Link(("users", "bot_users"), "cascade", code=627)
+MACHINE_USERS = ("bot_users", "service_users")
+OWNER = Link(("users", *MACHINE_USERS), "cascade", code=627)
 
 
 def _owner_check(doc: dict[str, Any], ctx: Context) -> None:
@@ -22,7 +25,7 @@ def _default_owner(doc: dict[str, Any], ctx: Context, _old: object) -> dict[str,
 
 
 def _owner_field() -> Field:
-    return Field("owner_id", str, "owning user or bot user; defaults to the caller",
+    return Field("owner_id", str, "owning user, bot or service user; defaults to the caller",
                  link=OWNER)
 
 
@@ -54,16 +57,24 @@ API_KEYS = Kind(
     check=_owner_check, derive=_default_owner,
 )
 
-BOT_USERS = Kind(
-    collection="bot_users", prefix="bot", list_key="bot_users", title="BotUser",
-    describe="Identities that belong to no human user, for agents and automation.",
-    fields=(
-        Field("name", str, "name of the bot user", create="required", update=True,
-              check=_name),
-        Field("active", bool, "false refuses every API key and credential of the bot",
-              update=True, default=True),
-    ),
-)
+def _machine_user(collection: str, prefix: str, title: str, describe: str) -> Kind:
+    return Kind(
+        collection=collection, prefix=prefix, list_key=collection, title=title,
+        describe=describe,
+        fields=(
+            Field("name", str, "name of the identity", create="required", update=True,
+                  check=_name),
+            Field("active", bool, "false refuses every API key and credential it owns",
+                  update=True, default=True),
+        ),
+    )
+
+
+BOT_USERS = _machine_user("bot_users", "bot", "BotUser",
+                          "Identities that belong to no human user, for agents and automation.")
+SERVICE_USERS = _machine_user("service_users", "service", "ServiceUser",
+                              "Identities of services: like bot users, they own API keys and "
+                              "credentials.")
 
 CREDENTIALS = Kind(
     collection="credentials", prefix="cr", list_key="credentials", title="Credential",
@@ -78,4 +89,4 @@ CREDENTIALS = Kind(
     check=_owner_check, derive=_default_owner,
 )
 
-KINDS = (USERS, API_KEYS, BOT_USERS, CREDENTIALS)
+KINDS = (USERS, API_KEYS, BOT_USERS, SERVICE_USERS, CREDENTIALS)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -42,6 +42,7 @@ class Settings:
     # server may bind (privileged ports, without the capability).
     own_ports: tuple[tuple[int, str], ...] = ()
     agent_ports: tuple[int, int] | None = None
+    tcp_host: str = "127.0.0.1"  # where agent TCP tunnels (and reserved addresses) listen
     lowest_port: int = 1
     # certificate authorities (ids) whose client certificates agents must present
     agent_client_cas: tuple[str, ...] = ()
@@ -70,8 +71,15 @@ class Context:
 Check = Callable[[Any, Context], Any]
 # (new document, context, stored document or None on create) -> members to set
 Derive = Callable[[dict[str, Any], Context, dict[str, Any] | None], dict[str, Any]]
-# (collection, id) -> the stored document or None
-Fetch = Callable[[str, str], Awaitable[dict[str, Any] | None]]
+class Fetch(Protocol):
+    """Reads of the store for ``Resolve``: one document by id, or every one of a (small)
+    kind."""
+
+    async def __call__(self, collection: str, id_: str) -> dict[str, Any] | None: ...
+
+    async def all(self, collection: str) -> list[tuple[str, dict[str, Any]]]: ...
+
+
 # (new document, context, fetch) -> members to set; runs on create only, inside the write
 # transaction after the reference checks, for members computed from other stored resources
 # (e.g. a certificate signed with its CA's sealed key)

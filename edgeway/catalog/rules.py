@@ -74,6 +74,12 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
     (250, ("filter",), "a CEL expression over obj (the listed resource) and time.now that "
                        "parses, names members the resource has, and is true or false"),
     (446, ("",), "a resource still referenced by another cannot be deleted"),
+    (1405, ("vault_id",), "a secret's vault: vault_id or vault_name"),
+    (380, ("vault_name",), "the name of an existing vault (and of vault_id's when both are "
+                           "given)"),
+    (215, ("vault_name",), "the name of an existing vault (and of vault_id's when both are "
+                           "given)"),
+    (509, ("",), "a reserved address needs a free port of the agent TCP range"),
     (261, ("",), "at least one working admin API key remains"),
     (262, ("force", ""), "a write that would make an enforced api IP restriction refuse the "
                          "caller's address needs force: true"),

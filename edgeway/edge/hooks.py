@@ -23,7 +23,7 @@ Phases (each optional; the defaults let everything through unchanged):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -130,10 +130,12 @@ class Unenforced(Hook):
 class Compiling:
     """What a module's ``compile`` may need besides its configuration: the IP policies'
     rules, the key of what it belongs to (a route, edge or tunnel id: rate-limit windows and
-    breaker counts are its own) and where breaker counts are kept (None: new ones)."""
+    breaker counts are its own), where breaker counts are kept (None: new ones) and the
+    vault secrets traffic policies may read (``modules/secrets.py``)."""
     rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
     key: str = ""
     breakers: Breakers | None = None
+    secrets: Mapping[tuple[str, str], str] = field(default_factory=dict)
 
 
 def overrides(hook: Hook, phase: str) -> bool:

@@ -32,8 +32,9 @@ from edgeway.edge.answers import (
     fixed,
     local_answer,
 )
-from edgeway.edge.client import ClientWatch, Deadline, next_event, read_body
-from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, header
+from edgeway.edge.backends import Static
+from edgeway.edge.client import ClientWatch, Deadline, next_event, pump_body, read_body
+from edgeway.edge.h1 import BadMessage, End, Request, RequestParser, header
 from edgeway.edge.hooks import Close, Exchange, Services, Takeover
 from edgeway.edge.hosts import covered, misdirected, request_host
 from edgeway.edge.modules.policy_actions import RateLimits
@@ -42,16 +43,15 @@ from edgeway.edge.oidc_login import OidcGate
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pool import Pool, Upstream
 from edgeway.edge.relay import Relay
-from edgeway.edge.router import Decision, Edge, EdgeRouter, Static
+from edgeway.edge.router import Decision, Edge, EdgeRouter
 from edgeway.restrictions import Restrictions
-from edgeway.tunnel.muxado.aio import StreamClosed
-from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import StreamClosed
 from edgeway.tunnel.pipes import SocketPipe, StreamPipe, UpstreamGone
 from edgeway.tunnel.registry import Busy, Tunnel
 
 HEAD_TIMEOUT = 30.0  # to receive a whole request head, from its first byte (or the connection)
 IDLE_TIMEOUT = 75.0  # between requests on a kept-alive connection
-BODY_TIMEOUT = 60.0  # between two reads of a request body
 DRAIN_LIMIT = 1 << 20
 RETRIES = 2  # safe requests whose tunnel died before answering go to another live one
 FORWARDED = frozenset((b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"))
@@ -307,8 +307,8 @@ class HttpEdge:
                 await bad_gateway(writer, req, str(exc))
                 return False
             if pump:
-                body = asyncio.create_task(self._pump_body(parser, reader, req, upstream,
-                                                           deadline))
+                body = asyncio.create_task(pump_body(parser, reader, req, upstream.pipe,
+                                                      deadline))
             elif not req.upgrade:  # (after a 101 the splice reads the client)
                 watch = ClientWatch(parser, reader, upstream.pipe)
             keep, fate = await Relay(parser, writer, reader, x, decision.plan, upstream, body,
@@ -327,25 +327,3 @@ class HttpEdge:
                 upstream.pipe.close()
             else:
                 upstream.pipe.abort()
-
-    @staticmethod
-    async def _pump_body(parser: RequestParser, reader: asyncio.StreamReader, req: Request,
-                         upstream: Upstream, deadline: Deadline) -> None:
-        """The request body from the client to the upstream. If it fails (malformed, the
-        client left or stalled ``BODY_TIMEOUT`` seconds), the upstream is aborted: it will
-        not get a whole request, and the relay waiting for its answer learns at once."""
-        framer = Framer(h1.chunked(req.headers))
-        try:
-            while True:
-                event = await next_event(parser, reader, deadline, BODY_TIMEOUT)
-                if isinstance(event, bytes):
-                    await upstream.pipe.write(framer.data(event))
-                elif isinstance(event, End):
-                    if framer.chunked:
-                        await upstream.pipe.write(framer.end(event.trailers))
-                    return
-                else:
-                    raise UpstreamGone("the client closed the connection mid-request")
-        except BaseException:
-            upstream.pipe.abort()
-            raise

@@ -20,18 +20,19 @@ from typing import Any
 import structlog
 
 from edgeway.config import listen_socket
+from edgeway.edge.backends import Static, Target
 from edgeway.edge.http import HttpEdge
 from edgeway.edge.modules.mutual_tls import TlsOptions
 from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.oidc_login import OidcGate
 from edgeway.edge.pages import Fixed
 from edgeway.edge.pool import Pool
-from edgeway.edge.router import Edge, EdgeRouter, Static, Target
+from edgeway.edge.router import Edge, EdgeRouter
 from edgeway.edge.sni import ClientHello, NotTLS, parse_client_hello
 from edgeway.pki.platform_ca import EdgeCerts
 from edgeway.restrictions import Restrictions
-from edgeway.tunnel.muxado.aio import StreamClosed
-from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import StreamClosed
 from edgeway.tunnel.pipes import Pipe, SocketPipe, StreamPipe, UpstreamGone, splice
 from edgeway.tunnel.registry import Tunnel
 from edgeway.tunnel.tcp import TcpListener, client_addr

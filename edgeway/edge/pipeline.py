@@ -23,7 +23,7 @@ module has one of the three.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -160,12 +160,20 @@ def bind_doc(req: BindRequest) -> dict[str, Any]:
     return doc
 
 
-def for_bind(req: BindRequest, key: str = "") -> Plan:
-    """The plan of an agent's bind, from the options it sent (``key``: its tunnel id)."""
-    return compile_doc(bind_doc(req), Compiling(key=key))
+def for_bind(req: BindRequest, key: str = "",
+             secrets: Mapping[tuple[str, str], str] | None = None) -> Plan:
+    """The plan of an agent's bind, from the options it sent (``key``: its tunnel id; the
+    vault secrets its traffic policy may read)."""
+    return compile_doc(bind_doc(req), Compiling(key=key, secrets=secrets or {}))
 
 
-def bind_refusal(req: BindRequest) -> str | None:
+def reads_secrets(req: BindRequest) -> bool:
+    """Whether a bind's traffic policy may read vault secrets."""
+    return "secrets" in str(req.modules.get("traffic_policy", {}).get("value", ""))
+
+
+def bind_refusal(req: BindRequest,
+                 secrets: Mapping[tuple[str, str], str] | None = None) -> str | None:
     """Why the edge cannot enforce what a bind asks for (it is then refused), or None."""
     mods = req.modules
     if "traffic_policy" in mods:
@@ -186,7 +194,7 @@ def bind_refusal(req: BindRequest) -> str | None:
             return "OIDC needs an issuer URL, a client id and a client secret"
         if req.proto != "https":
             return "OIDC logins need an https tunnel (the provider returns to an https URL)"
-    unenforced = compile_doc(mods, Compiling(key=req.id)).unenforced
+    unenforced = compile_doc(mods, Compiling(key=req.id, secrets=secrets or {})).unenforced
     if unenforced:
         return f"{unenforced} is not enforced by this edge yet; refusing rather than " \
                "ignoring it"

@@ -20,7 +20,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-from edgeway.edge import h1
+from edgeway.edge.h1_response import ResponseParser
 from edgeway.tunnel.muxado.aio import MuxConnection
 from edgeway.tunnel.pipes import Pipe, StreamPipe
 
@@ -34,7 +34,7 @@ class Upstream:
 
     key: str
     pipe: Pipe
-    parser: h1.ResponseParser = field(default_factory=h1.ResponseParser)
+    parser: ResponseParser = field(default_factory=ResponseParser)
     ended: bool = False  # the upstream closed its side
 
     @property

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,17 +20,20 @@ from weakref import WeakKeyDictionary
 import structlog
 
 from edgeway import catalog
-from edgeway.edge import certificates, pipeline
+from edgeway.edge import backends, certificates, pipeline
+from edgeway.edge.backends import Backend, Target, compile_backend
 from edgeway.edge.h1 import Request
 from edgeway.edge.hooks import Compiling
 from edgeway.edge.hosts import request_host
-from edgeway.edge.modules import mutual_tls, oidc
+from edgeway.edge.modules import mutual_tls, oidc, secrets
 from edgeway.edge.modules.circuit_breaker import Breakers
-from edgeway.edge.pages import Fixed, page
+from edgeway.edge.pages import page
 from edgeway.edge.pipeline import Plan
 from edgeway.pki.platform_ca import ServedCert
+from edgeway.pki.seal import Sealer
 from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
+from edgeway.tunnel.binds import BindRequest
 from edgeway.tunnel.registry import Registry, Tunnel
 from edgeway.tunnel.restrict import Network
 
@@ -41,18 +43,8 @@ BACKEND_COLLECTIONS = ("backends/tunnel_group", "backends/failover", "backends/w
                        "backends/static", "backends/http_response")
 STALE_RETRY = 1.0  # seconds between reload attempts while the database is out of reach
 WATCHED = frozenset((*EDGE_COLLECTIONS, *BACKEND_COLLECTIONS, "ip_policies",
-                     "ip_policy_rules", "reserved_domains", "tls_certificates",
-                     "agent_ingresses", "managed_certificates"))
-
-
-@dataclass(frozen=True)
-class Static:
-    host: str
-    port: int
-    tls: bool
-
-
-Target = Tunnel | Static | Fixed
+                     "ip_policy_rules", "reserved_domains", "vaults", "vault_secrets",
+                     "tls_certificates", "agent_ingresses", "managed_certificates"))
 
 
 @dataclass
@@ -81,13 +73,14 @@ class Snapshot:
     https: dict[str, Edge] = field(default_factory=dict)  # host -> edge
     tls: dict[str, Edge] = field(default_factory=dict)  # host -> edge
     tcp: dict[int, Edge] = field(default_factory=dict)  # port -> edge
-    backends: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    backends: dict[str, Backend] = field(default_factory=dict)  # compiled, by id
     rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
     domains: set[str] = field(default_factory=set)  # reserved domain names
     cas: dict[str, str] = field(default_factory=dict)  # certificate authority id -> PEM
     breakers: Breakers = field(default_factory=Breakers)  # the routes' circuit breakers
     # name (a reserved domain, an ingress region domain) -> its uploaded or issued certificate
     certificates: dict[str, ServedCert] = field(default_factory=dict)
+    secrets: dict[tuple[str, str], str] = field(default_factory=dict)  # (vault, name) -> value
     loaded: float = 0.0
 
 
@@ -99,11 +92,14 @@ def _hosts(doc: dict[str, Any]) -> list[tuple[str, int]]:
     return out
 
 
-async def load(db: Database, breakers: Breakers | None = None) -> Snapshot:
+async def load(db: Database, breakers: Breakers | None = None,
+               sealer: Sealer | None = None) -> Snapshot:
     """The snapshot now in the store; circuit breakers keep their counts from ``breakers``
-    (the last snapshot's) while their configuration stays the same."""
+    (the last snapshot's) while their configuration stays the same; vault secrets are
+    unsealed with ``sealer``."""
     repo = Repo(db.reader())
-    snap = Snapshot(loaded=time.monotonic(), breakers=Breakers(breakers))
+    snap = Snapshot(loaded=time.monotonic(), breakers=Breakers(breakers),
+                    secrets=await secrets.load(repo, sealer))
     for _id, doc in await repo.all_docs(catalog.BY_COLLECTION["ip_policy_rules"]):
         snap.rules.setdefault(doc.get("ip_policy_id", ""), []).append(
             (doc.get("action", "deny"), ipaddress.ip_network(doc["cidr"], strict=False)))
@@ -116,7 +112,8 @@ async def load(db: Database, breakers: Breakers | None = None) -> Snapshot:
     for collection, kind in (("edges/https", "https"), ("edges/tls", "tls"),
                              ("edges/tcp", "tcp")):
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
-            plan = pipeline.compile_doc(doc, Compiling(snap.rules, id_, snap.breakers))
+            plan = pipeline.compile_doc(doc, Compiling(snap.rules, id_, snap.breakers,
+                                                       snap.secrets))
             edge = by_id[id_] = Edge(id_, kind, doc, plan, tls=mutual_tls.options(
                 plan.client_cas, plan.min_tls_version, snap.cas))
             for host, port in _hosts(doc):
@@ -133,10 +130,11 @@ async def load(db: Database, breakers: Breakers | None = None) -> Snapshot:
             (match.split("/", 1)[0], "/" + match.split("/", 1)[1] if "/" in match else "/")
         parent.routes.append(Route(id_, doc.get("match_type") == "exact_path", host, path,
                                    pipeline.compile_doc(doc, Compiling(snap.rules, id_,
-                                                                       snap.breakers))))
+                                                                       snap.breakers,
+                                                                       snap.secrets))))
     for collection in BACKEND_COLLECTIONS:
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
-            snap.backends[id_] = (collection, doc)
+            snap.backends[id_] = compile_backend(collection, doc)
     return snap
 
 
@@ -149,14 +147,17 @@ class Decision:
 
 
 class EdgeRouter:
-    def __init__(self, db: Database, registry: Registry, max_age: float = 5.0) -> None:
-        self.db, self.registry, self.max_age = db, registry, max_age
+    def __init__(self, db: Database, registry: Registry, max_age: float = 5.0,
+                 sealer: Sealer | None = None) -> None:
+        self.db, self.registry, self.max_age, self.sealer = db, registry, max_age, sealer
         self.snapshot = Snapshot()
         self._lock = asyncio.Lock()
         self._wanted = 1  # bumped by every change; the snapshot records what it reflects
         self._loaded = 0
         self._retry_at = 0.0  # after a reload failed: no new attempt before this time
-        self._bind_plans: WeakKeyDictionary[Tunnel, Plan] = WeakKeyDictionary()
+        # a tunnel's plan, and the secrets it was compiled with
+        self._bind_plans: WeakKeyDictionary[Tunnel, tuple[Plan, dict[tuple[str, str], str]]] = \
+            WeakKeyDictionary()
 
     def changed(self, collection: str) -> None:
         if collection in WATCHED:
@@ -181,7 +182,7 @@ class EdgeRouter:
     async def _load(self) -> None:
         wanted = self._wanted
         try:
-            self.snapshot = await load(self.db, self.snapshot.breakers)
+            self.snapshot = await load(self.db, self.snapshot.breakers, self.sealer)
         except DatabaseUnavailable as exc:
             self._retry_at = time.monotonic() + STALE_RETRY
             log.warning("edge_snapshot_stale", error=str(exc),
@@ -230,38 +231,9 @@ class EdgeRouter:
                 best = r
         return best
 
-    def backend(self, snap: Snapshot, backend_id: str, depth: int = 0) -> Target | None:
-        """The target a backend picks now; None when nothing behind it is live."""
-        found = snap.backends.get(backend_id)
-        if found is None or depth > 16:
-            return None
-        collection, doc = found
-        if collection == "backends/tunnel_group":
-            return self.registry.pick(self.registry.with_labels(doc.get("labels") or {}))
-        if collection == "backends/http_response":
-            return Fixed(int(doc.get("status_code", 200)),
-                         tuple((doc.get("headers") or {}).items()),
-                         str(doc.get("body", "")).encode())
-        if collection == "backends/static":
-            host, _, port = str(doc["address"]).rpartition(":")
-            return Static(host.strip("[]"), int(port), bool((doc.get("tls") or {}).get("enabled")))
-        if collection == "backends/failover":
-            for child in doc.get("backends") or []:
-                target = self.backend(snap, child, depth + 1)
-                if target is not None:
-                    return target
-            return None
-        weights = {k: w for k, w in (doc.get("backends") or {}).items() if w > 0}
-        while weights:  # weighted: draw among the live ones
-            choice = random.choices(list(weights), list(weights.values()))[0]
-            target = self.backend(snap, choice, depth + 1)
-            if target is not None:
-                return target
-            del weights[choice]
-        return None
-
     def target(self, snap: Snapshot, plan: Plan) -> Target | None:
-        return self.backend(snap, plan.backend_id) if plan.backend_id else None
+        return backends.pick(snap.backends, plan.backend_id, self.registry) \
+            if plan.backend_id else None
 
     async def http(self, req: Request, ip: str, scheme: str, https_port: int,
                    tls_edge: Edge | None = None) -> Decision:
@@ -302,7 +274,7 @@ class EdgeRouter:
     def _agent(self, req: Request, ip: str, scheme: str, https_port: int, host: str
                ) -> Decision:
         """A request for a name no HTTPS edge serves: an agent's tunnel bound to it."""
-        tunnel = self.agent_tunnel(host)
+        tunnel = self.agent_tunnel(host, scheme)
         if tunnel is None:
             return Decision(page(404, "Tunnel not found", f"No tunnel is bound to {host}.",
                                  4004))
@@ -321,15 +293,28 @@ class EdgeRouter:
         return Decision(tunnel, tunnel.proto, "", plan)
 
     def bind_plan(self, tunnel: Tunnel) -> Plan:
-        """The plan of a tunnel's bind options (compiled once per tunnel)."""
-        plan = self._bind_plans.get(tunnel)
-        if plan is None:
-            plan = self._bind_plans[tunnel] = pipeline.for_bind(tunnel.req, tunnel.id)
+        """The plan of a tunnel's bind options (compiled once per tunnel, and again when the
+        secrets its traffic policy reads changed)."""
+        now = self.snapshot.secrets
+        cached = self._bind_plans.get(tunnel)
+        if cached is not None and (cached[1] is now or not pipeline.reads_secrets(tunnel.req)
+                                   or cached[1] == now):
+            return cached[0]
+        plan = pipeline.for_bind(tunnel.req, tunnel.id, now)
+        self._bind_plans[tunnel] = (plan, now)
         return plan
+
+    async def bind_refusal(self, req: BindRequest) -> str | None:
+        """Why the edge cannot enforce a bind (with the secrets there are now), or None."""
+        return pipeline.bind_refusal(req, (await self.current()).secrets)
 
     def tcp_admits(self, tunnel: Tunnel, ip: str, port: int) -> bool:
         """A TCP tunnel's hooks (its traffic policy's on_tcp_connect) on a new connection."""
         return self.bind_plan(tunnel).admits(ip, port)
 
-    def agent_tunnel(self, host: str) -> Tunnel | None:
-        return self.registry.pick(self.registry.for_host(host))
+    def agent_tunnel(self, host: str, scheme: str = "") -> Tunnel | None:
+        """A live tunnel bound to ``host``, over ``scheme`` when one is (a name bound over
+        http and https by one agent)."""
+        tunnels = self.registry.for_host(host)
+        same = [t for t in tunnels if t.proto == scheme and t.alive]
+        return self.registry.pick(same or tunnels)

@@ -1,5 +1,6 @@
-"""Binding tunnels for agent sessions: TCP ports from the pool, HTTP(S) and TLS host names,
-labeled tunnels; their records in the store; unbinding, stopping and dropping them.
+"""Binding tunnels for agent sessions (TCP ports through ``tcp_binds``, HTTP(S) and TLS host
+names through ``names``, labeled tunnels), recording them (``records``); unbinding, stopping
+and dropping them.
 
 A tunnel id is issued bound to the credential that bound it first (``ids.bound_id``): an agent
 re-binding it after a reconnect, or after this server restarted, gets the same address, and
@@ -8,15 +9,10 @@ any other credential presenting it is refused.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import struct
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import partial
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -24,69 +20,36 @@ from edgeway import catalog, ids
 from edgeway.platform import Platform
 from edgeway.store import domains
 from edgeway.store.repo import Repo
-from edgeway.tunnel import binds, restrict, rpc
+from edgeway.tunnel import acl, binds, names, records, rpc
 from edgeway.tunnel.binds import BindRefused
-from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
-from edgeway.tunnel.muxado.session import StreamError
-from edgeway.tunnel.pipes import StreamPipe, splice
-from edgeway.tunnel.ports import PortPool
+from edgeway.tunnel.connection import AgentConnection
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
 from edgeway.tunnel.registry import Registry, Tunnel
 from edgeway.tunnel.rpc import StreamType
-from edgeway.tunnel.tcp import TcpListener, client_addr
+from edgeway.tunnel.tcp_binds import TcpBinds
 
 log = structlog.get_logger()
 TUNNELS = catalog.BY_COLLECTION["tunnels"]
 ENDPOINTS = catalog.BY_COLLECTION["endpoints"]
-LISTEN_TRIES = 16  # free ports tried when the system refuses one (another process holds it)
 
 
-@dataclass
-class AgentConnection:
-    conn: MuxConnection
-    peer: str
-    id: str = ""
-    last_beat: float = 0.0
-    deadline: float = 10.0  # seconds without a heartbeat that end the session
-    acl: list[str] = field(default_factory=list)
-    credential: str = ""
-    revoked: bool = False  # ended because its credential was deleted or deactivated
-    client_cert: bool = False  # presented a client certificate (checked in the handshake)
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    tunnels: dict[str, Tunnel] = field(default_factory=dict)
-
-
-def now_text() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _with_port(scheme: str, host: str, port: int, default: int) -> str:
-    return f"{scheme}://{host}" if port == default else f"{scheme}://{host}:{port}"
-
-
-def _acl_text(acl: list[str]) -> str:
-    return ", ".join(acl) or "*"
+async def _enforceable(_req: binds.BindRequest) -> str | None:
+    return None
 
 
 class Binder:
     def __init__(self, platform: Platform, tcp_host: str, tcp_ports: tuple[int, int],
                  grace: float, node: str, http_port: int, https_port: int) -> None:
         self.platform, self.node = platform, node
-        self.tcp_host = tcp_host
-        self.ports = PortPool(tcp_ports[0], tcp_ports[1], grace)
+        self.tcp = TcpBinds(platform, tcp_host, tcp_ports, grace)
         self.http_port, self.https_port = http_port, https_port
         self.registry = Registry()
-        self.listeners: dict[str, TcpListener] = {}  # tunnel id -> its public TCP listener
         # host name -> the edge serving it (set by the edge, to refuse agent binds of them)
         self.edge_host: Callable[[str], str | None] = lambda _host: None
-        # Set by the edge: why a bind asks for what it cannot enforce (None: it can), and
-        # whether a TCP tunnel's traffic policy admits a connection from (ip, port).
-        self.check_bind: Callable[[binds.BindRequest], str | None] = lambda _req: None
-        self.tcp_admits: Callable[[Tunnel, str, int], bool] = lambda _t, _ip, _port: True
+        # Set by the edge: why a bind asks for what it cannot enforce (None: it can).
+        self.check_bind: Callable[[binds.BindRequest], Awaitable[str | None]] = _enforceable
         self.sessions: dict[str, AgentConnection] = {}
-
-    @staticmethod
-    def _now() -> float:
-        return asyncio.get_running_loop().time()
 
     def _stable(self, session: AgentConnection, tunnel_id: str) -> int:
         """A number derived from the credential and tunnel id: a re-bind after a restart of
@@ -105,103 +68,20 @@ class Binder:
                               "not issued by this server); bind without an id for a new one")
         return asked
 
-    # -- TCP ----------------------------------------------------------------------------
-
-    async def _listen(self, session: AgentConnection, tunnel: Tunnel) -> None:
-        now, ports = self._now(), self.ports
-        asked = binds.requested_port(tunnel.req.addr, self.tcp_host) or \
-            ports.held(tunnel.id, now)
-        if asked is not None:
-            target = f"{self.tcp_host}:{asked}"
-            if not binds.acl_allows(session.acl, target):
-                raise BindRefused(f"the credential's ACL ({_acl_text(session.acl)}) does not "
-                                  f"allow binding {target}")
-            if not ports.take(tunnel.id, asked, now):
-                raise BindRefused(f"the address {target} is already bound")
-            try:
-                await self._open(tunnel, asked)
-            except OSError as exc:
-                ports.release(tunnel.id, asked)
-                raise BindRefused(f"cannot listen on {target}: {exc.strerror}") from None
-            return
-        allowed = binds.acl_ports(session.acl, self.tcp_host)
-        preferred = ports.low + self._stable(session, tunnel.id) % (ports.high - ports.low + 1)
-        for _ in range(LISTEN_TRIES):
-            port = ports.take_any(tunnel.id, preferred, allowed, now)
-            if port is None:
-                break
-            try:
-                await self._open(tunnel, port)
-                return
-            except OSError as exc:
-                log.warning("tcp_port_unavailable", port=port, error=exc.strerror)
-                ports.block(tunnel.id, port, now)
-        raise BindRefused(f"no TCP address this credential may bind is free (ports "
-                          f"{ports.low}-{ports.high}, ACL: {_acl_text(session.acl)})")
-
-    async def _open(self, tunnel: Tunnel, port: int) -> None:
-        listener = TcpListener(self.tcp_host, port, partial(self._tcp_client, tunnel))
-        await listener.start()
-        tunnel.port, tunnel.url = port, f"tcp://{self.tcp_host}:{port}"
-        self.listeners[tunnel.id] = listener
-
-    async def _tcp_client(self, tunnel: Tunnel, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("", 0)
-        if not restrict.allowed(tunnel.req, peer[0]) \
-                or not self.tcp_admits(tunnel, peer[0], peer[1]) \
-                or await self.platform.restrictions.refusing("endpoints", peer[0]):
-            return  # closed: a TCP client gets no page
-        try:
-            stream = await tunnel.open(client_addr(peer), "tcp")
-        except (StreamError, StreamClosed):
-            return  # the agent is going away: a closed connection, not a hang
-        await splice(reader, writer, StreamPipe(stream))
-
     # -- HTTP(S) and TLS names ---------------------------------------------------------------
 
     async def _domain(self, session: AgentConnection, req: binds.BindRequest,
                       tunnel_id: str) -> tuple[str, str]:
         """The public host name of an HTTP or TLS bind and the reserved domain it uses."""
         base = self.platform.settings.base_domain
-        host = req.domain
-        if not host:
-            digest = self._stable(session, tunnel_id)
-            host = f"{digest:016x}"[:12] + f".{base}"
-        if not binds.acl_allows(session.acl, host):
-            raise BindRefused(f"the credential's ACL ({_acl_text(session.acl)}) does not "
-                              f"allow binding {host}")
-        domain_id = ""
-        if host.startswith("*.") and _generated(host, base):
-            raise BindRefused(f"'{host}' would take every name of the platform's base domain: "
-                              "bind a wildcard of a domain you reserved")
-        if not _generated(host, base):
-            cover = await domains.covering(Repo(self.platform.db.reader()), host)
-            if not cover:
-                raise BindRefused(f"the domain '{host}' is not reserved: reserve it (POST "
-                                  "/reserved_domains), or a wildcard domain covering it, first")
-            if not _covered(cover, host):
-                raise BindRefused(f"the wildcard domain '{host}' is not reserved: reserve it "
-                                  "(POST /reserved_domains) first; a wildcard covers one label")
-            domain_id = cover.get(host) or next(iter(cover.values()))
+        host = req.domain or f"{self._stable(session, tunnel_id):016x}"[:12] + f".{base}"
+        acl.require(session.acl, host)
+        domain_id = await names.reserved_domain(Repo(self.platform.db.reader()), host, base)
         edge = self.edge_host(host)
         if edge:
             raise BindRefused(f"the domain '{host}' is served by the edge {edge}")
-        for other in self.registry.by_host.get(host, []):
-            if other.id == tunnel_id:
-                continue
-            family = {"http": "http", "https": "http"}
-            if family.get(other.proto, other.proto) != family.get(req.proto, req.proto):
-                raise BindRefused(f"the domain '{host}' is bound by a {other.proto} tunnel")
-            if not (req.pooled and other.req.pooled):
-                raise BindRefused(f"the domain '{host}' is already bound by another tunnel; "
-                                  "bind it with pooling enabled from every agent to share it")
+        names.check_free(host, tunnel_id, req, self.registry.by_host.get(host, []), session.id)
         return host, domain_id
-
-    def _url(self, proto: str, host: str) -> str:
-        if proto == "http":
-            return _with_port("http", host, self.http_port, 80)
-        return _with_port(proto, host, self.https_port, 443)
 
     # -- binding -----------------------------------------------------------------------------
 
@@ -213,20 +93,21 @@ class Binder:
         try:
             req = binds.parse_labeled(folded) if labeled else \
                 binds.parse(message, folded, self.platform.settings.base_domain)
-            if (why := self.check_bind(req)) is not None:
+            if (why := await self.check_bind(req)) is not None:
                 raise BindRefused(why)
-            if labeled and not binds.acl_allows_labels(session.acl, req.labels):
-                raise BindRefused(f"the credential's ACL ({_acl_text(session.acl)}) does "
-                                  f"not allow the labels {req.labels}")
+            if labeled:
+                acl.require_labels(session.acl, req.labels)
             tunnel_id = self.tunnel_id(session, req.id)
             await self._take_over(session, tunnel_id)
             tunnel = Tunnel(tunnel_id, session.conn, req, credential=session.credential,
                             session_id=session.id)
             if not labeled and req.proto == "tcp":
-                await self._listen(session, tunnel)
+                await self.tcp.listen(session.acl, tunnel,
+                                      self._stable(session, tunnel_id))
             elif not labeled:
                 tunnel.host, domain_id = await self._domain(session, req, tunnel_id)
-                tunnel.url = self._url(req.proto, tunnel.host)
+                tunnel.url = names.url(req.proto, tunnel.host, self.http_port,
+                                       self.https_port)
         except BindRefused as exc:
             await rpc.reply(stream, {"Id": str(folded.get("id") or ""), "URL": "",
                                      "Proto": str(folded.get("proto") or ""), "Opts": opts,
@@ -256,43 +137,15 @@ class Binder:
 
     async def _record_tunnel(self, session: AgentConnection, tunnel: Tunnel,
                              domain_id: str) -> None:
-        base = self.platform.settings.public_url
-        req = tunnel.req
-        session_ref = {"id": session.id, "uri": f"{base}/tunnel_sessions/{session.id}"}
-        tunnel_ref = {"id": tunnel.id, "uri": f"{base}/tunnels/{tunnel.id}"}
-        endpoint: dict[str, Any] | None = None
-        if tunnel.url:
-            endpoint_id = ids.new_id(ENDPOINTS.prefix)
-            scheme, _, hostport = tunnel.url.partition("://")
-            host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "")
-            default = {"http": 80, "https": 443, "tls": 443}.get(scheme, 0)
-            endpoint = {
-                "region": self.platform.settings.regions[0], "updated_at": now_text(),
-                "created_at": now_text(), "public_url": tunnel.url, "url": tunnel.url,
-                "proto": req.proto, "scheme": scheme, "host": host,
-                "port": int(port) if port else default,
-                "hostport": f"{host}:{port or default}", "type": "ephemeral",
-                "metadata": req.metadata, "description": "",
-                "domain": {"id": domain_id, "uri": f"{base}/reserved_domains/{domain_id}"}
-                if domain_id else None,
-                "tcp_addr": None, "tunnel": tunnel_ref, "edge": None,
-                "upstream_url": req.forwards_to, "upstream_protocol": "",
-                "principal": None, "traffic_policy": "",
-                "bindings": ["public"], "tunnel_session": session_ref, "name": "",
-                "pooling_enabled": req.pooled, "node": self.node}
-        doc: dict[str, Any] = {
-            "public_url": tunnel.url, "started_at": now_text(), "created_at": now_text(),
-            "metadata": req.metadata, "proto": req.proto,
-            "region": self.platform.settings.regions[0], "tunnel_session": session_ref,
-            "endpoint": {"id": endpoint_id, "uri": f"{base}/endpoints/{endpoint_id}"}
-            if endpoint else None,
-            "labels": req.labels, "backends": [], "forwards_to": req.forwards_to,
-            "node": self.node}
+        settings, node = self.platform.settings, self.node
+        endpoint_id = ids.new_id(ENDPOINTS.prefix) if tunnel.url else ""
         async with self.platform.db.write() as tx:
-            await Repo(tx).insert(TUNNELS, tunnel.id, doc)
-            if endpoint is not None:
-                await Repo(tx).insert(ENDPOINTS, endpoint_id, endpoint)
-        tunnel.endpoint_id = endpoint_id if endpoint else ""
+            await Repo(tx).insert(TUNNELS, tunnel.id, records.tunnel_doc(
+                settings, node, session.id, tunnel, endpoint_id))
+            if endpoint_id:
+                await Repo(tx).insert(ENDPOINTS, endpoint_id, records.endpoint_doc(
+                    settings, node, session.id, tunnel, domain_id))
+        tunnel.endpoint_id = endpoint_id
 
     # -- ending tunnels ----------------------------------------------------------------------
 
@@ -308,14 +161,7 @@ class Binder:
         if tunnel is None:
             return
         self.registry.remove(tunnel)
-        listener = self.listeners.pop(tunnel_id, None)
-        if listener is not None:
-            await listener.close()
-        if tunnel.port:
-            if clean:
-                self.ports.release(tunnel_id, tunnel.port)
-            else:
-                self.ports.hold(tunnel_id, tunnel.port, self._now())
+        await self.tcp.close(tunnel, clean)
         with contextlib.suppress(Exception):
             async with self.platform.db.write() as tx:
                 await Repo(tx).delete(TUNNELS, tunnel_id)
@@ -343,33 +189,22 @@ class Binder:
         repo = Repo(self.platform.db.reader())
         for tunnel in list(self.registry.by_id.values()):
             host = tunnel.host
-            if not host or _generated(host, base):
+            if not host or names.generated(host, base):
                 continue
-            if not _covered(await domains.covering(repo, host), host):
+            if not names.covered(await domains.covering(repo, host), host):
                 await self.stop_tunnel(tunnel.id, f"the reserved domain for {host} was "
                                        "deleted", 8001)
 
-    async def reauthorize(self, session: AgentConnection, acl: list[str]) -> None:
+    async def reauthorize(self, session: AgentConnection, rules: list[str]) -> None:
         """The session's credential has a new ACL: it applies to later binds, and the
         tunnels it no longer allows are stopped."""
-        session.acl = acl
+        session.acl = rules
         for tunnel in list(session.tunnels.values()):
             if tunnel.labels:
-                allowed = binds.acl_allows_labels(acl, tunnel.labels)
+                allowed = acl.allows_labels(rules, tunnel.labels)
             else:
-                allowed = binds.acl_allows(acl, tunnel.host or
-                                           f"{self.tcp_host}:{tunnel.port}")
+                allowed = acl.allows(rules, tunnel.host or f"{self.tcp.host}:{tunnel.port}")
             if not allowed:
                 await self.stop_tunnel(tunnel.id, "the credential's ACL no longer allows "
                                        "this tunnel", 8002)
 
-
-def _covered(cover: dict[str, str], host: str) -> bool:
-    """Whether reserved domains ``cover`` (see ``domains.covering``) let ``host`` be bound:
-    a wildcard name only by itself (a wildcard covers one label, not another wildcard)."""
-    return host in cover if host.startswith("*.") else bool(cover)
-
-
-def _generated(host: str, base: str) -> bool:
-    """A name directly under the platform's base domain: nothing to reserve."""
-    return host.endswith(f".{base}") and host.count(".") == base.count(".") + 1

@@ -2,7 +2,8 @@
 options this edge can enforce. Pure: the server does the allocation and the I/O.
 
 Options the edge enforces on agent tunnels: IP restrictions; for HTTP also basic auth,
-request/response header changes and compression. Every other security or traffic option an
+request/response header changes, Host header rewriting, compression and the circuit
+breaker. Every other security or traffic option an
 SDK can send (OAuth, OIDC, webhook verification, mutual TLS, traffic policy, PROXY protocol,
 ...) is refused with a clear error rather than accepted and silently ignored.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from edgeway.catalog import checks
 from edgeway.errors import Invalid
@@ -19,11 +21,11 @@ from edgeway.errors import Invalid
 PROTOS = ("http", "https", "tcp", "tls")
 # Bind options (folded keys) the edge does not enforce: refused when set
 UNSUPPORTED = {
-    "http": ("circuitbreaker", "oauth", "mutualtlsca", "policy"),
+    "http": ("oauth", "mutualtlsca", "policy"),
     "tcp": ("policy",),
     "tls": ("mutualtlsatagent", "mutualtlsatedge", "tlstermination", "trafficpolicy", "policy"),
 }
-NAMES = {"circuitbreaker": "circuit breaker", "oauth": "OAuth", "oidc": "OIDC",
+NAMES = {"oauth": "OAuth", "oidc": "OIDC",
          "webhookverification": "webhook verification", "mutualtlsca": "mutual TLS",
          "websockettcpconverter": "the WebSocket-TCP converter",
          "useragentfilter": "user agent filters", "trafficpolicy": "traffic policy",
@@ -107,6 +109,20 @@ def _basic_auth(opts: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _host_rewrite(changes: HeaderChanges, forwards_to: str) -> HeaderChanges:
+    """``HostHeaderRewrite``: the upstream gets the host of the address the agent forwards
+    to (its ``ForwardsTo``) as its Host header. The classic agent sends no ``ForwardsTo``
+    and rewrites the header itself: nothing to do here then."""
+    if not forwards_to:
+        return changes
+    parts = urlsplit(forwards_to if "://" in forwards_to else f"http://{forwards_to}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BindRefused(f"host header rewriting needs the upstream's address; the agent "
+                          f"forwards to '{forwards_to}', which is not an http(s) address")
+    return HeaderChanges((("Host", parts.netloc.rpartition("@")[2]), *changes.add),
+                         ("host", *changes.remove))
+
+
 def domain_of(opts: dict[str, Any], base_domain: str) -> str:
     """The host name asked for (Domain, Hostname, or Subdomain of the base domain), or ""."""
     name = str(opts.get("domain") or opts.get("hostname") or "").strip().lower().rstrip(".")
@@ -143,10 +159,10 @@ def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> 
                               "yet; refusing rather than ignoring it")
     if int(opts.get("proxyproto") or 0):
         raise BindRefused("the PROXY protocol header is not supported by this edge yet")
-    if opts.get("hostheaderrewrite"):
-        raise BindRefused("host header rewriting at the edge is not supported yet; set the "
-                          "Host header in the agent instead")
     restriction = opts.get("iprestriction") or {}
+    request_headers = _headers(opts.get("requestheaders"))
+    if family == "http" and opts.get("hostheaderrewrite"):
+        request_headers = _host_rewrite(request_headers, str(folded.get("forwardsto") or ""))
     return BindRequest(
         str(folded.get("id") or ""), proto, str(opts.get("addr") or ""),
         domain_of(opts, base_domain) if family != "tcp" else "",
@@ -154,7 +170,7 @@ def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> 
         _raw_opts(message), pooled=bool(extra.get("poolingenabled")),
         allow=_cidrs(restriction.get("allowcidrs"), "allow_cidrs"),
         deny=_cidrs(restriction.get("denycidrs"), "deny_cidrs"),
-        request_headers=_headers(opts.get("requestheaders")),
+        request_headers=request_headers,
         response_headers=_headers(opts.get("responseheaders")),
         basic_auth=_basic_auth(opts) if family == "http" else (),
         compression=family == "http" and opts.get("compression") is not None,
@@ -175,6 +191,8 @@ def _modules(opts: dict[str, Any], family: str) -> dict[str, Any]:
                        "scopes": list(oidc.get("scopes") or []),
                        "allow_emails": list(oidc.get("allowemails") or []),
                        "allow_domains": list(oidc.get("allowdomains") or [])}
+    if isinstance(breaker := opts.get("circuitbreaker"), dict):
+        out["circuit_breaker"] = {"error_threshold_percentage": _ratio(breaker)}
     if isinstance(hook := opts.get("webhookverification"), dict):
         out["webhook_verification"] = {"provider": str(hook.get("provider") or ""),
                                        "secret": str(hook.get("secret") or "")}
@@ -184,6 +202,15 @@ def _modules(opts: dict[str, Any], family: str) -> dict[str, Any]:
     if opts.get("websockettcpconverter") is not None:
         out["websocket_tcp_converter"] = {}
     return out
+
+
+def _ratio(breaker: dict[str, Any]) -> float:
+    """A circuit breaker's ``ErrorThreshold``: the share of 5xx answers that trips it."""
+    value = breaker.get("errorthreshold")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise BindRefused(f"circuit breaker: the error threshold must be a ratio above 0 and "
+                          f"at most 1 (got {value!r})")
+    return float(value)
 
 
 def parse_labeled(folded: dict[str, Any]) -> BindRequest:
@@ -200,48 +227,6 @@ def parse_labeled(folded: dict[str, Any]) -> BindRequest:
     return BindRequest(str(folded.get("id") or ""), "", "", "",
                        str(folded.get("forwardsto") or ""), str(folded.get("metadata") or ""),
                        {}, labels=out)
-
-
-def _matches(rule: str, target: str) -> bool:
-    if rule == target:
-        return True
-    host, _, port = target.rpartition(":") if ":" in target else (target, "", "")
-    r_host, _, r_port = rule.rpartition(":") if ":" in rule else (rule, "", "")
-    if r_port == port and r_host.startswith("*."):
-        return host.endswith(r_host[1:])
-    return False
-
-
-def acl_allows(acl: list[str], target: str) -> bool:
-    """``*`` or no rules allow everything; ``bind:<target>`` allows that target, a leading
-    ``*.`` in a rule's host matching any subdomain. Targets: ``host:port`` for TCP, the host
-    name for HTTP and TLS."""
-    if not acl or "*" in acl:
-        return True
-    return any(rule.startswith("bind:") and _matches(rule[5:], target) for rule in acl)
-
-
-def acl_ports(acl: list[str], host: str) -> set[int] | None:
-    """The TCP ports on ``host`` that ``acl`` allows binding; None for any port."""
-    if not acl or "*" in acl:
-        return None
-    out: set[int] = set()
-    for rule in acl:
-        port = rule.rpartition(":")[2]
-        if rule.startswith("bind:") and port.isascii() and port.isdigit() \
-                and _matches(rule[5:], f"{host}:{port}"):
-            out.add(int(port))
-    return out
-
-
-def acl_allows_labels(acl: list[str], labels: dict[str, str]) -> bool:
-    """Label rules are ``bind:name=value``, either side ``*`` for any (``bind:*=one`` allows
-    every label whose value is ``one``); every label of the tunnel must be allowed by one."""
-    if not acl or "*" in acl:
-        return True
-    rules = [r[5:].partition("=") for r in acl if r.startswith("bind:") and "=" in r]
-    return all(any(name in ("*", k) and value in ("*", v) for name, _, value in rules)
-               for k, v in labels.items())
 
 
 def requested_port(addr: str, host: str) -> int | None:

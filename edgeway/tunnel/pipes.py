@@ -18,8 +18,9 @@ import contextlib
 import ssl
 from typing import cast
 
-from edgeway.tunnel.muxado.aio import MuxStream, StreamClosed, adopt
-from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
+from edgeway.tunnel.muxado.transport import adopt
 
 READ_MAX = 1 << 20  # from a stream: whatever it holds (at most a window), in one piece
 

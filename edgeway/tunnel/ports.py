@@ -8,6 +8,9 @@ server stopped it) returns its port at once. One whose session dropped holds its
 tunnel id only, for ``grace`` seconds: the agent reconnects and re-binds the same address. A
 port the operating system refused (another process listens there) is set aside for ``grace``
 seconds too, so that allocations do not keep trying it.
+
+Ports of reserved addresses are never handed out by ``take_any``; a bind asking for one by
+name takes it (from a dropped session's hold too: the address is the account's).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class PortPool:
         self._held: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._holder: dict[int, str] = {}  # held port -> its tunnel id
         self._blocked: OrderedDict[int, float] = OrderedDict()
+        self._reserved: set[int] = set()
 
     def __contains__(self, port: int) -> bool:
         return self.low <= port <= self.high
@@ -52,8 +56,19 @@ class PortPool:
         del self._holder[port]
 
     def _return(self, port: int) -> None:
-        if port in self:
+        if port in self and port not in self._reserved:
             self._free.add(port)
+
+    def reserve(self, ports: set[int]) -> None:
+        """The ports of reserved addresses now (a port no longer reserved returns to the
+        pool once nothing uses or holds it)."""
+        for port in self._reserved - ports:
+            self._reserved.discard(port)
+            if port not in self._used and port not in self._holder \
+                    and port not in self._blocked:
+                self._return(port)
+        self._free -= ports
+        self._reserved = set(ports)
 
     def held(self, tunnel_id: str, now: float) -> int | None:
         """The port a dropped tunnel of this id still holds, if any."""
@@ -63,11 +78,14 @@ class PortPool:
 
     def take(self, tunnel_id: str, port: int, now: float) -> bool:
         """Claim ``port`` (in the range or not) for ``tunnel_id``: False when another tunnel
-        uses or holds it. The tunnel's own held port is taken back."""
+        uses or holds it. The tunnel's own held port is taken back, and so is a reserved one
+        a dropped session holds."""
         self._expire(now)
         entry = self._held.get(tunnel_id)
         if entry is not None and entry[0] == port:
             self._unhold(tunnel_id)
+        elif port in self._holder and port in self._reserved and port not in self._used:
+            self._unhold(self._holder[port])
         elif port in self._used or port in self._holder:
             return False
         self._blocked.pop(port, None)  # asked for by name: tried again

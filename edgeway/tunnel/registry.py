@@ -10,8 +10,9 @@ import struct
 from dataclasses import dataclass, field
 
 from edgeway.tunnel.binds import BindRequest
-from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream
-from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel.muxado.aio import MuxConnection
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import MuxStream
 from edgeway.tunnel.rpc import StreamType
 
 STREAM_WAIT = 30.0  # for a stream of an agent session whose streams are all in use

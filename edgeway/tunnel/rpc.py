@@ -10,7 +10,7 @@ import struct
 from enum import IntEnum
 from typing import Any
 
-from edgeway.tunnel.muxado.aio import MuxStream
+from edgeway.tunnel.muxado.stream import MuxStream
 
 MAX_MESSAGE = 1 << 20
 

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import secrets
 import ssl
-import struct
 from collections.abc import Coroutine
 from typing import Any
 
@@ -23,10 +21,13 @@ from edgeway.platform import Platform
 from edgeway.restrictions import KINDS as RESTRICTION_KINDS
 from edgeway.store.db import DatabaseUnavailable
 from edgeway.store.repo import Repo
-from edgeway.tunnel import rpc
-from edgeway.tunnel.binder import AgentConnection, Binder, now_text
-from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
-from edgeway.tunnel.muxado.session import StreamError
+from edgeway.tunnel import commands, records, rpc
+from edgeway.tunnel.admission import Admission, AuthFailed
+from edgeway.tunnel.binder import Binder
+from edgeway.tunnel.connection import AgentConnection
+from edgeway.tunnel.muxado.aio import MuxConnection
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
 from edgeway.tunnel.rpc import StreamType
 
 log = structlog.get_logger()
@@ -34,8 +35,6 @@ SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
 TUNNELS = catalog.BY_COLLECTION["tunnels"]
 ENDPOINTS = catalog.BY_COLLECTION["endpoints"]
 INGRESSES = catalog.BY_COLLECTION["agent_ingresses"]
-CREDENTIALS = catalog.BY_COLLECTION["credentials"]
-BOTS = catalog.BY_COLLECTION["bot_users"]
 PROTOCOL_VERSIONS = ("3", "2")
 # Until an agent authenticated, its session may open this many streams at once (Auth, the
 # heartbeat; as many more refused end it) with frames this large, and must authenticate
@@ -55,12 +54,6 @@ TCP_GRACE = 120.0
 RECHECK_EVERY = 10.0  # seconds: credentials changed through another node reach us this late
 
 
-class AuthFailed(Exception):
-    def __init__(self, message: str, code: int = 107) -> None:
-        super().__init__(message)
-        self.code = code  # the ERR_NGROK_<code> line the SDKs show
-
-
 async def _warned(coro: Coroutine[Any, Any, None]) -> None:
     """A background reload: a database out of reach is a warning (the next change loads
     again), not a crashed task."""
@@ -77,6 +70,7 @@ class TunnelServer:
                  tcp_grace: float = TCP_GRACE, client_cas: str = "") -> None:
         self.platform = platform
         self.node = node  # rows this node writes carry it; only they are its to clean up
+        self.admission = Admission(platform)
         self.binder = Binder(platform, tcp_host, tcp_ports, tcp_grace, node, http_port,
                              https_port)
         self.registry = self.binder.registry
@@ -106,6 +100,7 @@ class TunnelServer:
                     if doc.get("node") == self.node:
                         await Repo(tx).delete(kind, id_)
         await self.load_ingress_names()
+        await self.binder.tcp.load_reserved()
         await self.platform.restrictions.of("agent")  # (kept while the database is away)
         self._server = await asyncio.start_server(
             self._connection, sock=listen_socket("tunnel listener", host, port, reuse_port),
@@ -124,7 +119,9 @@ class TunnelServer:
             self._spawn(self.load_ingress_names())
         elif collection == "reserved_domains":
             self._spawn(self.binder.revalidate())
-        elif collection in ("credentials", "bot_users", *RESTRICTION_KINDS):
+        elif collection == "reserved_addrs":
+            self._spawn(self.binder.tcp.load_reserved())
+        elif collection in ("credentials", "bot_users", "service_users", *RESTRICTION_KINDS):
             self._spawn(self.recheck())
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -146,7 +143,7 @@ class TunnelServer:
         by_credential: dict[str, list[AgentConnection]] = {}
         for session in list(self.sessions.values()):
             try:
-                await self._address_allowed(session.peer)
+                await self.admission.address(session.peer)
             except AuthFailed as exc:
                 log.info("agent_session_revoked", session=session.id, reason=str(exc))
                 session.revoked = True
@@ -155,7 +152,7 @@ class TunnelServer:
             by_credential.setdefault(session.credential, []).append(session)
         for credential, sessions in by_credential.items():
             try:
-                acl = await self._still_valid(credential)
+                acl = await self.admission.still_valid(credential)
             except AuthFailed as exc:
                 for session in sessions:
                     log.info("agent_session_revoked", session=session.id, reason=str(exc))
@@ -166,26 +163,11 @@ class TunnelServer:
                 if session.acl != acl:
                     await self.binder.reauthorize(session, acl)
 
-    async def _still_valid(self, credential: str) -> list[str]:
-        repo = Repo(self.platform.db.reader())
-        doc = await repo.get(CREDENTIALS, credential)
-        if doc is None:
-            raise AuthFailed("the credential was deleted")
-        await self._owner_active(repo, str(doc.get("owner_id") or ""))
-        return list(doc.get("acl") or [])
-
-    @staticmethod
-    async def _owner_active(repo: Repo, owner: str) -> None:
-        if owner.startswith("bot_"):
-            bot = await repo.get(BOTS, owner)
-            if bot is None or not bot.get("active", True):
-                raise AuthFailed("authentication failed: the authtoken's bot user is "
-                                 "inactive or was deleted")
-
     async def _recheck_every(self, seconds: float) -> None:
         """Writes made through another node's API reach this one's sessions too."""
         while True:
             await asyncio.sleep(seconds)
+            await _warned(self.binder.tcp.load_reserved())
             if self.sessions:
                 await _warned(self.recheck())
 
@@ -264,12 +246,13 @@ class TunnelServer:
         try:
             if not version:
                 raise AuthFailed("no supported protocol version (this server speaks 3 and 2)")
-            await self._address_allowed(session.peer)
+            await self.admission.address(session.peer)
             if self.client_cas and not session.client_cert:
                 raise AuthFailed("this server requires an agent client certificate issued by "
                                  "its agent certificate authority (--agent-client-cas); the "
                                  "agent presented none (client_cert and client_key)")
-            credential, session.acl = await self._credential(str(extra.get("authtoken") or ""))
+            credential, session.acl = await self.admission.token(
+                str(extra.get("authtoken") or ""))
             session.credential = credential
         except AuthFailed as exc:
             await rpc.reply(stream, {"Version": version or "3", "ClientId": "",
@@ -289,34 +272,11 @@ class TunnelServer:
             "Cookie": secrets.token_urlsafe(16), "AccountName": "edgeway",
             "SessionDuration": 0, "PlanName": "", "Banner": ""}})
 
-    async def _address_allowed(self, peer: str) -> None:
-        """IP restrictions of type ``agent``: AuthFailed (ERR 220) when one refuses ``peer``."""
-        r = await self.platform.restrictions.refusing("agent", peer)
-        if r is not None:
-            raise AuthFailed(f"the address {peer} may not start agent sessions: IP "
-                             f"restriction '{r.id}' refuses it", 220)
-
-    async def _credential(self, token: str) -> tuple[str, list[str]]:
-        if not token:
-            raise AuthFailed("authentication failed: no authtoken was sent")
-        repo = Repo(self.platform.db.reader())
-        item = await repo.by_token(CREDENTIALS, ids.token_hash(token))
-        if item is None:
-            raise AuthFailed("authentication failed: the authtoken is not valid (unknown or "
-                             "deleted credential)")
-        await self._owner_active(repo, str(item.doc.get("owner_id") or ""))
-        return item.id, list(item.doc.get("acl") or [])
-
     async def _record(self, session: AgentConnection, credential: str,
                       extra: dict[str, Any]) -> str:
         sid = ids.new_id(SESSIONS.prefix)
-        doc = {"agent_version": str(extra.get("version") or ""), "credential": {
-            "id": credential, "uri": f"{self.platform.settings.public_url}/credentials/"
-                                     f"{credential}"},
-            "ip": session.peer, "metadata": str(extra.get("metadata") or ""),
-            "os": str(extra.get("os") or ""), "region": self.platform.settings.regions[0],
-            "started_at": now_text(), "transport": "ngrok/v2", "created_at": now_text(),
-            "node": self.node}
+        doc = records.session_doc(self.platform.settings, self.node, session.peer, credential,
+                                  extra)
         async with self.platform.db.write() as tx:
             await Repo(tx).insert(SESSIONS, sid, doc)
         log.info("agent_session_start", session=sid, credential=credential)
@@ -327,28 +287,7 @@ class TunnelServer:
         """Send Stop, Restart or Update to the agent of ``session_id``: None if this node
         holds no such session, else the agent's error text ("" when it accepted)."""
         session = self.sessions.get(session_id)
-        if session is None:
-            return None
-        try:
-            stream = await session.conn.open_stream()
-            await stream.write(struct.pack(">I", kind) + json.dumps(body).encode())
-            answer = rpc.folded(await asyncio.wait_for(rpc.read_message(stream), timeout))
-        except (StreamClosed, rpc.RPCError, asyncio.IncompleteReadError):
-            if kind == StreamType.STOP and await self._ends(session):
-                return ""  # it stopped before its answer went out: what was asked happened
-            return "the agent closed the command stream without answering"
-        except TimeoutError:
-            return f"the agent did not answer within {timeout:g} s"
-        return str(answer.get("error") or "")
-
-    @staticmethod
-    async def _ends(session: AgentConnection, within: float = 2.0) -> bool:
-        """Whether the session's connection is gone, or goes within ``within`` seconds."""
-        try:
-            await asyncio.wait_for(session.conn.closed.wait(), within)
-        except TimeoutError:
-            return False
-        return True
+        return None if session is None else await commands.send(session, kind, body, timeout)
 
     async def _heartbeat(self, session: AgentConnection, stream: MuxStream) -> None:
         loop = asyncio.get_running_loop()

@@ -16,3 +16,11 @@ def srv(tmp_path: Path) -> Iterator[Server]:
     yield server
     if server.proc.poll() is None:
         assert server.stop() == 0
+
+
+@pytest.fixture(autouse=True)
+def agent_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Agents started by a test keep their config and tunnel ids in its own directories."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path

@@ -5,6 +5,7 @@ server restart, the official SDK next to it, and the spec's site-to-site flow en
 from __future__ import annotations
 
 import os
+import re
 import select
 import socket
 import subprocess
@@ -57,8 +58,10 @@ def write_config(path: Path, srv: Server, token: str, web_port: int, tunnels: st
     return path
 
 
-def run_agent(*args: str, web_port: int, online: bool = True) -> Agent:
-    proc = subprocess.Popen([sys.executable, "-m", "edgeway", "agent", "start", "--log",
+def run_agent(*args: str, web_port: int, online: bool = True, log: str | None = "stderr"
+              ) -> Agent:
+    flags = ["--log", log] if log else []
+    proc = subprocess.Popen([sys.executable, "-m", "edgeway", "agent", "start", *flags,
                              *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             text=True)
     a = Agent(proc, f"http://127.0.0.1:{web_port}")
@@ -109,10 +112,19 @@ def test_config_tunnels_and_the_local_api(srv: Server, token: str, tmp_path: Pat
                     "domain": "not-reserved.example.com"})
                 assert (r.status_code, r.json()["error_code"]) == (502, 103)
                 assert "is not reserved" in r.json()["details"]["err"]
-                r = a.api("POST", "/api/tunnels", json={"name": "hh", "proto": "http",
+                for name, host_header, seen in (
+                        ("hh", "rewrite", f"127.0.0.1:{svc}"),
+                        ("hc", "api.internal:8443", "api.internal:8443")):
+                    r = a.api("POST", "/api/tunnels", json={
+                        "name": name, "proto": "http", "addr": f"127.0.0.1:{svc}",
+                        "host_header": host_header})
+                    assert r.status_code == 201, r.text
+                    answer = client.get(r.json()["public_url"] + "/headers").json()
+                    assert [v for k, v in answer["headers"] if k == "host"] == [seen], answer
+                r = a.api("POST", "/api/tunnels", json={"name": "hb", "proto": "http",
                                                          "addr": str(svc),
-                                                         "host_header": "rewrite"})
-                assert r.status_code == 400 and "not supported" in r.json()["details"]["err"]
+                                                         "host_header": "bad host"})
+                assert r.status_code == 400 and "host_header" in r.json()["details"]["err"]
                 assert a.api("GET", "/api/tunnels/missing").status_code == 404
                 assert a.api("DELETE", "/api/tunnels/db").status_code == 204
                 assert a.api("GET", "/api/tunnels/db").status_code == 404
@@ -192,7 +204,7 @@ def test_our_agent_and_the_sdk_on_one_server(srv: Server, token: str, tmp_path: 
 def test_a_refused_authtoken_ends_the_agent_clearly(srv: Server, tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "a.yml", srv, "not-a-real-token", free_port(), "")
     r = subprocess.run([sys.executable, "-m", "edgeway", "agent", "start", "--none", "--log",
-                        "--config", str(cfg)], capture_output=True, text=True, timeout=30)
+                        "stderr", "--config", str(cfg)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 1
     assert "authtoken is not valid" in r.stderr and "Traceback" not in r.stderr
 
@@ -253,8 +265,8 @@ def test_the_site_to_site_flow(srv: Server, tmp_path: Path) -> None:
             a.stop()
 
 
-def test_the_console_shows_the_session_and_tunnels(srv: Server, token: str,
-                                                   tmp_path: Path) -> None:
+def test_the_console_prints_screens_when_not_on_a_terminal(srv: Server, token: str,
+                                                           tmp_path: Path) -> None:
     web = free_port()
     with upstream.running("svc") as svc:
         cfg = write_config(tmp_path / "a.yml", srv, token, web,
@@ -273,17 +285,21 @@ def test_the_console_shows_the_session_and_tunnels(srv: Server, token: str,
                     time.sleep(0.1)
             with EdgeClient(srv) as client:
                 assert client.get(url + "/x").status_code == 200
-            time.sleep(0.3)
+            while a.api("GET", "/api/tunnels/web").json()["metrics"]["http"]["count"] < 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            time.sleep(0.3)  # (the console draws changes 0.1 s apart)
         finally:
             proc.terminate()
             proc.wait(15)
         assert proc.stdout is not None
         screen = proc.stdout.read().split("\n\n")  # one screen per change (not a terminal)
         proc.stdout.close()
-        online = [s for s in screen if "Session   online" in s and url in s]
+        online = [s for s in screen if re.search(r"Session Status +online", s) and url in s]
         assert online, screen
-        assert f"-> http://127.0.0.1:{svc}" in online[0]
-        assert any("1 conns" in s for s in screen)  # the count moved with the request
+        assert f"{url} -> http://127.0.0.1:{svc}" in online[-1]
+        assert any("GET     /x" in s and "200 OK" in s for s in screen), screen[-1]
+        assert "\x1b" not in "".join(screen)  # plain text
 
 
 def test_a_config_traffic_policy_runs_at_the_edge(srv: Server, token: str,
@@ -314,7 +330,7 @@ def test_connect_timeout_bounds_the_dial_and_the_log_follows_its_settings(
                        f"web_addr: 127.0.0.1:{web}\nconnect_timeout: 1s\n"
                        "log_format: term\nlog_level: warn\n")
         proc = subprocess.Popen([sys.executable, "-m", "edgeway", "agent", "start", "--none",
-                                 "--log", "--config", str(cfg)], stderr=subprocess.PIPE,
+                                 "--log", "stderr", "--config", str(cfg)], stderr=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, text=True)
         try:
             line = wait_for_line(proc, "session_lost", 30)
@@ -350,7 +366,7 @@ def test_region_dials_the_region_domain_and_logs_go_to_the_file(tmp_path: Path,
                                server_addr=f"connect.example.com:{srv.tunnel_port}")
             # only the region's name resolves: the agent dials tunnel.eu.<server_addr host>
             a = run_agent("web", "--config", str(cfg), "--resolve", f"{region_host}:127.0.0.1",
-                          web_port=web)
+                          web_port=web, log=None)
             try:
                 url = a.api("GET", "/api/tunnels/web").json()["public_url"]
                 with EdgeClient(srv) as client:

@@ -57,7 +57,7 @@ def test_agents_need_a_client_certificate_of_the_agent_ca(
                 bare = write_config(tmp_path / f"{name}.yml", srv, token, free_port(),
                                     extra + tunnels)
                 proc = subprocess.Popen([sys.executable, "-m", "edgeway", "agent", "start",
-                                         "web", "--log", "--config", str(bare)],
+                                         "web", "--log", "stderr", "--config", str(bare)],
                                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                         text=True)
                 try:

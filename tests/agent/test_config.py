@@ -268,9 +268,15 @@ def test_the_agents_own_settings(tmp_path: Path) -> None:
     assert one(tmp_path, "console_ui: false\nlog: false\n").options == AgentSettings(
         console_ui="false", log="false")
     assert one(tmp_path, "authtoken: x\n").options == AgentSettings()
-    assert not AgentSettings(console_ui="iftty").console(tty=False)
-    assert AgentSettings(console_ui="iftty").console(tty=True)
-    assert not AgentSettings(log="stdout").console(tty=True)  # the log owns stdout
+    assert AgentSettings(console_ui="iftty").plan(False, False) == (False, "stderr")
+    assert AgentSettings(console_ui="iftty").plan(True, False) == (True, "stderr")
+    # the log never shares the console's terminal
+    assert AgentSettings().plan(True, True) == (True, "false")
+    assert AgentSettings(log="stderr").plan(True, True) == (False, "stderr")
+    assert AgentSettings(log="stderr").plan(True, False) == (True, "stderr")
+    assert AgentSettings(log="stdout").plan(True, False) == (False, "stdout")
+    assert AgentSettings(log="/tmp/a.log").plan(True, True) == (True, "/tmp/a.log")
+    assert AgentSettings().plan(False, True) == (True, "stderr")  # screens to a pipe
 
 
 @pytest.mark.parametrize(("text", "rule"), [
@@ -531,13 +537,15 @@ def test_unknown_tunnel_keys(tmp_path: Path) -> None:
     assert tunnel_error(tmp_path, "proto: http\nadr: 80\n") == (
         "adr: unknown key (did you mean 'addr'?)")
     message = tunnel_error(tmp_path, "proto: http\naddr: 80\nqqqqqqq: 1\n")
-    assert message.startswith("qqqqqqq: unknown key; allowed keys: addr, basic_auth, domain, ")
+    assert message.startswith("qqqqqqq: unknown key; allowed keys: addr, basic_auth, "
+                              "circuit_breaker, compression, domain, ")
 
 
 @pytest.mark.parametrize("key", sorted(TUNNEL_UNSUPPORTED))
 def test_unsupported_tunnel_options(tmp_path: Path, key: str) -> None:
     assert tunnel_error(tmp_path, f"proto: http\naddr: 80\n{key}: x\n") == (
-        f"{key}: the Edgeway agent does not support this option yet")
+        f"{key}: {TUNNEL_UNSUPPORTED[key]}")
+    assert "not supported" in TUNNEL_UNSUPPORTED[key]
 
 
 def test_renamed_tunnel_options(tmp_path: Path) -> None:

@@ -52,7 +52,12 @@ def play(script: list[tuple[str, bytes]], rng: random.Random | None = None
     for way, data in script:
         for piece in pieces(data, rng):
             (tap.request if way == ">" else tap.response)(piece)
-    return tap, [ex.json() for ex in reversed(tap.store.newest(100))]
+    return tap, [ex.json() for ex in reversed(stored(tap).newest(100))]
+
+
+def stored(tap: Tap) -> Store:
+    assert tap.store is not None
+    return tap.store
 
 
 def raw(part: dict[str, Any]) -> bytes:
@@ -98,8 +103,8 @@ def test_pending_exchanges_have_no_response_yet() -> None:
     assert [c["response"] for c in got] == [None, None]
     assert raw(got[1]["request"]) == POST[:-1]
     tap.response(OK)
-    assert tap.store.newest(2)[1].response is not None
-    assert tap.store.newest(2)[0].response is None
+    assert stored(tap).newest(2)[1].response is not None
+    assert stored(tap).newest(2)[0].response is None
 
 
 def test_head_responses_interim_responses_and_bodies_until_close() -> None:
@@ -116,7 +121,7 @@ def test_head_responses_interim_responses_and_bodies_until_close() -> None:
     assert raw(got[2]["request"]) == expect + b"hi"
     assert got[3]["response"] is None  # the close has not come yet
     tap.response_eof()
-    last = tap.store.newest(1)[0].json()["response"]
+    last = stored(tap).newest(1)[0].json()["response"]
     assert raw(last) == until_close and last["proto"] == "HTTP/1.0"
 
 

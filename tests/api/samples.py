@@ -48,6 +48,11 @@ def _subscription(api: httpx.Client) -> Body:
     return {"sources": [{"type": "ip_policy_created.v0"}], "destination_ids": [dest["id"]]}
 
 
+def _secret(api: httpx.Client) -> Body:
+    vault = created(api, "/vaults", {"name": uniq("vault-")})
+    return {"name": uniq("secret-"), "value": "s3cret", "vault_id": vault["id"]}
+
+
 @dataclass(frozen=True)
 class Sample:
     create: Callable[[httpx.Client], Body]
@@ -57,7 +62,12 @@ class Sample:
 BASE: dict[str, Sample] = {
     "api_keys": Sample(lambda _a: {"description": "ci"}),
     "bot_users": Sample(lambda _a: {"name": uniq("bot-")}, {"name": "renamed", "active": False}),
+    "service_users": Sample(lambda _a: {"name": uniq("svc-")},
+                            {"name": "renamed", "active": False}),
     "credentials": Sample(lambda _a: {"acl": ["bind:*.example.com"]}),
+    "reserved_addrs": Sample(lambda _a: {"description": "database"}),
+    "vaults": Sample(lambda _a: {"name": uniq("vault-")}),
+    "vault_secrets": Sample(_secret, {"description": "rotated", "value": "n3w"}),
     "agent_ingresses": Sample(lambda _a: {"domain": f"connect.{uniq()}.example.com"}),
     "reserved_domains": Sample(lambda _a: {"domain": f"app.{uniq()}.example.com"}),
     "ip_policies": Sample(lambda _a: {"description": "office"}),

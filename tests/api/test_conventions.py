@@ -97,10 +97,10 @@ def test_unknown_path_and_method(api: httpx.Client) -> None:
     r = api.get("/no_such_collection")
     assert r.status_code == 404
     assert r.json()["details"]["path"] == "/no_such_collection"
-    assert "error_code" not in r.json()
+    assert r.json()["error_code"] == "ERR_EDGEWAY_254"
     r = api.put("/ip_policies")
     assert r.status_code == 405 and "POST" in r.headers["allow"]
-    assert r.json()["status_code"] == 405
+    assert r.json()["status_code"] == 405 and r.json()["error_code"] == "ERR_EDGEWAY_255"
 
 
 def test_paging_parameters(api: httpx.Client) -> None:

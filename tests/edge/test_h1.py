@@ -14,8 +14,8 @@ from edgeway.edge.h1 import (
     Request,
     RequestParser,
     Response,
-    ResponseParser,
 )
+from edgeway.edge.h1_response import ResponseParser
 
 PIPELINED = (b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
              b"POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"

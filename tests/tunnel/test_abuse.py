@@ -20,8 +20,9 @@ import pytest
 
 from edgeway.tunnel.muxado import frames
 from edgeway.tunnel.muxado.aio import MuxConnection
+from edgeway.tunnel.muxado.events import ConnectionLost, StreamOpened
 from edgeway.tunnel.muxado.frames import ErrorCode
-from edgeway.tunnel.muxado.session import ConnectionLost, Session, StreamOpened
+from edgeway.tunnel.muxado.session import Session
 from edgeway.tunnel.server import AUTH_TIMEOUT, PRE_AUTH_FRAME, PRE_AUTH_STREAMS
 from tests.edge.tls_upstream import localhost_contexts
 from tests.server import Server

@@ -17,9 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edgeway.tunnel.muxado import aio, frames
-from edgeway.tunnel.muxado.aio import HIGH_WATER, MuxConnection, MuxStream, StreamClosed, records
+from edgeway.tunnel.muxado.aio import MuxConnection
+from edgeway.tunnel.muxado.core import WINDOW
+from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.frames import ErrorCode
-from edgeway.tunnel.muxado.session import WINDOW, StreamError
+from edgeway.tunnel.muxado.stream import HIGH_WATER, MuxStream, StreamClosed
+from edgeway.tunnel.muxado.transport import records
 from edgeway.tunnel.pipes import StreamPipe, splice
 from tests.edge.tls_upstream import localhost_contexts
 

@@ -308,3 +308,19 @@ def test_the_pool_allocates_holds_and_expires() -> None:
     pool.block("t9", 101, 17)  # the system refused it: set aside, then back
     assert pool.take_any("t8", 101, None, 18) == 100
     assert pool.take_any("t7", 101, None, 28) == 101
+
+
+def test_reserved_ports_are_only_taken_by_name() -> None:
+    pool = PortPool(100, 102, grace=10)
+    pool.reserve({101})
+    got = {pool.take_any(f"t{i}", 101, None, 0) for i in range(3)}
+    assert got == {100, 102, None}  # 101 is never generated
+    assert pool.take("r1", 101, 0)  # asked for by name
+    pool.hold("r1", 101, 1)  # its session dropped
+    assert pool.take("r2", 101, 2)  # the account's address: another bind takes it over
+    assert not pool.take("r3", 101, 2)  # while a live tunnel uses it, nobody else
+    pool.release("r2", 101)
+    assert pool.free == 0  # released, still reserved
+    pool.release("t0", 100)
+    pool.reserve(set())  # the reservation was deleted: back to the pool
+    assert pool.free == 2 and pool.take_any("t9", 101, None, 3) == 101

@@ -10,21 +10,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgeway.tunnel.muxado import frames
-from edgeway.tunnel.muxado.frames import ErrorCode
-from edgeway.tunnel.muxado.session import (
-    MAX_CHUNK,
-    WINDOW,
+from edgeway.tunnel.muxado.core import MAX_CHUNK, WINDOW
+from edgeway.tunnel.muxado.events import (
     ConnectionLost,
     DataReceived,
     Event,
     GoAway,
-    Session,
     StreamEnded,
     StreamError,
     StreamOpened,
     StreamReset,
     WindowOpened,
 )
+from edgeway.tunnel.muxado.frames import ErrorCode
+from edgeway.tunnel.muxado.session import Session
 
 
 class Pair:

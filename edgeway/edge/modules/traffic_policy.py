@@ -9,7 +9,7 @@ Enforced actions: on_http_request ``deny``, ``custom-response``, ``redirect``, `
 ``deny``, ``restrict-ips``, ``close-connection``, ``log``. A policy using any other action (or
 an option of these that is not supported) is not run at all: its traffic is refused, naming
 the action (``compile`` returns an ``Unenforced`` hook). String options take ``${expr}``
-interpolations.
+interpolations. ``secrets.get(vault, name)`` reads a vault secret (``secrets.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import structlog
 from edgeway.catalog.modules.policy import REQ, RES, TCP, parse
 from edgeway.edge.h1 import header
 from edgeway.edge.hooks import CLOSE, Compiling, Exchange, Hook, Unenforced, Verdict
+from edgeway.edge.modules import secrets
 from edgeway.edge.modules.policy_actions import (
     Headers,
     Outcome,
@@ -148,9 +149,18 @@ def response_env(env: dict[str, Any], status: int, headers: Headers) -> dict[str
 
 def compile(module: dict[str, Any], ctx: Compiling | str) -> Policy | Unenforced:
     """The policy (``ctx``: its key, or the compile context naming it); ``Unenforced``
-    naming the first action this edge does not enforce, if any."""
+    naming the first action this edge does not enforce (or a secret that does not exist),
+    if any."""
     key = ctx if isinstance(ctx, str) else ctx.key
+    values = {} if isinstance(ctx, str) else ctx.secrets
     doc = parse("traffic_policy.value", str(module.get("value", "")))
+    try:
+        return _compile(doc, key, values)
+    except secrets.Missing as exc:
+        return Unenforced(f"traffic_policy ({exc})")
+
+
+def _compile(doc: Any, key: str, values: secrets.Secrets) -> Policy | Unenforced:
     phases: dict[str, tuple[Rule, ...]] = {}
     for phase, rules in (doc or {}).items():
         compiled = []
@@ -159,12 +169,13 @@ def compile(module: dict[str, Any], ctx: Compiling | str) -> Policy | Unenforced
             for action in rule.get("actions") or []:
                 kind = str(action.get("type"))
                 try:
-                    actions.append(compile_action(phase, kind, dict(action.get("config") or {}),
-                                                  key))
+                    config = secrets.in_config(dict(action.get("config") or {}), values)
+                    actions.append(compile_action(phase, kind, config, key))
                 except Unsupported:
                     return Unenforced(f"traffic_policy (action '{kind}' in {phase})")
             compiled.append(Rule(str(rule.get("name") or f"rule {i}"),
-                                 tuple(cel.compile(e) for e in rule.get("expressions") or []),
+                                 tuple(cel.compile(secrets.in_expression(e, values))
+                                       for e in rule.get("expressions") or []),
                                  tuple(actions)))
         phases[phase] = tuple(compiled)
     return Policy(key, phases)

@@ -1,10 +1,5 @@
-"""The asyncio shell around the muxado session, and ``MuxStream`` objects with ``read``/``write``
-that respect flow control.
-
-A writer blocks while its stream has more than ``HIGH_WATER`` bytes waiting for the peer's
-window, and while the transport has more than it wants to buffer (a peer that grants window
-but does not read would otherwise make us queue without bound); a reader returns window to
-the peer as it takes data. One stalled stream therefore holds back only its own writer.
+"""The asyncio shell around the muxado session: ``MuxConnection``, whose streams
+(``stream.MuxStream``) have ``read``/``write`` that respect flow control (see there).
 
 The connection takes over the transport under the stream pair it is given: it becomes the
 transport's protocol (an ``asyncio.BufferedProtocol``), so TLS decrypts straight into the
@@ -27,296 +22,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
-import socket
 from collections import deque
-from collections.abc import Callable
 from typing import cast
 
-from edgeway.tunnel.muxado.frames import ErrorCode
-from edgeway.tunnel.muxado.session import (
+from edgeway.tunnel.muxado.events import (
     ConnectionLost,
     DataReceived,
     Event,
     GoAway,
-    Session,
     StreamEnded,
     StreamError,
     StreamOpened,
     StreamReset,
     WindowOpened,
 )
+from edgeway.tunnel.muxado.frames import ErrorCode
+from edgeway.tunnel.muxado.session import Session
+from edgeway.tunnel.muxado.stream import MuxStream
+from edgeway.tunnel.muxado.transport import adopt, quickack, records, tcp_fd
 
-HIGH_WATER = 64 * 1024
 BACKLOG = 1 << 20  # data queued for one write of the connection, beyond which writers wait
 LINGER = 5.0  # seconds a reset stream is counted as open (the peer may still hold it)
-CLOSE_TIMEOUT = 30.0  # a closed stream whose peer never half-closes is reset after this
-TLS_RECORD = 16384  # the most plaintext one TLS record carries
-QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
-_ONE = ctypes.c_int(1)
-try:  # setsockopt on the descriptor itself: uvloop builds a socket object per call otherwise
-    _setsockopt = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).setsockopt
-except (OSError, AttributeError):
-    QUICKACK = None
-
-
-def _fd(writer: asyncio.StreamWriter) -> int:
-    """The descriptor of a TCP transport (-1: none, or not TCP)."""
-    sock = writer.get_extra_info("socket")
-    if QUICKACK is None or sock is None or sock.type != socket.SOCK_STREAM \
-            or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return -1
-    return int(sock.fileno())
-
-
-_HANDLERS: set[asyncio.Task[object]] = set()  # connection handlers kept alive (``adopt``)
-
-
-class StreamClosed(Exception):
-    def __init__(self, code: ErrorCode) -> None:
-        super().__init__(f"stream closed: {code.name}")
-        self.code = code
-
-
-def adopt(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-          protocol: asyncio.BaseProtocol) -> tuple[bytes, bool]:
-    """Make ``protocol`` the protocol of the transport under a stream pair (from
-    ``open_connection``/``start_server``), for code that takes bytes as they arrive rather than
-    through the ``StreamReader``. Returns the bytes the reader already held, and whether it had
-    seen the end (EOF or an error): then no more will come. The writer stays good for
-    ``write``, ``write_eof`` and ``close``, not for ``drain`` or ``wait_closed``."""
-    held = getattr(reader, "_buffer", None)
-    early = bytes(held) if held else b""
-    if isinstance(held, bytearray):
-        held.clear()
-    transport = cast(asyncio.Transport, writer.transport)
-    previous = transport.get_protocol()
-    transport.set_protocol(protocol)
-    ended = (reader.exception() is not None or bool(getattr(reader, "_eof", False))
-             or transport.is_closing())
-    if isinstance(previous, asyncio.StreamReaderProtocol):
-        # Its life with this transport is over: let it drop the writer, whose link back to
-        # it would otherwise make a cycle holding the transport (and its TLS state) until
-        # the cycle collector runs. It also drops the task of ``start_server``'s handler,
-        # which only it held strongly: the task (ours, running) is kept here instead.
-        task = asyncio.current_task()
-        if task is not None and not task.done():
-            _HANDLERS.add(task)
-            task.add_done_callback(_HANDLERS.discard)
-        previous.connection_lost(None)
-    if not ended and not transport.is_reading():
-        transport.resume_reading()  # the stream reader had paused it
-    return early, ended
-
-
-def records(parts: list[bytes | memoryview], size: int = TLS_RECORD
-            ) -> list[bytes | memoryview]:
-    """``parts`` regrouped for ``writelines`` so that every buffer but the last is a whole
-    number of ``size``-byte records. A TLS transport encrypts each buffer it is given on its
-    own, so a frame header written alone would be a record of its own, and joining everything
-    copies every payload. Here parts of ``size`` bytes or more go out as views; smaller ones,
-    with what it takes of the next large part to reach a record boundary, are joined: at most
-    ``size`` bytes are copied per large part."""
-    out: list[bytes | memoryview] = []
-    small: list[bytes | memoryview] = []
-    small_len = 0
-    for part in parts:
-        n = len(part)
-        if not n:
-            continue
-        if n < size:
-            small.append(part)
-            small_len += n
-            continue
-        view = memoryview(part)
-        if small_len:
-            fill = -small_len % size
-            small.append(view[:fill])
-            out.append(b"".join(small))
-            view = view[fill:]
-        whole = len(view) - len(view) % size
-        if whole:
-            out.append(view[:whole])
-        small, small_len = ([view[whole:]], len(view) - whole) if whole < len(view) else ([], 0)
-    if small:
-        out.append(small[0] if len(small) == 1 else b"".join(small))
-    return out
-
-
-def _wake(waiters: list[asyncio.Future[None]] | None) -> None:
-    for fut in waiters or ():
-        if not fut.done():
-            fut.set_result(None)
-
-
-class MuxStream:
-    def __init__(self, conn: MuxConnection, stream_id: int) -> None:
-        self.id = stream_id
-        self._conn = conn
-        self._chunks: deque[bytes | memoryview] = deque()
-        self._eof = False
-        self._error: ErrorCode | None = None
-        # Futures of the tasks blocked in read / write (None while nobody waits).
-        self._readers: list[asyncio.Future[None]] | None = None
-        self._writers: list[asyncio.Future[None]] | None = None
-        self.on_window: Callable[[], None] | None = None
-        self._closing: asyncio.TimerHandle | None = None  # set by ``close``
-
-    @property
-    def conn(self) -> MuxConnection:
-        return self._conn
-
-    @property
-    def ended(self) -> bool:
-        """The peer half-closed or the stream failed: nothing more will be read."""
-        return self._eof or self._error is not None
-
-    async def read(self, n: int = 65536) -> bytes:
-        """Up to ``n`` bytes; ``b""`` once the peer half-closed and everything was read."""
-        while not self._chunks and not self._eof and self._error is None:
-            await self._wait(True)
-        chunks = self._chunks
-        if chunks:
-            first = chunks[0]
-            if len(chunks) == 1 and len(first) <= n:
-                chunks.popleft()
-                data = first if type(first) is bytes else bytes(first)
-            else:
-                parts: list[bytes | memoryview] = []
-                size = 0
-                while chunks and size < n:
-                    chunk = chunks[0]
-                    if size + len(chunk) <= n:
-                        parts.append(chunks.popleft())
-                        size += len(chunk)
-                    else:  # the rest stays, as a view: small reads of a big chunk copy once
-                        view = memoryview(chunk)
-                        parts.append(view[:n - size])
-                        chunks[0] = view[n - size:]
-                        size = n
-                data = b"".join(parts)
-            conn = self._conn
-            conn.session.consumed(self.id, len(data))
-            conn.kick()
-            return data
-        if self._error is not None and not self._eof:
-            raise StreamClosed(self._error)
-        return b""
-
-    async def readexactly(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = await self.read(n - len(out))
-            if not chunk:
-                raise asyncio.IncompleteReadError(bytes(out), n)
-            out += chunk
-        return bytes(out)
-
-    async def write(self, data: bytes, *, eof: bool = False) -> None:
-        if not self.send_nowait(data, eof=eof):
-            conn = self._conn
-            while conn.session.pending(self.id) > HIGH_WATER or conn.backlogged:
-                if self._error is not None:
-                    raise StreamClosed(self._error)
-                await self._wait(False)
-
-    def send_nowait(self, data: bytes, *, eof: bool = False) -> bool:
-        """``write`` without waiting: False if more than ``HIGH_WATER`` bytes now wait for the
-        peer's window, or the connection's transport has more than it wants to buffer (the
-        peer does not read): ``on_window`` is called as that changes, or when the stream
-        fails."""
-        if self._error is not None:
-            raise StreamClosed(self._error)
-        conn = self._conn
-        session = conn.session
-        session.send(self.id, data, fin=eof)
-        conn.kick()
-        if eof:
-            conn.forget_if_done(self.id)
-        return session.pending(self.id) <= HIGH_WATER and not conn.backlogged
-
-    def writable(self) -> bool:
-        """No more than ``HIGH_WATER`` bytes wait for window and the transport takes more (or
-        the stream failed)."""
-        conn = self._conn
-        return self._error is not None or (
-            conn.session.pending(self.id) <= HIGH_WATER and not conn.backlogged)
-
-    async def write_eof(self) -> None:
-        await self.write(b"", eof=True)
-
-    def reset(self, code: ErrorCode = ErrorCode.STREAM_CANCELLED) -> None:
-        """Abort the stream (FIN and RST): pending data is dropped, both directions end."""
-        conn = self._conn
-        if conn.session.reset(self.id, code):
-            conn.linger()
-        conn.kick()
-        self._fail(code)
-        conn.forget(self.id)
-
-    def close(self) -> None:
-        """End the stream gracefully: a FIN after what was written, and whatever the peer
-        still sends is dropped (its window returned) until its FIN, which ends the stream;
-        a peer that never sends one gets the stream reset after ``CLOSE_TIMEOUT``."""
-        conn = self._conn
-        session = conn.session
-        if not session.is_open(self.id) or self._closing is not None:
-            return
-        if self._chunks:
-            session.consumed(self.id, sum(len(c) for c in self._chunks))
-            self._chunks.clear()
-        with contextlib.suppress(StreamError):
-            session.send(self.id, b"", fin=True)  # unless a FIN went already
-        conn.kick()
-        if session.is_open(self.id):
-            self._closing = conn._loop.call_later(CLOSE_TIMEOUT, self.reset)
-        else:
-            conn.forget(self.id)
-
-    async def _wait(self, reading: bool) -> None:
-        fut = self._conn._loop.create_future()
-        if reading:
-            if self._readers is None:
-                self._readers = []
-            waiters = self._readers
-        else:
-            if self._writers is None:
-                self._writers = []
-            waiters = self._writers
-        waiters.append(fut)
-        try:
-            await fut
-        finally:
-            with contextlib.suppress(ValueError):
-                waiters.remove(fut)
-
-    def _data(self, data: bytes) -> None:
-        if self._closing is not None:  # closed: dropped, and the peer may send more
-            self._conn.session.consumed(self.id, len(data))
-            return
-        self._chunks.append(data)
-        if self._readers:
-            _wake(self._readers)
-
-    def _ended(self) -> None:
-        self._eof = True
-        _wake(self._readers)
-
-    def _window(self) -> None:
-        if self._writers:
-            _wake(self._writers)
-        if self.on_window is not None:
-            self.on_window()
-
-    def _fail(self, code: ErrorCode) -> None:
-        if self._closing is not None:
-            self._closing.cancel()
-        self._error = code
-        _wake(self._readers)
-        _wake(self._writers)
-        if self.on_window is not None:
-            self.on_window()
 
 
 class _Protocol(asyncio.BufferedProtocol):
@@ -375,7 +101,7 @@ class MuxConnection:
         self._loop = asyncio.get_running_loop()
         self._writer = writer  # kept: a collected StreamWriter closes its transport
         self._transport = cast(asyncio.Transport, writer.transport)
-        self._fd = _fd(writer)
+        self._fd = tcp_fd(writer)
         self._streams: dict[int, MuxStream] = {}
         self._accepted: asyncio.Queue[MuxStream | None] = asyncio.Queue()
         self._flush_at_end_of_pass = False
@@ -495,7 +221,7 @@ class MuxConnection:
         uvloop) is not free. The descriptor is only used while the transport is open: it is
         closed (and its number free for reuse) only after ``is_closing`` turns true."""
         if self._fd >= 0 and not self._transport.is_closing():
-            _setsockopt(self._fd, socket.IPPROTO_TCP, QUICKACK, ctypes.byref(_ONE), 4)
+            quickack(self._fd)
 
     # ---- transport callbacks ----------------------------------------------------------
 

@@ -50,124 +50,14 @@ after the batch's other events).
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
-
-from edgeway.tunnel.muxado import frames
-from edgeway.tunnel.muxado.frames import (
-    DATA_T,
-    FIN,
-    HEADER,
-    MAX_INCREMENT,
-    SYN,
-    U32,
-    ErrorCode,
-    Frame,
-    FrameType,
-    ProtocolError,
-    error_code,
-    scan,
-)
-
-WINDOW = 256 * 1024
-MAX_CHUNK = 64 * 1024
-MIN_SEND = 32 * 1024
-
-_DATA_WORD = FrameType.DATA << 4
-_WNDINC_HEAD = (4 << 8) | (FrameType.WNDINC << 4)
-_U32_AT = U32.unpack_from
+from edgeway.tunnel.muxado.core import DATA_WORD, MAX_CHUNK, WNDINC_HEAD, StreamState
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.frames import FIN, HEADER, SYN, U32
+from edgeway.tunnel.muxado.receive import Receiver
 
 
-@dataclass(slots=True)
-class StreamOpened:
-    stream_id: int
-
-
-@dataclass(slots=True)
-class DataReceived:
-    stream_id: int
-    data: bytes
-
-
-@dataclass(slots=True)
-class StreamEnded:
-    """The peer half-closed (FIN): no more data will arrive on this stream."""
-
-    stream_id: int
-
-
-@dataclass(slots=True)
-class StreamReset:
-    stream_id: int
-    code: ErrorCode
-    by_peer: bool
-
-
-@dataclass(slots=True)
-class WindowOpened:
-    """The peer granted window: pending data of this stream may have been sent."""
-
-    stream_id: int
-
-
-@dataclass(slots=True)
-class GoAway:
-    last_stream_id: int
-    code: ErrorCode
-    message: str
-
-
-@dataclass(slots=True)
-class ConnectionLost:
-    code: ErrorCode
-    reason: str
-
-
-Event = StreamOpened | DataReceived | StreamEnded | StreamReset | WindowOpened | GoAway | \
-    ConnectionLost
-
-
-@dataclass(slots=True)
-class _Stream:
-    send_window: int
-    recv_window: int
-    local_open: bool = True
-    remote_open: bool = True
-    syn_sent: bool = False
-    pending: deque[bytes | memoryview] = field(default_factory=deque)
-    pending_size: int = 0
-    fin_queued: bool = False
-    fin_sent: bool = False
-    unacked: int = 0  # consumed but not yet returned to the peer as window
-
-
-class StreamError(Exception):
-    """The application used a stream that is not open in that direction."""
-
-
-class Session:
-    def __init__(self, *, client: bool, window: int = WINDOW, max_streams: int = 512,
-                 fin_before_rst: bool | None = None) -> None:
-        self.client = client
-        # A server's peers are the SDKs (see "Resets"); our own agent, a client, sends a bare
-        # RST, which the server reads as an abort even after a half-close.
-        self.fin_before_rst = not client if fin_before_rst is None else fin_before_rst
-        self.window = window
-        self.max_streams = max_streams
-        self.max_peer_streams = max_streams
-        self._peer_streams = 0
-        self.max_refused: int | None = None  # set: refusing more ends the session
-        self.refused = 0
-        self._streams: dict[int, _Stream] = {}
-        self._next_id = 3 if client else 2
-        self._last_peer_id = 0
-        self._out: list[bytes | memoryview] = []
-        self._out_data = 0  # DATA payload bytes in ``_out``
-        self._rx = frames.FrameBuffer()
-        self._max_body = self._full_body = max(window, 1 << 16)  # bigger: FRAME_SIZE error
-        self._min_send = max(1, min(MIN_SEND, window // 8))
-        self.closed = False
-        self.peer_gone = False
+class Session(Receiver):
+    """One end of a muxado connection (see the module docstring)."""
 
     # ---- application side -------------------------------------------------------------
 
@@ -178,7 +68,7 @@ class Session:
             raise StreamError("too many open streams")
         sid = self._next_id
         self._next_id += 2
-        self._streams[sid] = _Stream(self.window, self.window)
+        self._streams[sid] = StreamState(self.window, self.window)
         return sid
 
     def send(self, stream_id: int, data: bytes | bytearray | memoryview, *,
@@ -193,7 +83,7 @@ class Session:
             if not s.pending_size and n <= s.send_window and n <= MAX_CHUNK:
                 # The common case: one frame, straight out, the payload not copied.
                 flags = (FIN if fin else 0) | (0 if s.syn_sent else SYN)
-                self._out += (HEADER.pack((n << 8) | _DATA_WORD | flags, stream_id), data)
+                self._out += (HEADER.pack((n << 8) | DATA_WORD | flags, stream_id), data)
                 self._out_data += n
                 s.send_window -= n
                 s.syn_sent = True
@@ -220,27 +110,8 @@ class Session:
         s.unacked += n
         if s.unacked >= self.window // 4 or s.recv_window < self.window // 2:
             s.recv_window += s.unacked
-            self._out.append(HEADER.pack(_WNDINC_HEAD, stream_id) + U32.pack(s.unacked))
+            self._out.append(HEADER.pack(WNDINC_HEAD, stream_id) + U32.pack(s.unacked))
             s.unacked = 0
-
-    def reset(self, stream_id: int, code: ErrorCode = ErrorCode.STREAM_CANCELLED) -> bool:
-        """Abort a stream: a FIN (unless sent already), then RST. Returns whether the peer may
-        still hold the stream (it had not half-closed): see "Resets" in the module docstring.
-        """
-        s = self._pop(stream_id)
-        if s is None:
-            return False
-        if not s.syn_sent:
-            return False  # never on the wire: the peer knows nothing of it
-        if not s.fin_sent and self.fin_before_rst:
-            self._emit(frames.data(stream_id, fin=True))
-        self._emit(frames.rst(stream_id, code))
-        return s.remote_open
-
-    def close(self, code: ErrorCode = ErrorCode.NONE, message: str = "") -> None:
-        if not self.closed:
-            self.closed = True
-            self._emit(frames.goaway(self._last_peer_id, code, message))
 
     def data_to_send(self) -> bytes:
         out = self.data_to_send_parts()
@@ -279,229 +150,3 @@ class Session:
     def stream_count(self) -> int:
         """Streams open in at least one direction (the peer counts them as open too)."""
         return len(self._streams)
-
-    # ---- wire side --------------------------------------------------------------------
-
-    def receive(self, data: bytes | bytearray | memoryview) -> list[Event]:
-        """Bytes from the peer (not kept: the caller may reuse its buffer)."""
-        src = memoryview(data).cast("B")
-        events: list[Event] = []
-        while not self.closed:
-            n = self._rx.fill(src) if src else 0
-            events += self._parse()
-            src = src[n:]
-            if not src:
-                break
-        return events
-
-    def get_buffer(self, sizehint: int = -1) -> memoryview:
-        """Where the next bytes from the peer may be written in place, then passed on with
-        ``buffer_updated`` (as an ``asyncio.BufferedProtocol`` does)."""
-        return self._rx.get_buffer(sizehint)
-
-    def buffer_updated(self, nbytes: int) -> list[Event]:
-        if self.closed:
-            self._rx.clear()
-            return []
-        self._rx.end += nbytes
-        return self._parse()
-
-    def _fail(self, code: ErrorCode, reason: str) -> ConnectionLost:
-        self.close(code, reason)
-        return ConnectionLost(code, reason)
-
-    def _parse(self) -> list[Event]:
-        """Handle the whole frames received (read by ``frames.scan``). DATA and WNDINC on
-        open streams are handled inline (what bulk transfers are made of); consecutive DATA
-        frames of one stream become one ``DataReceived``; anything else goes through
-        ``frames.check`` and ``_handle``."""
-        rx, streams = self._rx, self._streams
-        events: list[Event] = []
-        view, pos, end, max_body = rx.view, rx.start, rx.end, self._max_body
-        opened: dict[int, _Stream] = {}  # streams whose send window grew
-        run = _Run(events)  # DATA bodies of one stream not yet made an event
-        need = 8
-        try:
-            while end - pos >= 8:
-                word, sid, at, stop = scan(view, pos, max_body)
-                if stop > end:
-                    need = stop - pos
-                    break
-                pos = stop
-                if word == _WNDINC_HEAD and self._window(sid, _U32_AT(view, at)[0], opened):
-                    continue
-                if word & 0xFF == _DATA_WORD:  # DATA without flags
-                    s = streams.get(sid)
-                    if s is not None and s.remote_open and pos - at <= s.recv_window:
-                        if pos > at:
-                            s.recv_window -= pos - at
-                            run.add(sid, view[at:pos])
-                        continue
-                run.end()
-                body = view[at:pos].tobytes()
-                ftype, flags = (word >> 4) & 0xF, word & 0xF
-                if ftype == DATA_T and sid:  # SYN or FIN, or not for an open stream
-                    self._on_data(sid, flags, body, events)
-                else:
-                    events += self._handle(frames.check(ftype, sid, body), flags, sid, body)
-        except ProtocolError as exc:
-            run.end()
-            rx.clear()
-            events.append(self._fail(exc.code, str(exc)))
-            return events
-        run.end()
-        rx.parsed(pos, need)
-        if opened and not self.closed:
-            # Several increments in one read: the data they release goes out once.
-            for sid, s in opened.items():
-                if streams.get(sid) is s:
-                    self._flush(sid, s)
-                    events.append(WindowOpened(sid))
-        return events
-
-    def _window(self, sid: int, increment: int, opened: dict[int, _Stream]) -> bool:
-        """A WNDINC without flags, handled inline when it is valid (else False: ``_handle``
-        gives the error); its stream's data goes out once the read is parsed."""
-        s = self._streams.get(sid)
-        if not sid or not 0 < increment <= MAX_INCREMENT or (
-                s is not None and s.send_window + increment > MAX_INCREMENT):
-            return False
-        if s is not None:
-            s.send_window += increment
-            opened[sid] = s
-        return True
-
-    def _handle(self, kind: FrameType, flags: int, sid: int, body: bytes) -> list[Event]:
-        if kind == FrameType.WNDINC:  # one the inline path left (flags, an overflow)
-            s = self._streams.get(sid)
-            if s is None:
-                return []
-            s.send_window += U32.unpack(body)[0]
-            if s.send_window > MAX_INCREMENT:
-                self.reset(sid, ErrorCode.FLOW_CONTROL)
-                return [StreamReset(sid, ErrorCode.FLOW_CONTROL, False)]
-            self._flush(sid, s)
-            return [WindowOpened(sid)]
-        if kind == FrameType.RST:
-            if self._pop(sid) is None:
-                return []
-            return [StreamReset(sid, error_code(U32.unpack(body)[0]), True)]
-        self.peer_gone = True
-        last, code = HEADER.unpack_from(body)
-        return [GoAway(last, error_code(code), body[8:].decode(errors="replace"))]
-
-    def _peer_parity(self, stream_id: int) -> bool:
-        return stream_id % 2 == (0 if self.client else 1)
-
-    def _accept(self, stream_id: int, events: list[Event]) -> None:
-        # Ids need not arrive in order: SYN rides on a stream's first write, and a peer may
-        # write on a later stream first.
-        if not self._peer_parity(stream_id):
-            raise ProtocolError(ErrorCode.PROTOCOL, f"peer opened stream {stream_id}, "
-                                "an id of ours")
-        self._last_peer_id = max(self._last_peer_id, stream_id)
-        if self.peer_gone or len(self._streams) >= self.max_streams \
-                or self._peer_streams >= self.max_peer_streams:
-            self.refused += 1
-            if self.max_refused is not None and self.refused > self.max_refused:
-                raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM,
-                                    f"more than {self.max_refused} streams refused")
-            self._emit(frames.rst(stream_id, ErrorCode.STREAM_REFUSED))
-            return
-        self._peer_streams += 1
-        self._streams[stream_id] = _Stream(self.window, self.window, syn_sent=True)
-        events.append(StreamOpened(stream_id))
-
-    def _on_data(self, stream_id: int, flags: int, body: bytes, events: list[Event]) -> None:
-        if flags & SYN and stream_id not in self._streams:
-            self._accept(stream_id, events)
-        s = self._streams.get(stream_id)
-        if s is None:
-            if stream_id > self._last_peer_id and self._peer_parity(stream_id):
-                raise ProtocolError(ErrorCode.PROTOCOL, f"DATA before SYN on {stream_id}")
-            return  # a stream we already reset or refused: drop quietly
-        if not s.remote_open:
-            self.reset(stream_id, ErrorCode.STREAM_CLOSED)
-            events.append(StreamReset(stream_id, ErrorCode.STREAM_CLOSED, False))
-            return
-        if len(body) > s.recv_window:
-            self.reset(stream_id, ErrorCode.FLOW_CONTROL)
-            events.append(StreamReset(stream_id, ErrorCode.FLOW_CONTROL, False))
-            return
-        s.recv_window -= len(body)
-        if body:
-            events.append(DataReceived(stream_id, body))
-        if flags & FIN:
-            s.remote_open = False
-            events.append(StreamEnded(stream_id))
-            self._reap(stream_id, s)
-
-    # ---- internals --------------------------------------------------------------------
-
-    def _emit(self, frame: Frame) -> None:
-        self._out.append(frames.encode(frame))
-
-    def _flush(self, stream_id: int, s: _Stream) -> None:
-        pending, out = s.pending, self._out
-        while s.pending_size and s.send_window > 0:
-            if s.send_window < min(s.pending_size, self._min_send):
-                break  # no slivers: more window is on its way (see the module docstring)
-            n = min(s.pending_size, s.send_window, MAX_CHUNK)
-            s.pending_size -= n
-            s.send_window -= n
-            last = s.fin_queued and not s.pending_size
-            flags = (FIN if last else 0) | (0 if s.syn_sent else SYN)
-            out.append(HEADER.pack((n << 8) | _DATA_WORD | flags, stream_id))
-            self._out_data += n
-            while n:
-                chunk = pending[0]
-                if len(chunk) <= n:
-                    pending.popleft()
-                    out.append(chunk)
-                    n -= len(chunk)
-                else:
-                    view = memoryview(chunk)
-                    out.append(view[:n])
-                    pending[0] = view[n:]
-                    n = 0
-            s.syn_sent = True
-            s.fin_sent = s.fin_sent or last
-        if s.fin_queued and not s.pending_size and not s.fin_sent:
-            self._emit(frames.data(stream_id, syn=not s.syn_sent, fin=True))
-            s.syn_sent = s.fin_sent = True
-        if s.fin_sent:
-            s.local_open = False
-            self._reap(stream_id, s)
-
-    def _reap(self, stream_id: int, s: _Stream) -> None:
-        if not s.local_open and not s.remote_open:
-            self._pop(stream_id)
-
-    def _pop(self, stream_id: int) -> _Stream | None:
-        s = self._streams.pop(stream_id, None)
-        if s is not None and self._peer_parity(stream_id):
-            self._peer_streams -= 1
-        return s
-
-
-class _Run:
-    """Bodies of consecutive DATA frames of one stream, made one ``DataReceived`` when a
-    frame of another kind or stream comes, or the read is parsed."""
-
-    __slots__ = ("events", "parts", "sid")
-
-    def __init__(self, events: list[Event]) -> None:
-        self.events, self.sid, self.parts = events, 0, list[memoryview]()
-
-    def add(self, sid: int, body: memoryview) -> None:
-        if self.parts and sid != self.sid:
-            self.end()
-        self.sid = sid
-        self.parts.append(body)
-
-    def end(self) -> None:
-        parts = self.parts
-        if parts:
-            self.events.append(DataReceived(
-                self.sid, parts[0].tobytes() if len(parts) == 1 else b"".join(parts)))
-            self.parts = []

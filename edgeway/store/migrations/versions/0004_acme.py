@@ -1,7 +1,7 @@
 """acme challenges and managed certificates
 
 Revision ID: 0004_acme
-Revises: 0003
+Revises: 0008_vendor
 Create Date: 2026-11-26 00:00:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0004_acme"
-down_revision = "0003"
+down_revision = "0008_vendor"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,203 @@
+"""HTTP/1.x message framing for the agent's tap (``edgeway.agent.inspect``): one direction of a
+proxied connection split into messages.
+
+Framing of our own next to httptools (llhttp), because llhttp does not say where in a fed piece
+a message ended, and each message's raw bytes are wanted even when requests are pipelined: each
+direction is split here (head up to CRLF CRLF, then Content-Length, chunked framing or until
+close; RFC 9112 §6) and each message goes to a fresh parser, which parses the head and checks
+chunked framing. Bodies are kept up to 64 KiB per message (``truncated`` says more went by).
+
+On the request side of a tunnel whose Host header the agent sets (``host_header``), the side
+also produces the bytes to forward (``out``): each head with its Host replaced, as soon as the
+head is complete, then the body as it passes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from typing import TYPE_CHECKING
+
+import httptools
+
+from edgeway.agent.captures import BODY_CAP, Message, canonical
+
+if TYPE_CHECKING:
+    from httptools.parser.parser import HttpParser  # the common base, not exported
+
+    from edgeway.agent.captures import Exchange
+    from edgeway.agent.inspect import Tap
+
+HEAD_MAX = 64 * 1024  # a longer head (or more bytes held during an upgrade) stops the tap
+LINE_MAX = 4096  # chunk-size and trailer lines
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
+HEAD, LENGTH, SIZE, DATA, TRAILER, CLOSE, HOLD = range(7)
+
+
+def with_host(head: bytes, host: str) -> bytes:
+    """A request head with its Host header(s) replaced by ``host`` (added if it had none)."""
+    lines = head[:-4].split(b"\r\n")
+    kept = [ln for ln in lines[1:] if ln.split(b":", 1)[0].strip().lower() != b"host"]
+    return b"\r\n".join([lines[0], b"Host: " + host.encode("latin-1"), *kept]) + b"\r\n\r\n"
+
+
+class Stop(Exception):
+    """The tap cannot follow this connection any more."""
+
+
+class Side:
+    """One direction of the connection, split into messages; the callbacks of its parser."""
+
+    def __init__(self, tap: Tap, request: bool) -> None:
+        self.tap, self.request = tap, request
+        self.state = HEAD
+        self.buf = bytearray()  # a partial head or line; the held bytes in HOLD
+        self.left = 0  # bytes left of a Content-Length body, or of a chunk and its CRLF
+        self.msg = Message(bytearray())
+        self.headers_done = self.complete = False  # for msg, from llhttp
+        self.parser: HttpParser = httptools.HttpRequestParser(self)  # one per message
+        self.exchange: Exchange | None = None  # the request side's current one
+        self.began = (0.0, 0)
+        self.host = tap.host if request else ""  # the Host to send, when the agent sets it
+        self.out = bytearray()  # with ``host``: the bytes to forward
+
+    def on_url(self, url: bytes) -> None:
+        self.msg.uri += url.decode("latin-1")
+
+    def on_status(self, status: bytes) -> None:
+        self.msg.reason += status.decode("latin-1")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self.headers_done:  # not the trailers
+            self.msg.headers.setdefault(canonical(name.decode("latin-1")), []).append(
+                value.decode("latin-1"))
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+    def feed(self, data: bytes) -> None:
+        view, pos, end = memoryview(data), 0, len(data)
+        while pos < end and not self.tap.stopped:
+            if self.state == HOLD:
+                self.buf += view[pos:]
+                if len(self.buf) > HEAD_MAX:
+                    raise Stop("too much sent before the upgrade was answered")
+                return
+            if self.state in (LENGTH, DATA):
+                n = min(self.left, end - pos)
+                self._body(view[pos:pos + n])
+                pos, self.left = pos + n, self.left - n
+                if not self.left and self.state == LENGTH:
+                    self._end()
+                elif not self.left:
+                    self.state = SIZE
+            elif self.state == CLOSE:
+                self._body(view[pos:])
+                return
+            else:
+                pos = self._line(view, pos)
+
+    def _line(self, view: memoryview, pos: int) -> int:
+        """The head, chunk-size and trailer states: read up to the end mark."""
+        if self.state == HEAD and not self.buf:
+            while pos < len(view) and view[pos] in b"\r\n":  # empty lines between messages
+                pos += 1
+            if pos == len(view):
+                return pos
+            self._begin()
+        mark, limit = (b"\r\n\r\n", HEAD_MAX) if self.state == HEAD else (b"\r\n", LINE_MAX)
+        old = len(self.buf)
+        self.buf += view[pos:pos + limit + len(mark) - old]
+        at = self.buf.find(mark, max(0, old - len(mark) + 1))
+        if self.state == HEAD and at < 0:
+            self.parser.feed_data(self.buf[old:])  # so that garbage shows at once
+        if at < 0:
+            if len(self.buf) > limit:
+                raise Stop("head or line too long")
+            return len(view)
+        stop = at + len(mark)
+        line = bytes(self.buf[:stop])
+        self.buf.clear()
+        if self.state == HEAD:
+            self._head(line, line[old:])
+        else:
+            self._body(line)
+            if self.state == TRAILER:
+                if line == b"\r\n":
+                    self._end()
+            else:
+                size = line[:-2].split(b";", 1)[0].strip(b" \t")
+                if not _HEX.fullmatch(size):
+                    raise Stop("bad chunk size")
+                self.left = int(size, 16) + 2
+                self.state = DATA if self.left > 2 else TRAILER
+        return pos + stop - old
+
+    def _body(self, piece: memoryview | bytes) -> None:
+        msg = self.msg
+        if msg.body < BODY_CAP:
+            msg.raw += piece[:BODY_CAP - msg.body]
+        msg.body += len(piece)
+        if self.host:
+            self.out += piece
+        if self.state != LENGTH and self.state != CLOSE:
+            self.parser.feed_data(piece)  # chunked framing, checked by llhttp
+
+    def _begin(self) -> None:
+        self.began = (time.time(), time.monotonic_ns())
+        self.msg = Message(bytearray())
+        self.headers_done = self.complete = False
+        self.parser = (httptools.HttpRequestParser if self.request
+                       else httptools.HttpResponseParser)(self)
+
+    def _head(self, head: bytes, rest: bytes) -> None:
+        """The head is complete: ``rest`` is the part of it the parser has not seen."""
+        msg, parser = self.msg, self.parser
+        msg.raw += with_host(head, self.host) if self.host else head
+        with contextlib.suppress(httptools.HttpParserError, httptools.HttpParserUpgrade):
+            parser.feed_data(rest)  # (past the head's end, llhttp only pauses)
+        if not self.headers_done:
+            raise Stop("not an HTTP head")
+        if self.host:
+            self.out += msg.raw
+        msg.proto = "HTTP/" + parser.get_http_version()
+        if isinstance(parser, httptools.HttpRequestParser):
+            msg.method = parser.get_method().decode("latin-1")
+            self.exchange = self.tap.request_head(msg, self.began)
+        elif isinstance(parser, httptools.HttpResponseParser):
+            msg.status_code = parser.get_status_code()
+            if self.tap.response_head(msg):  # no body
+                self._end()
+                return
+        coding = ",".join(msg.headers.get("Transfer-Encoding", ())).lower()
+        lengths = {v.strip() for v in ",".join(msg.headers.get("Content-Length", ())).split(",")}
+        if coding:
+            if coding.rsplit(",", 1)[-1].strip() == "chunked":
+                self.state = SIZE
+            elif self.request:
+                raise Stop("a request body of unknown length")
+            else:
+                self.state = CLOSE
+        elif lengths != {""}:
+            (length,) = lengths  # several different lengths: ValueError, the tap stops
+            if not (length.isascii() and length.isdigit()):
+                raise Stop("bad Content-Length")
+            self.left, self.state = int(length), LENGTH
+            if not self.left:
+                self._end()
+        elif self.request:
+            self._end()
+        else:
+            self.state = CLOSE
+
+    def _end(self) -> None:
+        if self.state in (SIZE, DATA, TRAILER) and not self.complete:
+            raise Stop("llhttp disagrees about the end of a chunked body")
+        self.state = HEAD
+        self.tap.message_end(self, self.msg)
+
+

@@ -1,0 +1,115 @@
+"""TCP tunnels' public side: a port from the pool for each (the one asked for, the one a
+dropped session of the same tunnel held, or a free one, preferring a stable choice per
+credential and tunnel), a listener on it that splices each client into a new stream, and the
+port's return to the pool when the tunnel ends (at once, or after the grace period when its
+agent dropped without a goodbye). Ports of reserved addresses (``/reserved_addrs``) are
+only given to binds that ask for them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from functools import partial
+
+import structlog
+
+from edgeway import catalog
+from edgeway.catalog.addrs import port_of
+from edgeway.platform import Platform
+from edgeway.store.repo import Repo
+from edgeway.tunnel import acl, binds, restrict
+from edgeway.tunnel.binds import BindRefused
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import StreamClosed
+from edgeway.tunnel.pipes import StreamPipe, splice
+from edgeway.tunnel.ports import PortPool
+from edgeway.tunnel.registry import Tunnel
+from edgeway.tunnel.tcp import TcpListener, client_addr
+
+log = structlog.get_logger()
+LISTEN_TRIES = 16  # free ports tried when the system refuses one (another process holds it)
+
+
+class TcpBinds:
+    def __init__(self, platform: Platform, host: str, ports: tuple[int, int],
+                 grace: float) -> None:
+        self.platform, self.host = platform, host
+        self.pool = PortPool(ports[0], ports[1], grace)
+        self.listeners: dict[str, TcpListener] = {}  # tunnel id -> its public listener
+        # Set by the edge: whether a TCP tunnel's traffic policy admits (ip, port).
+        self.admits: Callable[[Tunnel, str, int], bool] = lambda _t, _ip, _port: True
+
+    async def load_reserved(self) -> None:
+        """Follow the reserved addresses of this host (at start, on a change, and every
+        recheck for changes made through another node)."""
+        docs = await Repo(self.platform.db.reader()).all_docs(
+            catalog.BY_COLLECTION["reserved_addrs"])
+        ports = {port_of(str(doc.get("addr", ""))) for _id, doc in docs
+                 if str(doc.get("addr", "")).rpartition(":")[0].strip("[]") == self.host}
+        self.pool.reserve({p for p in ports if p is not None})
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+    async def listen(self, rules: list[str], tunnel: Tunnel, stable: int) -> None:
+        """Give ``tunnel`` a port the ACL ``rules`` allow and listen on it; BindRefused when
+        none can be had. ``stable``: a number to pick the same free port again by."""
+        now, pool = self._now(), self.pool
+        asked = binds.requested_port(tunnel.req.addr, self.host) or pool.held(tunnel.id, now)
+        if asked is not None:
+            target = f"{self.host}:{asked}"
+            acl.require(rules, target)
+            if not pool.take(tunnel.id, asked, now):
+                raise BindRefused(f"the address {target} is already bound")
+            try:
+                await self._open(tunnel, asked)
+            except OSError as exc:
+                pool.release(tunnel.id, asked)
+                raise BindRefused(f"cannot listen on {target}: {exc.strerror}") from None
+            return
+        allowed = acl.ports(rules, self.host)
+        preferred = pool.low + stable % (pool.high - pool.low + 1)
+        for _ in range(LISTEN_TRIES):
+            port = pool.take_any(tunnel.id, preferred, allowed, now)
+            if port is None:
+                break
+            try:
+                await self._open(tunnel, port)
+                return
+            except OSError as exc:
+                log.warning("tcp_port_unavailable", port=port, error=exc.strerror)
+                pool.block(tunnel.id, port, now)
+        raise BindRefused(f"no TCP address this credential may bind is free (ports "
+                          f"{pool.low}-{pool.high}, ACL: {acl.text(rules)})")
+
+    async def close(self, tunnel: Tunnel, clean: bool) -> None:
+        """Stop listening for ``tunnel``: a clean end frees its port at once, otherwise the
+        port waits the grace period for the agent to re-bind it."""
+        listener = self.listeners.pop(tunnel.id, None)
+        if listener is not None:
+            await listener.close()
+        if tunnel.port:
+            if clean:
+                self.pool.release(tunnel.id, tunnel.port)
+            else:
+                self.pool.hold(tunnel.id, tunnel.port, self._now())
+
+    async def _open(self, tunnel: Tunnel, port: int) -> None:
+        listener = TcpListener(self.host, port, partial(self._client, tunnel))
+        await listener.start()
+        tunnel.port, tunnel.url = port, f"tcp://{self.host}:{port}"
+        self.listeners[tunnel.id] = listener
+
+    async def _client(self, tunnel: Tunnel, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("", 0)
+        if not restrict.allowed(tunnel.req, peer[0]) \
+                or not self.admits(tunnel, peer[0], peer[1]) \
+                or await self.platform.restrictions.refusing("endpoints", peer[0]):
+            return  # closed: a TCP client gets no page
+        try:
+            stream = await tunnel.open(client_addr(peer), "tcp")
+        except (StreamError, StreamClosed):
+            return  # the agent is going away: a closed connection, not a hang
+        await splice(reader, writer, StreamPipe(stream))

@@ -1,0 +1,94 @@
+"""The official Node SDK ``@ngrok/ngrok`` 1.7.0 with a circuit breaker on its endpoint: after
+enough server errors the edge answers 503 itself until the breaker's pause is over; an error
+threshold out of range is refused at bind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.edge.agents import EdgeClient
+from tests.server import Server
+from tests.vendor.peers import PEERS, need
+
+SCRIPT = """
+const ngrok = require(process.argv[1]);  // (node -e: no script path in argv)
+const fs = require('fs');
+(async () => {
+  const [token, addr, ca, forward] = process.argv.slice(2);
+  const session = await new ngrok.SessionBuilder().authtoken(token).serverAddr(addr)
+    .caCert(fs.readFileSync(ca)).connect();
+  const out = [];
+  for (const ratio of [0.5, 1.5]) {
+    try {
+      const l = await session.httpEndpoint().circuitBreaker(ratio).listenAndForward(forward);
+      out.push({url: l.url()});
+    } catch (e) { out.push({error: String(e)}); }
+  }
+  console.log(JSON.stringify(out));
+  process.stdin.on('end', async () => { await session.close(); process.exit(0); });
+  process.stdin.resume();
+})();
+"""
+
+
+class _Failing(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        status = 500 if self.path.startswith("/fail") else 200
+        self.send_response(status)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@contextmanager
+def _failing() -> Iterator[int]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_circuit_breaker_from_the_node_sdk(server: Server) -> None:
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node is missing (apt-get install nodejs)")
+    with server.client() as api, _failing() as port:
+        token = api.post("/credentials", json={}).json()["token"]
+        proc = subprocess.Popen(
+            [node, "-e", SCRIPT, str(need(PEERS / "@ngrok" / "ngrok")), token,
+             f"localhost:{server.tunnel_port}", str(server.data_dir / "ca.pem"),
+             f"http://127.0.0.1:{port}"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            bound, refused = json.loads(proc.stdout.readline())
+            assert "error threshold must be a ratio" in refused["error"], refused
+            url = bound["url"]
+            with EdgeClient(server) as web:
+                assert web.get(url + "/fine").status_code == 200
+                # 20 requests (the breaker's default volume), 19 of them failed: it trips
+                statuses = [web.get(url + "/fail").status_code for _ in range(19)]
+                assert statuses == [500] * 19
+                r = web.get(url + "/fine")  # the upstream would answer: the breaker does
+                assert r.status_code == 503
+                assert r.headers["edgeway-error-code"] == "ERR_EDGEWAY_4011"
+                assert r.headers["retry-after"] == "10"
+        finally:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.close()
+            proc.wait(20)
+            proc.stdout.close()
