@@ -205,16 +205,20 @@ async def _verify_reserved(doc: dict[str, Any], ctx: Context, fetch: Fetch,
                           "management policy exclude each other: set "
                           "certificate_management_policy to null (or detach the certificate "
                           "first)", 434)
-        if cert_id == before:
-            return
-        names = list(cert["subject_alternative_names"]["dns_names"])
-        if not covers(names, doc["domain"]):
-            raise Invalid("certificate_id", f"the certificate '{cert_id}' is for "
-                          f"{', '.join(names) or 'no DNS name'}, which does not cover "
-                          f"'{doc['domain']}'", 215)
-        if datetime.fromisoformat(cert["not_after"]) <= ctx.now:
-            raise Invalid("certificate_id", f"the certificate '{cert_id}' expired on "
-                          f"{cert['not_after']}", 215)
+        if cert_id != before:
+            _serves(cert_id, cert, doc["domain"], ctx)
+
+
+def _serves(cert_id: str, cert: dict[str, Any], domain: str, ctx: Context) -> None:
+    """An uploaded certificate given to ``domain`` must cover it and not have expired."""
+    names = list(cert["subject_alternative_names"]["dns_names"])
+    if not covers(names, domain):
+        raise Invalid("certificate_id", f"the certificate '{cert_id}' is for "
+                      f"{', '.join(names) or 'no DNS name'}, which does not cover "
+                      f"'{domain}'", 215)
+    if datetime.fromisoformat(cert["not_after"]) <= ctx.now:
+        raise Invalid("certificate_id", f"the certificate '{cert_id}' expired on "
+                      f"{cert['not_after']}", 215)
 
 
 def _derive_reserved(doc: dict[str, Any], ctx: Context,
