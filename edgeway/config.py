@@ -54,6 +54,22 @@ def split_list(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
 
 
+LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
+LETS_ENCRYPT_STAGING = "https://acme-staging-v02.api.letsencrypt.org/directory"
+
+
+@dataclass(frozen=True)
+class DomainsConfig:
+    """The built-in DNS server and the ACME client (the public addresses and the DNS
+    checks' resolver are ``Settings``)."""
+
+    dns_addr: tuple[str, int] | None = None  # off by default
+    acme_directory: str = LETS_ENCRYPT  # "" (off): no managed certificates
+    acme_email: str = ""
+    acme_ca_bundle: Path | None = None
+    acme_renew_before: float = 30 * 86400.0  # seconds before expiry
+
+
 @dataclass(frozen=True)
 class IdentityOptions:
     """End-user logins at the edge: OAuth provider endpoints replaced (provider, endpoint
@@ -87,6 +103,7 @@ class ServerConfig:
     ssh_host_ca: str = ""  # an SSH certificate authority signing the gateway's host key
     ssh_keepalive: float = 15.0  # seconds between keep-alives to SSH clients
     identity: IdentityOptions = IdentityOptions()
+    domains: DomainsConfig = DomainsConfig()
 
 
 def cors_origins(given: tuple[str, ...]) -> tuple[str, ...]:

@@ -13,9 +13,11 @@ import structlog
 import uvicorn
 
 from edgeway import bootstrap, catalog, ids, logs
+from edgeway.acme.manager import CertificateManager
 from edgeway.api.app import build
 from edgeway.catalog.modules import saml
 from edgeway.config import ServerConfig, listen_socket
+from edgeway.dns.server import DnsServer
 from edgeway.edge import login_gate
 from edgeway.edge.app_sessions import AppSessions
 from edgeway.edge.listeners import PublicListeners
@@ -125,6 +127,7 @@ async def serve(cfg: ServerConfig) -> None:
                                await _agent_client_cas(db, cfg.settings.agent_client_cas))
         tunnels.certs = certs = platform_ca.EdgeCerts(cfg.data_dir, sealer, tls)
         router = EdgeRouter(db, tunnels.registry, sealer=sealer)
+        certs.lookup = router.served_certificate
         binder = tunnels.binder
         binder.edge_host = router.edge_host
         binder.check_bind, binder.tcp.admits = router.bind_refusal, router.tcp_admits
@@ -136,6 +139,15 @@ async def serve(cfg: ServerConfig) -> None:
         platform.watchers += [router.changed, edge.changed, tunnels.changed]
         await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
         await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
+        dns = None
+        if cfg.domains.dns_addr is not None:
+            dns = DnsServer(db, cfg.settings)
+            platform.watchers.append(dns.changed)
+            await dns.start(*cfg.domains.dns_addr, cfg.reuse_port)
+        certificates = CertificateManager(platform, cfg.domains, node_id(cfg.data_dir))
+        if cfg.domains.acme_directory:
+            platform.watchers.append(certificates.changed)
+            certificates.start()
         platform.agents = tunnels
         gateway = None
         if cfg.ssh_addr is not None:
@@ -162,6 +174,9 @@ async def serve(cfg: ServerConfig) -> None:
             reporter.cancel()
             if gateway is not None:
                 await gateway.stop()
+            await certificates.stop()
+            if dns is not None:
+                await dns.stop()
             await edge.stop()
             await tunnels.stop()
     finally:

@@ -116,6 +116,8 @@ def start(data_dir: Path, database_url: str | None = None, *extra: str,
            "--tunnel-addr", f"127.0.0.1:{tunnel_port}", "--http-addr",
            f"127.0.0.1:{http_port}", "--https-addr", f"127.0.0.1:{https_port}",
            "--data-dir", str(data_dir), "--ssh-addr", f"127.0.0.1:{ssh_port}", *extra]
+    if "--acme-directory" not in extra:  # (tests reach no real ACME server)
+        cmd += ["--acme-directory", "off"]
     if database_url:
         cmd += ["--database-url", database_url]
     with log_path.open("a") as log:

@@ -110,6 +110,8 @@ async def create(request: Request, platform: Platform, caller: Caller, kind: Kin
         await _parents_exist(repo, kind, _path_members(request, kind))
         await guards.before(repo, caller, kind, None, doc)
         links = await validate.links(repo, kind, doc, None)
+        if kind.verify:
+            await kind.verify(doc, ctx, _fetcher(repo), None)
         if kind.resolve:
             doc.update(await kind.resolve(doc, ctx, _fetcher(repo)))
             links = await validate.links(repo, kind, doc, None)  # (it may fill references)
@@ -143,6 +145,8 @@ async def apply(repo: Repo, kind: Kind, id_: str, old: dict[str, Any],
     if kind.derive:
         doc.update(await asyncio.to_thread(kind.derive, doc, ctx, old))
     links = await validate.links(repo, kind, doc, old, id_)
+    if kind.verify:
+        await kind.verify(doc, ctx, _fetcher(repo), old)
     try:
         await repo.replace(kind, id_, doc)
     except UniqueViolation:

@@ -1,5 +1,6 @@
-"""The few operations that are not plain CRUD: reserved-domain certificate detaches, the
-``sources`` sub-collection of event subscriptions, and the secrets of one vault."""
+"""The few operations that are not plain CRUD: reserved-domain certificate detaches, DNS
+checks (``dns_checks.py``), the ``sources`` sub-collection of event subscriptions, and the
+secrets of one vault."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from starlette.responses import Response
 
 from edgeway import catalog
 from edgeway.api import listing, present, validate
+from edgeway.api.dns_checks import dns_check
 from edgeway.api.http import body_bytes, decode, json_response, no_content
 from edgeway.api.platform import Caller
 from edgeway.catalog.events import SourceIn, source_type
@@ -40,6 +42,7 @@ async def _mutate(platform: Platform, kind: catalog.Kind, id_: str,
             raise NotFound(f"{kind.title} '{id_}' was not found.", kind.not_found_code)
         result = change(doc)
         await repo.replace(kind, id_, doc)
+        await repo.set_links(kind, id_, await validate.links(repo, kind, doc, doc, id_))
     platform.changed(kind.collection)
     return result
 
@@ -62,7 +65,7 @@ async def delete_certificate(request: Request, platform: Platform, _c: Caller) -
         if doc.get("certificate_management_policy"):
             raise ApiError("The certificate is managed by the certificate management policy; "
                            "delete the policy instead of detaching the certificate.", 436)
-        doc["certificate"] = None
+        doc["certificate_id"] = None
 
     await _mutate(platform, RESERVED, request.path_params["id"], change)
     return no_content()
@@ -178,6 +181,8 @@ def routes() -> list[tuple[str, str, Handler]]:
     return [
         ("/reserved_domains/{id}/certificate_management_policy", "DELETE", delete_cert_policy),
         ("/reserved_domains/{id}/certificate", "DELETE", delete_certificate),
+        ("/reserved_domains/{id}/dns_check", "GET", dns_check("reserved_domains")),
+        ("/agent_ingresses/{id}/dns_check", "GET", dns_check("agent_ingresses")),
         ("/vaults/{id}/secrets", "GET", vault_secrets),
         (sub, "POST", create_source),
         (sub, "GET", list_sources),

@@ -9,6 +9,7 @@ import msgspec
 
 from edgeway import catalog
 from edgeway.api import filters
+from edgeway.api.dns_checks import DnsCheck
 from edgeway.api.listing import MAX_PAGE, SELECTORS, URL_PATTERN
 from edgeway.api.modules import ATTACHED
 from edgeway.catalog import jsonschema, rules
@@ -164,6 +165,11 @@ def _extra_paths() -> dict[str, dict[str, Any]]:
         "/reserved_domains/{id}/certificate": {"delete": operation(
             "DeleteReservedDomainCertificate", "Detach an uploaded certificate", "204", None,
             params=[id_param(rd)])},
+        **{f"/{c}/{{id}}/dns_check": {"get": operation(
+            f"Check{catalog.BY_COLLECTION[c].title}Dns", "Resolve the DNS records to create "
+            "(each ok, missing or wrong); 502 when the resolver does not answer", "200",
+            _ref("DnsCheck"), params=[id_param(catalog.BY_COLLECTION[c])])}
+           for c in ("reserved_domains", "agent_ingresses")},
         "/event_subscriptions/{id}/sources": {
             "post": operation("CreateEventSource", "Add an event type", "201", src,
                               body=_ref("SourceIn"), body_required=True, params=sub),
@@ -204,7 +210,8 @@ class EventSourceList(msgspec.Struct):
 
 
 def document(public_url: str) -> dict[str, Any]:
-    types: list[Any] = [catalog.events.SourceIn, catalog.events.EventSource, EventSourceList]
+    types: list[Any] = [catalog.events.SourceIn, catalog.events.EventSource, EventSourceList,
+                        DnsCheck]
     paths: dict[str, dict[str, Any]] = {}
     for kind in catalog.ALL:
         if not kind.routed:

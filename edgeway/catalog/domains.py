@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import secrets
 import string
+from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from edgeway.catalog import checks
-from edgeway.catalog.model import Context, Field, Kind, Ref, standard
+from edgeway.catalog.model import Context, Fetch, Field, Kind, Link, standard
 from edgeway.errors import Invalid
 
 _SLUG = string.ascii_lowercase + string.digits
@@ -69,7 +70,9 @@ def cert_status(policy: dict[str, Any] | None, ctx: Context) -> dict[str, Any] |
         "error_code": None, "started_at": ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "retries_at": None,
         "msg": "Waiting for DNS to point at the platform before requesting a certificate "
-               f"from {policy['authority']}.",
+               f"from {policy['authority']}." if ctx.settings.acme else
+               "Certificate management is off on this platform (edgeway serve "
+               "--acme-directory off): no certificate is requested.",
     }}
 
 
@@ -170,6 +173,54 @@ def _check_reserved(doc: dict[str, Any], ctx: Context) -> None:
                       439)
 
 
+def covers(names: list[str], domain: str) -> bool:
+    """Whether a certificate for ``names`` serves ``domain`` (a wildcard one only when it
+    has that wildcard itself)."""
+    names = [n.lower() for n in names]
+    if domain in names:
+        return True
+    parent = domain.split(".", 1)[1] if "." in domain else ""
+    return not domain.startswith("*.") and bool(parent) and f"*.{parent}" in names
+
+
+async def _verify_reserved(doc: dict[str, Any], ctx: Context, fetch: Fetch,
+                           old: dict[str, Any] | None) -> None:
+    """An uploaded certificate must cover the domain and be valid; it and a certificate
+    management policy exclude each other; a managed certificate is not detached by hand."""
+    cert_id = doc.get("certificate_id")
+    before = (old or {}).get("certificate_id")
+    if old is not None and before and cert_id != before:
+        stored = await fetch("tls_certificates", before)
+        if stored is not None and stored.get("issued_at") and \
+                doc.get("certificate_management_policy"):
+            raise Invalid("certificate_id", "the certificate is managed by the certificate "
+                          "management policy; delete the policy first", 436)
+    policy_new = doc.get("certificate_management_policy") and (
+        old is None or not old.get("certificate_management_policy"))
+    if cert_id and (cert_id != before or policy_new):
+        cert = await fetch("tls_certificates", cert_id)
+        assert cert is not None  # (the reference was checked)
+        if cert.get("issued_at") is None and doc.get("certificate_management_policy"):
+            raise Invalid("certificate_id", "an uploaded certificate and a certificate "
+                          "management policy exclude each other: set "
+                          "certificate_management_policy to null (or detach the certificate "
+                          "first)", 434)
+        if cert_id != before:
+            _serves(cert_id, cert, doc["domain"], ctx)
+
+
+def _serves(cert_id: str, cert: dict[str, Any], domain: str, ctx: Context) -> None:
+    """An uploaded certificate given to ``domain`` must cover it and not have expired."""
+    names = list(cert["subject_alternative_names"]["dns_names"])
+    if not covers(names, domain):
+        raise Invalid("certificate_id", f"the certificate '{cert_id}' is for "
+                      f"{', '.join(names) or 'no DNS name'}, which does not cover "
+                      f"'{domain}'", 215)
+    if datetime.fromisoformat(cert["not_after"]) <= ctx.now:
+        raise Invalid("certificate_id", f"the certificate '{cert_id}' expired on "
+                      f"{cert['not_after']}", 215)
+
+
 def _derive_reserved(doc: dict[str, Any], ctx: Context,
                      old: dict[str, Any] | None) -> dict[str, Any]:
     if old is not None:
@@ -177,7 +228,8 @@ def _derive_reserved(doc: dict[str, Any], ctx: Context,
     domain = doc["domain"]
     owned = _owned_by_platform(domain, ctx)
     policy = doc.get("certificate_management_policy")
-    if "certificate_management_policy" not in doc and not owned:
+    if "certificate_management_policy" not in doc and not owned \
+            and not doc.get("certificate_id"):
         # Custom domains get Let's Encrypt (ECDSA) unless the request says otherwise.
         policy = {"authority": "letsencrypt", "private_key_type": "ecdsa"}
     base = ctx.settings.base_domain
@@ -203,7 +255,10 @@ RESERVED_DOMAINS = Kind(
         Field("region", str, "deprecated; kept for compatibility", default="", check=region),
         Field("cname_target", str | None, "target of the CNAME record for the domain",
               create="no"),
-        Field("certificate", Ref | None, "uploaded certificate, if any", create="no"),
+        Field("certificate_id", str | None, "the certificate (a tls_certificates id) served "
+              "for the domain: uploaded, or issued by the certificate management policy",
+              update=True, response=False,
+              link=Link(("tls_certificates",), "restrict", render_as="certificate", code=215)),
         _policy_field("ecdsa", "automatic certificate management; null disables it"),
         _status_field(),
         Field("acme_challenge_cname_target", str | None,
@@ -214,7 +269,7 @@ RESERVED_DOMAINS = Kind(
         Field("http_endpoint_configuration", None, "legacy, always null", create="no"),
         Field("https_endpoint_configuration", None, "legacy, always null", create="no"),
     ),
-    check=_check_reserved, derive=_derive_reserved,
+    check=_check_reserved, derive=_derive_reserved, verify=_verify_reserved,
 )
 
 KINDS = (AGENT_INGRESSES, RESERVED_DOMAINS)

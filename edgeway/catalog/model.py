@@ -50,6 +50,11 @@ class Settings:
     ssh_host_ca: str = ""
     https_port: int = 443  # the public HTTPS listener's (in the URLs of the edge's own paths)
     oauth_apps: tuple[str, ...] = ()  # OAuth providers with a managed application here
+    # the platform's public addresses (what its names resolve to) and the recursive resolvers
+    # of DNS checks (none: the system's)
+    public_ips: tuple[str, ...] = ()
+    dns_check_resolvers: tuple[tuple[str, int], ...] = ()
+    acme: bool = True  # certificate management policies are acted on (--acme-directory)
 
     @property
     def ns_targets(self) -> tuple[str, ...]:
@@ -83,6 +88,10 @@ class Fetch(Protocol):
 # transaction after the reference checks, for members computed from other stored resources
 # (e.g. a certificate signed with its CA's sealed key)
 Resolve = Callable[[dict[str, Any], Context, Fetch], Awaitable[dict[str, Any]]]
+# (new document, context, fetch, stored document or None on create) -> None; runs on create
+# and update inside the write transaction after the reference checks, for rules that read
+# other stored resources (e.g. an uploaded certificate must cover the domain)
+Verify = Callable[[dict[str, Any], Context, Fetch, dict[str, Any] | None], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -188,6 +197,7 @@ class Kind:
     check: Callable[[dict[str, Any], Context], None] | None = None
     derive: Derive | None = None
     resolve: Resolve | None = None
+    verify: Verify | None = None
     secret: bool = False
     not_found_code: int | None = None
     describe: str = ""

@@ -33,6 +33,11 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
                                              "provider needs a managed application on this "
                                              "server (--oauth-apps)"),
     (215, ("resolves_to[*].value",), "a region of this platform (--regions)"),
+    (215, ("certificate_id",), "a TLS certificate covering the reserved domain, not expired"),
+    (434, ("certificate_id",), "an uploaded certificate and a certificate management policy "
+                               "exclude each other"),
+    (436, ("certificate_id",), "a certificate the policy manages is not replaced or detached "
+                               "while the policy stays"),
     (500, ("region",), "a region of this platform (--regions)"),
     (228, ("ca_pem",), "exactly one parsable PEM certificate of a CA"),
     (611, ("public_key",), "an OpenSSH public key"),

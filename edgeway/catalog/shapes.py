@@ -89,8 +89,9 @@ def _optional(f: Field, collection: str, typ: Any = None) -> tuple[str, Any, Any
 
 def _out_type(f: Field) -> tuple[str, Any]:
     if f.link is not None and f.link.render_as:
-        many = f.type is not str
-        return f.link.render_as, list[Ref] if many else Ref
+        if get_origin(f.type) is list:
+            return f.link.render_as, list[Ref]
+        return f.link.render_as, Ref if f.type is str else Ref | None
     typ = f.out_type if f.out_type is not None else f.type
     if f.default is None and f.create != "required" and typ is not None:
         typ = typ | None

@@ -14,8 +14,9 @@ import msgspec
 from edgeway.catalog.model import Context, Field, Kind, standard
 from edgeway.errors import Invalid
 from edgeway.pki import x509
+from edgeway.pki.seal import TLS_KEYS
 
-SEAL_CONTEXT = "tls_certificates.private_key_pem"
+SEAL_CONTEXT = TLS_KEYS
 
 
 class SubjectAlternativeNames(msgspec.Struct, kw_only=True):

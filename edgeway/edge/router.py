@@ -22,7 +22,7 @@ import structlog
 
 from edgeway import catalog
 from edgeway.catalog.modules import saml
-from edgeway.edge import backends, login, pipeline
+from edgeway.edge import backends, certificates, login, pipeline
 from edgeway.edge.backends import Backend, Target, compile_backend
 from edgeway.edge.h1 import Request
 from edgeway.edge.hooks import Compiling
@@ -31,6 +31,7 @@ from edgeway.edge.modules import mutual_tls, secrets
 from edgeway.edge.modules.circuit_breaker import Breakers
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pipeline import Plan
+from edgeway.pki.platform_ca import ServedCert
 from edgeway.pki.seal import Sealer
 from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
@@ -44,7 +45,8 @@ BACKEND_COLLECTIONS = ("backends/tunnel_group", "backends/failover", "backends/w
                        "backends/static", "backends/http_response")
 STALE_RETRY = 1.0  # seconds between reload attempts while the database is out of reach
 WATCHED = frozenset((*EDGE_COLLECTIONS, *BACKEND_COLLECTIONS, "ip_policies",
-                     "ip_policy_rules", "reserved_domains", "vaults", "vault_secrets"))
+                     "ip_policy_rules", "reserved_domains", "vaults", "vault_secrets",
+                     "tls_certificates", "agent_ingresses", "managed_certificates"))
 
 
 @dataclass
@@ -78,6 +80,8 @@ class Snapshot:
     domains: set[str] = field(default_factory=set)  # reserved domain names
     cas: dict[str, str] = field(default_factory=dict)  # certificate authority id -> PEM
     breakers: Breakers = field(default_factory=Breakers)  # the routes' circuit breakers
+    # name (a reserved domain, an ingress region domain) -> its uploaded or issued certificate
+    certificates: dict[str, ServedCert] = field(default_factory=dict)
     secrets: dict[tuple[str, str], str] = field(default_factory=dict)  # (vault, name) -> value
     loaded: float = 0.0
 
@@ -101,8 +105,9 @@ async def load(db: Database, breakers: Breakers | None = None,
     for _id, doc in await repo.all_docs(catalog.BY_COLLECTION["ip_policy_rules"]):
         snap.rules.setdefault(doc.get("ip_policy_id", ""), []).append(
             (doc.get("action", "deny"), ipaddress.ip_network(doc["cidr"], strict=False)))
-    snap.domains = {doc.get("domain", "") for _id, doc in
-                    await repo.all_docs(catalog.BY_COLLECTION["reserved_domains"])}
+    domains = await repo.all_docs(catalog.BY_COLLECTION["reserved_domains"])
+    snap.domains = {doc.get("domain", "") for _id, doc in domains}
+    snap.certificates = await certificates.served(db, domains)
     snap.cas = {id_: str(doc.get("ca_pem", "")) for id_, doc in
                 await repo.all_docs(catalog.BY_COLLECTION["certificate_authorities"])}
     by_id: dict[str, Edge] = {}
@@ -196,10 +201,21 @@ class EdgeRouter:
         """The name to present a certificate for when a client asks for ``host``: a wildcard
         for names under the base domain or a reserved wildcard, the name itself when it is
         reserved; None for names this platform does not serve."""
+        if host in self.snapshot.certificates:  # its own certificate beats a wildcard's
+            return host
         parent = host.split(".", 1)[1] if "." in host else ""
         if parent == base_domain or f"*.{parent}" in self.snapshot.domains:
             return f"*.{parent}"
         return host if host in self.snapshot.domains else None
+
+    def served_certificate(self, name: str) -> ServedCert | None:
+        """The uploaded or issued certificate for a certificate name (or the wildcard one
+        label up), if there is one."""
+        certs = self.snapshot.certificates
+        found = certs.get(name)
+        if found is None and not name.startswith("*.") and "." in name:
+            found = certs.get("*." + name.split(".", 1)[1])
+        return found
 
     def edge_host(self, host: str) -> str | None:
         """The edge serving ``host`` (from the last snapshot), if any."""
@@ -249,6 +265,9 @@ class EdgeRouter:
         if self.bounce is not None and scheme == "https" \
                 and (bounced := self.bounce(req, host)) is not None:
             return Decision(bounced)
+        if scheme == "http" and (acme := await certificates.http01(
+                self.db, req.method, req.target)) is not None:
+            return Decision(acme)  # a CA validating a certificate order: before any tunnel
         snap = await self.current()
         edge = snap.https.get(host) if scheme == "https" else None
         if edge is None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import ipaddress
 import os
 import ssl
+import tempfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,11 +21,21 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from edgeway.pki.seal import Sealer
+from edgeway.pki.seal import TLS_KEYS, Sealer
 
 TLS_VERSIONS = {"1.0": ssl.TLSVersion.TLSv1, "1.1": ssl.TLSVersion.TLSv1_1,
                 "1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 LEGACY = frozenset({"1.0", "1.1"})
+
+
+@dataclass(frozen=True)
+class ServedCert:
+    """A certificate served instead of the platform CA's: uploaded, or issued through ACME
+    (a ``tls_certificates`` resource): its id, chain and sealed key."""
+
+    id: str
+    chain_pem: str
+    key_sealed: str
 
 
 @dataclass(frozen=True)
@@ -145,8 +157,11 @@ class EdgeCerts:
 
     def __init__(self, data_dir: Path, sealer: Sealer, default: TunnelTLS) -> None:
         self.dir = data_dir / "edge-certs"
+        self.sealer = sealer
         self._ca = _ca(data_dir, sealer)
-        self._contexts: dict[tuple[str, bool, str, str, bool], ssl.SSLContext] = {}
+        self._contexts: dict[tuple[str, bool, str, str, bool, str], ssl.SSLContext] = {}
+        # the certificate (uploaded or issued) served for a name, when there is one
+        self.lookup: Callable[[str], ServedCert | None] = lambda _name: None
         self.default = self._context(default.cert, default.key)
         self.default_names = names_of(default.cert)  # what a client without SNI gets
 
@@ -178,11 +193,14 @@ class EdgeCerts:
         ``client_cas`` (PEM) requires client certificates issued by them (mutual TLS), or
         with ``optional`` checks one if presented (the caller refuses its absence);
         ``min_version`` is the lowest TLS version served (1.2 unless asked otherwise)."""
-        slot = (name, http, min_version, client_cas, optional)
+        own = self.lookup(name)
+        slot = (name, http, min_version, client_cas, optional, own.id if own else "")
         ctx = self._contexts.get(slot)
         if ctx is not None:
             return ctx
         self.dir.mkdir(parents=True, exist_ok=True)
+        if own is not None:
+            return self._own(slot, own)
         file = name.replace("*", "_")  # names are checked host names, plus a leading "*."
         cert, key = self.dir / f"{file}.pem", self.dir / f"{file}.key"
         if not (_current(cert, [name]) and key.exists()):
@@ -193,4 +211,20 @@ class EdgeCerts:
             self._contexts.clear()
         ctx = self._contexts[slot] = self._context(cert, key, http, client_cas, min_version,
                                                        optional)
+        return ctx
+
+    def _own(self, slot: tuple[str, bool, str, str, bool, str],
+             own: ServedCert) -> ssl.SSLContext:
+        """A context with a stored certificate; its key, opened, only ever in a file of this
+        process that is gone once loaded."""
+        key = self.sealer.open(own.key_sealed, TLS_KEYS)
+        with tempfile.TemporaryDirectory(dir=self.dir) as tmp:
+            cert_path, key_path = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
+            cert_path.write_text(own.chain_pem)
+            _write_private(key_path, key)
+            _name, http, min_version, client_cas, optional, _id = slot
+            ctx = self._context(cert_path, key_path, http, client_cas, min_version, optional)
+        if len(self._contexts) > 10_000:
+            self._contexts.clear()
+        self._contexts[slot] = ctx
         return ctx

@@ -20,6 +20,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 ENV = "EDGEWAY_SECRET_KEY"
+TLS_KEYS = "tls_certificates.private_key_pem"  # the context TLS certificates' keys are sealed in
 
 
 class SealError(ValueError):

@@ -1,4 +1,5 @@
-"""Tables, derived from the catalog: one table per kind plus ``links`` and ``settings``.
+"""Tables, derived from the catalog: one table per kind plus ``links``, ``settings``, ``claims``
+and the ACME tables.
 
 A kind's table holds ``id`` (primary key; ids sort by creation, so paging walks this index),
 ``doc`` (the stored members as JSON text), one ``k_<member>`` column per member of a unique
@@ -47,6 +48,27 @@ used_assertions = sa.Table(
     sa.Column("id", sa.String(300), primary_key=True),
     sa.Column("expires", sa.BigInteger, nullable=False),
     sa.Index("ix_used_assertions_expires", "expires"),
+)
+
+# ACME: the challenge answers every node serves (http-01 at /.well-known/acme-challenge/, TXT
+# records of the built-in DNS), and the certificates the platform manages, one row per
+# reserved domain or agent ingress, claimed by the node that issues it.
+acme_challenges = sa.Table(
+    "acme_challenges", metadata,
+    sa.Column("key", sa.String(300), primary_key=True),  # http:<token> or dns:<name>
+    sa.Column("value", sa.String(300), primary_key=True),
+    sa.Column("owner_id", sa.String(64), nullable=False),
+    sa.Column("expires", sa.BigInteger, nullable=False),  # unix time
+    sa.Index("ix_acme_challenges_owner_id", "owner_id"),
+)
+
+managed_certificates = sa.Table(
+    "managed_certificates", metadata,
+    sa.Column("id", sa.String(64), primary_key=True),  # the reserved domain or agent ingress
+    sa.Column("doc", sa.Text, nullable=False),
+    sa.Column("due", sa.BigInteger, nullable=False),  # unix time of the next attempt
+    sa.Column("claimed_by", sa.String(64), nullable=False),
+    sa.Column("claimed_until", sa.BigInteger, nullable=False),
 )
 
 

@@ -1,0 +1,75 @@
+"""What the built-in DNS serves, read from the store: the zones of the base domain and of
+every agent ingress domain, with
+
+* SOA and NS (the ``ns_targets``) at each apex, and the name servers' addresses when they
+  lie under the base domain;
+* ``tunnel.<base>`` and ``tunnel.<region>.<zone>`` A/AAAA (the public addresses);
+* the ``cname_target`` of every reserved domain, reserved domains under the base domain or
+  inside an ingress zone (wildcards for one label), and the hosts of endpoints under the
+  base domain: A/AAAA;
+* the TXT records of pending dns-01 challenges (``acme_challenges`` rows ``dns:<name>``),
+  at the ``acme_challenge_cname_target`` of a reserved domain or at ``_acme-challenge.<name>``
+  inside a zone; an ``acme_challenge_cname_target`` without a pending challenge exists with
+  no TXT (NOERROR, empty).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from edgeway import catalog
+from edgeway.catalog.model import Settings
+from edgeway.dns.zones import Records, Zones
+from edgeway.store.acme import AcmeStore
+from edgeway.store.db import Database
+from edgeway.store.repo import Repo
+
+
+def _addresses(ips: tuple[str, ...]) -> dict[str, list[str]]:
+    v4 = [ip for ip in ips if ipaddress.ip_address(ip).version == 4]
+    v6 = [ip for ip in ips if ipaddress.ip_address(ip).version == 6]
+    return {"A": v4, "AAAA": v6}
+
+
+def _apex(records: Records, apex: str, settings: Settings) -> None:
+    primary = settings.ns_targets[0]
+    records.setdefault(apex, {}).update({  # (the serial is the zones')
+        "SOA": [f"{primary}. hostmaster.{settings.base_domain}. {{serial}} 3600 600 86400 60"],
+        "NS": list(settings.ns_targets)})
+
+
+async def load(db: Database, settings: Settings, serial: int) -> Zones:
+    repo = Repo(db.reader())
+    base = settings.base_domain
+    ingresses = [str(doc["domain"]) for _id, doc in
+                 await repo.all_docs(catalog.BY_COLLECTION["agent_ingresses"])]
+    apexes = tuple(sorted({base, *ingresses}, key=len, reverse=True))
+    zones = Zones(apexes, {}, serial)
+    records = zones.records
+    addr = _addresses(settings.public_ips)
+
+    def host(name: str) -> None:
+        if zones.zone_of(name) is not None:
+            records.setdefault(name, {}).update(addr)
+
+    for apex in apexes:
+        _apex(records, apex, settings)
+        for region in ("", *settings.regions):
+            host(f"tunnel.{region}.{apex}" if region else f"tunnel.{apex}")
+    for ns in settings.ns_targets:
+        host(ns)
+    for _id, doc in await repo.all_docs(catalog.BY_COLLECTION["reserved_domains"]):
+        domain = str(doc["domain"])
+        host(domain)
+        if doc.get("cname_target"):
+            host(str(doc["cname_target"]))
+        target = doc.get("acme_challenge_cname_target")
+        if target and zones.zone_of(target):
+            records.setdefault(str(target), {}).setdefault("TXT", [])
+    for _id, doc in await repo.all_docs(catalog.BY_COLLECTION["endpoints"]):
+        if doc.get("host") and str(doc["host"]).endswith("." + base):
+            host(str(doc["host"]))
+    for name, value in await AcmeStore(db).dns_challenges():
+        if zones.zone_of(name) is not None:
+            records.setdefault(name, {}).setdefault("TXT", []).append(value)
+    return zones
