@@ -14,6 +14,7 @@ from pathlib import Path
 from edgeway import __version__, bootstrap, logs, runner, serve_cli
 from edgeway.agent import cli as agent_cli
 from edgeway.config import default_data_dir
+from edgeway.options import env
 from edgeway.store.db import DatabaseUnavailable, StoreUnavailable
 from edgeway.store.migrate import open_database
 
@@ -39,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
     ca_sub = ca.add_subparsers(dest="action", required=True)
     export = ca_sub.add_parser("export", help="print the CA certificate (PEM)")
     export.add_argument("--data-dir", type=Path,
-                        default=Path(serve_cli.env("DATA_DIR") or default_data_dir()))
+                        default=Path(env("DATA_DIR") or default_data_dir()))
     agent_cli.add_parsers(sub)
     keys = sub.add_parser("api-keys", help="manage API keys from the command line")
     keys_sub = keys.add_subparsers(dest="action", required=True)
