@@ -55,6 +55,21 @@ def split_list(text: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class EventsConfig:
+    """Event delivery (``edgeway.events``): where targets are reached (each "" for the
+    vendor's own endpoint) and how hard delivery tries."""
+    datadog_url: str = ""  # base of the Datadog logs intake (https://http-intake.logs.<site>)
+    azure_login_url: str = "https://login.microsoftonline.com"  # Azure AD tokens
+    azure_ingestion_url: str = ""  # replaces the base of every logs_ingestion_uri
+    aws_endpoint_url: str = ""  # every AWS service (boto3 also reads AWS_ENDPOINT_URL*)
+    ca_file: Path | None = None  # more CA certificates trusted for HTTPS targets
+    retry: float = 1.0  # seconds before the first retry; doubled each time, up to 300
+    attempts: int = 10  # attempts of a batch before its events become dead letters
+    queue: int = 10_000  # traffic events waiting per node; more are dropped (counted)
+    timeout: float = 10.0  # seconds for a call to a target
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     data_dir: Path
     database_url: str | None
@@ -73,6 +88,7 @@ class ServerConfig:
     tunnel_cert: tuple[Path, Path] | None = None  # a certificate and key of the operator's
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the management API
     sns_cert_hosts: str = ""  # hosts SNS signing certificates are fetched from ("": AWS's)
+    events: EventsConfig = EventsConfig()
 
 
 def cors_origins(given: tuple[str, ...]) -> tuple[str, ...]:

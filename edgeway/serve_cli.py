@@ -12,6 +12,7 @@ from pathlib import Path
 
 from edgeway.catalog.model import Settings
 from edgeway.config import (
+    EventsConfig,
     ServerConfig,
     cors_origins,
     default_data_dir,
@@ -43,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _api_options(serve)
     _tunnel_options(serve)
     _public_options(serve)
+    _events_options(serve)
     serve.add_argument("--log-format", choices=tuple(LOG_FORMATS),
                        default=env("LOG_FORMAT", "json"),
                        help="json: one JSON object per line; logfmt; console: for people "
@@ -107,6 +109,65 @@ def _public_options(serve: argparse.ArgumentParser) -> None:
                        default=env("REUSE_PORT", "") not in ("", "0", "false"),
                        help="listen with SO_REUSEPORT, so a new server can start on the same "
                             "ports before the old one stops (rolling restarts)")
+
+
+def _events_options(serve: argparse.ArgumentParser) -> None:
+    d = EventsConfig()
+    for name, default, what in (
+            ("datadog-url", "", "base URL of the Datadog logs intake (default: "
+                                "https://http-intake.logs.<the destination's site>)"),
+            ("azure-login-url", d.azure_login_url, "base URL Azure AD tokens are requested "
+                                                   "from (default: %(default)s)"),
+            ("azure-ingestion-url", "", "base URL replacing every destination's "
+                                        "logs_ingestion_uri (default: none)"),
+            ("aws-endpoint-url", "", "one endpoint for every AWS service (default: AWS's, "
+                                     "or the AWS_ENDPOINT_URL variables)")):
+        serve.add_argument(f"--events-{name}", default=env(f"EVENTS_{_upper(name)}", default),
+                           metavar="URL", help=what)
+    serve.add_argument("--events-ca-file", type=Path, default=env("EVENTS_CA_FILE"),
+                       help="PEM CA certificates trusted for HTTPS event targets besides "
+                            "the system's")
+    serve.add_argument("--events-retry", type=float, default=float(env("EVENTS_RETRY") or
+                                                                   d.retry), metavar="SECONDS",
+                       help="back-off before the first retry of a failed delivery, doubled "
+                            "each time up to 300 (default: %(default)g)")
+    serve.add_argument("--events-attempts", type=int, default=int(env("EVENTS_ATTEMPTS") or
+                                                                  d.attempts),
+                       help="attempts before events become dead letters (default: "
+                            "%(default)s)")
+    serve.add_argument("--events-queue", type=int, default=int(env("EVENTS_QUEUE") or
+                                                               d.queue),
+                       help="traffic events waiting per node and per destination; more are "
+                            "dropped and counted (default: %(default)s)")
+
+
+def _upper(name: str) -> str:
+    return name.upper().replace("-", "_")
+
+
+def _url(option: str, text: str) -> str:
+    if text and not re.match(r"^https?://[^\s/]+(/\S*)?$", text):
+        raise ValueError(f"{option} {text!r} must be an http:// or https:// URL")
+    return text.rstrip("/")
+
+
+def events_config(args: argparse.Namespace) -> EventsConfig:
+    if not 0.01 <= args.events_retry <= 300:
+        raise ValueError(f"--events-retry {args.events_retry:g} must be 0.01 to 300 seconds")
+    if not 1 <= args.events_attempts <= 1000:
+        raise ValueError(f"--events-attempts {args.events_attempts} must be 1 to 1000")
+    if not 10 <= args.events_queue <= 10_000_000:
+        raise ValueError(f"--events-queue {args.events_queue} must be 10 to 10000000")
+    ca = args.events_ca_file
+    if ca is not None and not Path(ca).is_file():
+        raise ValueError(f"--events-ca-file {ca}: no such file")
+    return EventsConfig(
+        datadog_url=_url("--events-datadog-url", args.events_datadog_url),
+        azure_login_url=_url("--events-azure-login-url", args.events_azure_login_url),
+        azure_ingestion_url=_url("--events-azure-ingestion-url", args.events_azure_ingestion_url),
+        aws_endpoint_url=_url("--events-aws-endpoint-url", args.events_aws_endpoint_url),
+        ca_file=Path(ca) if ca else None, retry=args.events_retry,
+        attempts=args.events_attempts, queue=args.events_queue)
 
 
 def _regex(option: str, text: str) -> str:
@@ -178,4 +239,4 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                         http_addr=http_addr, https_addr=https_addr, reuse_port=args.reuse_port,
                         cors_origins=cors_origins(split_list(args.api_cors_origins)),
                         sns_cert_hosts=_regex("--sns-cert-hosts", args.sns_cert_hosts),
-                        tunnel_cert=_tunnel_cert(args))
+                        tunnel_cert=_tunnel_cert(args), events=events_config(args))

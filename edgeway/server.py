@@ -13,18 +13,22 @@ import uvicorn
 
 from edgeway import bootstrap, catalog, ids, logs
 from edgeway.api.app import build
+from edgeway.api.render import render
 from edgeway.config import ServerConfig, listen_socket
 from edgeway.edge import pipeline
 from edgeway.edge.listeners import PublicListeners
 from edgeway.edge.modules import sns
 from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.router import EdgeRouter
+from edgeway.edge.traffic import TcpEvents
+from edgeway.events.service import Events
 from edgeway.pki import platform_ca, seal
 from edgeway.platform import Platform
 from edgeway.store.db import Database
 from edgeway.store.migrate import open_database
 from edgeway.store.repo import Repo
 from edgeway.tunnel.server import TunnelServer
+from edgeway.tunnel.tcp import TcpListener
 
 log = structlog.get_logger()
 
@@ -91,9 +95,12 @@ async def serve(cfg: ServerConfig) -> None:
             tls = platform_ca.TunnelTLS(tls.ca_pem, *cfg.tunnel_cert)
         http_port = cfg.http_addr[1] if cfg.http_addr else 80
         https_port = cfg.https_addr[1] if cfg.https_addr else 443
-        tunnels = TunnelServer(platform, tls, cfg.tcp_host, cfg.tcp_ports,
-                               node_id(cfg.data_dir), http_port, https_port, cfg.tcp_grace,
+        node = node_id(cfg.data_dir)
+        tunnels = TunnelServer(platform, tls, cfg.tcp_host, cfg.tcp_ports, node, http_port,
+                               https_port, cfg.tcp_grace,
                                await _agent_client_cas(db, cfg.settings.agent_client_cas))
+        events = Events(platform, node, cfg.events, render)
+        tunnels.changes = events.changes
         tunnels.certs = certs = platform_ca.EdgeCerts(cfg.data_dir, sealer, tls)
         router = EdgeRouter(db, tunnels.registry)
         binder = tunnels.binder
@@ -104,6 +111,9 @@ async def serve(cfg: ServerConfig) -> None:
                                platform.restrictions,
                                SnsVerifier(cfg.sns_cert_hosts or sns.CERT_HOSTS))
         platform.watchers += [router.changed, edge.changed, tunnels.changed]
+        edge.http.events = edge.https.events = events.traffic
+        TcpListener.closed = TcpEvents(events.traffic, router).closed
+        await events.start()
         await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
         await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
         platform.agents = tunnels
@@ -124,6 +134,7 @@ async def serve(cfg: ServerConfig) -> None:
             reporter.cancel()
             await edge.stop()
             await tunnels.stop()
+            await events.stop()
     finally:
         await db.close()
         logs.report_suppressed()

@@ -22,7 +22,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from edgeway import __version__, catalog, ids
-from edgeway.api import crud, extras, guards, listing, modules
+from edgeway.api import crud, events, extras, guards, listing, modules
 from edgeway.api.auth import authenticate
 from edgeway.api.http import check_version, error_response, json_response, operation_id
 from edgeway.api.openapi import document
@@ -81,6 +81,7 @@ def routes() -> list[tuple[str, str, Endpoint]]:
                             endpoint(functools.partial(fn, kind=kind))))
     out += [(path, method, endpoint(fn)) for path, method, fn in modules.routes()]
     out += [(path, method, endpoint(fn)) for path, method, fn in extras.routes()]
+    out += [(path, method, endpoint(fn)) for path, method, fn in events.routes()]
     out += [("/openapi.json", "GET", openapi), ("/", "GET", root)]
     return out
 

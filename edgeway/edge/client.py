@@ -1,6 +1,7 @@
 """Reading a public HTTP client: its next event from the request parser, within a time limit
-kept by one timer per connection; a whole body, for modules that must see it first; and
-watching it while its request is answered, to stop the upstream when it leaves."""
+kept by one timer per connection; a whole body, for modules that must see it first, or one
+streamed to the upstream (``pump_body``); and watching it while its request is answered, to
+stop the upstream when it leaves."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import contextlib
 
 from edgeway.edge import h1
 from edgeway.edge.h1 import End, RequestParser
-from edgeway.tunnel.pipes import Pipe
+from edgeway.edge.hooks import Exchange
+from edgeway.tunnel.pipes import Pipe, UpstreamGone
 
 WATCH_AFTER = 1.0  # an answer slower than this: the client is watched while it comes
 WATCH_LIMIT = 1 << 16  # pipelined bytes read ahead meanwhile
@@ -143,3 +145,26 @@ class ClientWatch:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
+
+
+async def pump_body(parser: RequestParser, reader: asyncio.StreamReader, x: Exchange,
+                    pipe: Pipe, deadline: Deadline, timeout: float) -> None:
+    """The request body from the client to the upstream's ``pipe``. If it fails (malformed,
+    the client left or stalled ``timeout`` seconds), the upstream is aborted: it will not get
+    a whole request, and the relay waiting for its answer learns at once."""
+    framer = h1.Framer(h1.chunked(x.req.headers))
+    try:
+        while True:
+            event = await next_event(parser, reader, deadline, timeout)
+            if isinstance(event, bytes):
+                x.received += len(event)
+                await pipe.write(framer.data(event))
+            elif isinstance(event, End):
+                if framer.chunked:
+                    await pipe.write(framer.end(event.trailers))
+                return
+            else:
+                raise UpstreamGone("the client closed the connection mid-request")
+    except BaseException:
+        pipe.abort()
+        raise

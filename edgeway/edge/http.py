@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import replace
 from functools import partial
 
-from edgeway.edge import h1
+from edgeway.edge import h1, traffic
 from edgeway.edge.answers import (
     DONE,
     FAILED,
@@ -32,8 +33,8 @@ from edgeway.edge.answers import (
     fixed,
     local_answer,
 )
-from edgeway.edge.client import ClientWatch, Deadline, next_event, read_body
-from edgeway.edge.h1 import BadMessage, End, Framer, Request, RequestParser, header
+from edgeway.edge.client import ClientWatch, Deadline, next_event, pump_body, read_body
+from edgeway.edge.h1 import BadMessage, End, Request, RequestParser, header
 from edgeway.edge.hooks import Close, Exchange, Services, Takeover
 from edgeway.edge.hosts import covered, misdirected, request_host
 from edgeway.edge.modules.policy_actions import RateLimits
@@ -43,6 +44,7 @@ from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pool import Pool, Upstream
 from edgeway.edge.relay import Relay
 from edgeway.edge.router import Decision, Edge, EdgeRouter, Static
+from edgeway.events.traffic import TrafficSink
 from edgeway.restrictions import Restrictions
 from edgeway.tunnel.muxado.aio import StreamClosed
 from edgeway.tunnel.muxado.session import StreamError
@@ -81,6 +83,7 @@ class HttpEdge:
         # traffic policies' rate-limit windows
         self.services = Services(login, sns or SnsVerifier(), RateLimits())
         self.pool = pool or Pool()
+        self.events: TrafficSink | None = None  # set when traffic events are delivered
 
     # -- one public connection -------------------------------------------------------------
 
@@ -130,11 +133,23 @@ class HttpEdge:
     async def _answer(self, parser: RequestParser, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, req: Request, peer: tuple[str, int],
                       deadline: Deadline, tls_edge: Edge | None) -> bool:
-        """Answer one request; whether the public connection may carry another. The route's
-        request hooks run in order (``edge/pipeline.py``); the first verdict answers."""
+        """Answer one request; whether the public connection may carry another (and, when
+        subscribed, its traffic event)."""
+        started = time.monotonic()
         decision = await self._decide(req, peer, tls_edge)
         x = Exchange(req, peer[0], peer[1], self.scheme, self.services,
                      partial(read_body, parser, reader), writer.write)
+        answer = self._respond(parser, reader, writer, x, decision, peer, deadline, tls_edge)
+        if self.events is None or not self.events.wants(traffic.HTTP):
+            return await answer
+        return await traffic.observed(answer, self.events, x, req, decision, started)
+
+    async def _respond(self, parser: RequestParser, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter, x: Exchange, decision: Decision,
+                       peer: tuple[str, int], deadline: Deadline, tls_edge: Edge | None
+                       ) -> bool:
+        """The route's request hooks run in order (``edge/pipeline.py``); the first verdict
+        answers, else the request is forwarded."""
         for hook in decision.plan.requests:
             verdict = await hook.request(x)
             if verdict is None:
@@ -146,6 +161,7 @@ class HttpEdge:
                                             peer)
             if isinstance(verdict, Close):
                 return False
+            x.status, x.sent = verdict.status, len(verdict.body)
             keep = await fixed(writer, x.req, verdict)
             return keep and (x.body is not None or await self._drain(parser, reader, deadline))
         return await self._forward(parser, reader, writer, x, decision, peer, deadline,
@@ -189,6 +205,7 @@ class HttpEdge:
                 if isinstance(decision.target, Fixed) and decision.target.status == 404:
                     # the name's only tunnel vanished under this request: "agent lost", not
                     # "nothing bound"
+                    x.status = 502
                     await bad_gateway(writer, x.req, "the tunnel's agent went away")
                     return False
         return False  # not reached: the last attempt does not retry
@@ -276,6 +293,7 @@ class HttpEdge:
         try:
             upstream = await self._open(decision, peer)
         except AgentBusy as exc:
+            x.status = 503
             await fixed(writer, req, page(503, "Agent busy", f"The tunnel's agent is busy: "
                                           f"{exc}. Try again.", 4503, (("Retry-After", "1"),)),
                         close=True)
@@ -283,6 +301,7 @@ class HttpEdge:
         except UpstreamGone as exc:
             if retry:
                 raise Retry from None
+            x.status = 502
             await bad_gateway(writer, req, str(exc))
             return False
         return await self._exchange(parser, reader, writer, x, decision, upstream, head,
@@ -304,11 +323,12 @@ class HttpEdge:
             except UpstreamGone as exc:
                 if retry or reused:
                     raise Retry from None
+                x.status = 502
                 await bad_gateway(writer, req, str(exc))
                 return False
             if pump:
-                body = asyncio.create_task(self._pump_body(parser, reader, req, upstream,
-                                                           deadline))
+                body = asyncio.create_task(pump_body(parser, reader, x, upstream.pipe,
+                                                     deadline, BODY_TIMEOUT))
             elif not req.upgrade:  # (after a 101 the splice reads the client)
                 watch = ClientWatch(parser, reader, upstream.pipe)
             keep, fate = await Relay(parser, writer, reader, x, decision.plan, upstream, body,
@@ -327,25 +347,3 @@ class HttpEdge:
                 upstream.pipe.close()
             else:
                 upstream.pipe.abort()
-
-    @staticmethod
-    async def _pump_body(parser: RequestParser, reader: asyncio.StreamReader, req: Request,
-                         upstream: Upstream, deadline: Deadline) -> None:
-        """The request body from the client to the upstream. If it fails (malformed, the
-        client left or stalled ``BODY_TIMEOUT`` seconds), the upstream is aborted: it will
-        not get a whole request, and the relay waiting for its answer learns at once."""
-        framer = Framer(h1.chunked(req.headers))
-        try:
-            while True:
-                event = await next_event(parser, reader, deadline, BODY_TIMEOUT)
-                if isinstance(event, bytes):
-                    await upstream.pipe.write(framer.data(event))
-                elif isinstance(event, End):
-                    if framer.chunked:
-                        await upstream.pipe.write(framer.end(event.trailers))
-                    return
-                else:
-                    raise UpstreamGone("the client closed the connection mid-request")
-        except BaseException:
-            upstream.pipe.abort()
-            raise

@@ -59,6 +59,7 @@ class Relay:
             except (UpstreamGone, BadMessage) as exc:
                 return await self._failed(exc)
             if isinstance(event, bytes):
+                self.x.sent += len(event)
                 self.out += self.framer.data(self.x.gzip.data(event) if self.x.gzip else event)
                 if len(self.out) >= FLUSH_AT:
                     await self._flush()
@@ -104,6 +105,7 @@ class Relay:
             writer.write(self.out)
             raise ConnectionResetError("the upstream failed mid-response") from None
         if isinstance(failed, BadMessage):  # the client's body, not the upstream
+            self.x.status = failed.status
             await fixed(writer, req, page(failed.status, "Bad request", str(failed), 4000),
                         close=True)
             return False, FAILED
@@ -111,7 +113,7 @@ class Relay:
             return False, FAILED
         if self.retry:
             raise Retry from None
-        outcome(self.x, self.plan, True)
+        outcome(self.x, self.plan, 502)
         await bad_gateway(writer, req, str(exc))
         return False, FAILED
 
@@ -120,10 +122,11 @@ class Relay:
         result when the relay ends here (a 101)."""
         req = self.x.req
         if event.status == 101 and req.upgrade:
+            self.x.status = 101
             await switch(self.parser, self.writer, self.reader, event, self.upstream, self.body)
             return False, DONE
         if event.status == 101:  # to a request that did not ask to upgrade
-            outcome(self.x, self.plan, True)
+            outcome(self.x, self.plan, 502)
             self.writer.write(self.out)
             await bad_gateway(self.writer, req, "the upstream switched protocols unasked")
             return False, FAILED
@@ -133,7 +136,7 @@ class Relay:
                                     h1.end_to_end(event.headers))
             return None
         self.final = event
-        outcome(self.x, self.plan, event.status >= 500)
+        outcome(self.x, self.plan, event.status)
         self.keep, self.framer, head = response_head(self.x, self.plan, event)
         self.out += head
         return None

@@ -140,7 +140,7 @@ class Binder:
                           f"{ports.low}-{ports.high}, ACL: {_acl_text(session.acl)})")
 
     async def _open(self, tunnel: Tunnel, port: int) -> None:
-        listener = TcpListener(self.tcp_host, port, partial(self._tcp_client, tunnel))
+        listener = TcpListener(self.tcp_host, port, partial(self._tcp_client, tunnel), tunnel.id)
         await listener.start()
         tunnel.port, tunnel.url = port, f"tcp://{self.tcp_host}:{port}"
         self.listeners[tunnel.id] = listener

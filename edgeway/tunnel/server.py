@@ -11,7 +11,7 @@ import json
 import secrets
 import ssl
 import struct
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -22,7 +22,7 @@ from edgeway.pki.platform_ca import EdgeCerts, TunnelTLS
 from edgeway.platform import Platform
 from edgeway.restrictions import KINDS as RESTRICTION_KINDS
 from edgeway.store.db import DatabaseUnavailable
-from edgeway.store.repo import Repo
+from edgeway.store.repo import Changes, Repo
 from edgeway.tunnel import rpc
 from edgeway.tunnel.binder import AgentConnection, Binder, now_text
 from edgeway.tunnel.muxado.aio import MuxConnection, MuxStream, StreamClosed
@@ -98,13 +98,15 @@ class TunnelServer:
         self.certs: EdgeCerts | None = None
         self._server: asyncio.Server | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self.changes: Callable[[], Changes | None] = lambda: None  # session events' writer
 
     async def start(self, host: str, port: int, reuse_port: bool = False) -> None:
         async with self.platform.db.write() as tx:  # this node's sessions of a previous run
+            repo = Repo(tx, self.changes())
             for kind in (SESSIONS, TUNNELS, ENDPOINTS):
-                for id_, doc in await Repo(tx).all_docs(kind):
+                for id_, doc in await repo.all_docs(kind):
                     if doc.get("node") == self.node:
-                        await Repo(tx).delete(kind, id_)
+                        await repo.delete(kind, id_)
         await self.load_ingress_names()
         await self.platform.restrictions.of("agent")  # (kept while the database is away)
         self._server = await asyncio.start_server(
@@ -318,7 +320,7 @@ class TunnelServer:
             "started_at": now_text(), "transport": "ngrok/v2", "created_at": now_text(),
             "node": self.node}
         async with self.platform.db.write() as tx:
-            await Repo(tx).insert(SESSIONS, sid, doc)
+            await Repo(tx, self.changes()).insert(SESSIONS, sid, doc)
         log.info("agent_session_start", session=sid, credential=credential)
         return sid
 
@@ -379,6 +381,6 @@ class TunnelServer:
         if session.id and self.sessions.pop(session.id, None) is not None:
             with contextlib.suppress(Exception):
                 async with self.platform.db.write() as tx:
-                    await Repo(tx).delete(SESSIONS, session.id)
+                    await Repo(tx, self.changes()).delete(SESSIONS, session.id)
             log.info("agent_session_stop", session=session.id, goodbye=clean)
 

@@ -1,0 +1,82 @@
+"""Delivery targets, one file per kind of event destination target: ``firehose``
+(delivery_stream), ``kinesis`` (data_stream), ``cloudwatch`` (log_group), ``datadog``
+(monitoring) and ``azure`` (cloud_logs_ingestion). Each sends a batch of events, in order, in
+one call of the vendor's API and says what the target answered; ``DeliveryError`` says why it
+failed, whether retrying can help (``permanent``: refused credentials, a stream that does not
+exist) and how many events at the head of the batch got through before the failure.
+
+``build`` makes the target of a stored destination (its sealed secrets opened), with the
+server's endpoint overrides (``EventsConfig``) for tests and private deployments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgspec
+
+from edgeway.catalog.events import SEAL_CONTEXT
+from edgeway.config import EventsConfig
+from edgeway.pki.seal import Sealer
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One event on its way: its envelope as JSON text."""
+    event_id: str
+    event_type: str
+    body: str
+
+    def envelope(self) -> dict[str, Any]:
+        out: dict[str, Any] = msgspec.json.decode(self.body)
+        return out
+
+
+class DeliveryError(Exception):
+    def __init__(self, message: str, permanent: bool = False, accepted: int = 0) -> None:
+        super().__init__(message)
+        self.permanent = permanent  # retrying the same request cannot succeed
+        self.accepted = accepted  # events at the head of the batch that got through
+
+
+class Target(Protocol):
+    kind: str  # the target member: delivery_stream, data_stream, ...
+    max_batch: int  # events per call
+    max_bytes: int  # bytes of event bodies per call
+
+    async def send(self, events: Sequence[Outgoing]) -> str:
+        """Deliver ``events`` in order; the target's answer, or ``DeliveryError``."""
+        ...
+
+
+def unseal(sealer: Sealer, value: str) -> str:
+    return sealer.open(value, SEAL_CONTEXT).decode() if value.startswith("v1:") else value
+
+
+def chosen(target: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The one target member set, and its configuration."""
+    for name, body in target.items():
+        if body is not None:
+            return name, body
+    raise ValueError("the destination has no target")
+
+
+class Clients(Protocol):
+    """What targets share on a node: the HTTP client and the AWS sessions."""
+    options: EventsConfig
+    node: str
+
+    def http(self) -> Any: ...
+
+
+def build(target: dict[str, Any], sealer: Sealer, clients: Clients) -> Target:
+    from edgeway.events.destinations import azure, cloudwatch, datadog, firehose, kinesis
+
+    name, body = chosen(target)
+    makers: dict[str, Callable[[dict[str, Any], Callable[[str], str], Clients], Target]] = {
+        "delivery_stream": firehose.Firehose, "data_stream": kinesis.Kinesis,
+        "log_group": cloudwatch.CloudWatchLogs, "monitoring": datadog.Datadog,
+        "cloud_logs_ingestion": azure.AzureLogs}
+    return makers[name](body, lambda v: unseal(sealer, v), clients)

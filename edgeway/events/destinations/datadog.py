@@ -1,0 +1,57 @@
+"""``monitoring``: the Datadog logs intake. One ``POST <intake>/api/v2/logs`` per batch, with
+the ``DD-API-KEY`` header and a gzipped JSON array of log entries (at most 1,000 entries and
+5 MB uncompressed, as Datadog documents); each entry carries the event's envelope as its
+``message`` (JSON text, which Datadog parses into attributes), ``ddsource: edgeway``, the
+destination's ``tags`` as ``ddtags`` and its ``service`` (default ``edgeway``). The intake is
+``https://http-intake.logs.<site>`` (site ``datadoghq.com`` unless set), or the server's
+``--events-datadog-url``. Datadog answers 202; 400, 401, 403 and 413 are permanent failures.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+import msgspec
+
+from edgeway.events.destinations import Clients, DeliveryError, Outgoing
+
+PERMANENT = (400, 401, 403, 404, 413)
+
+
+def answer_text(r: httpx.Response) -> str:
+    return f"{r.status_code} {r.reason_phrase}: {r.text[:300].strip()}".rstrip(": ")
+
+
+class Datadog:
+    kind = "monitoring"
+    max_batch = 1000
+    max_bytes = 4_000_000
+
+    def __init__(self, body: dict[str, Any], secret: Callable[[str], str],
+                 clients: Clients) -> None:
+        base = clients.options.datadog_url or \
+            f"https://http-intake.logs.{body.get('site') or 'datadoghq.com'}"
+        self.url = base.rstrip("/") + "/api/v2/logs"
+        self.api_key = secret(body["api_key"])
+        self.tags, self.service = body.get("tags") or "", body.get("service") or "edgeway"
+        self.host = clients.node
+        self.clients = clients
+
+    async def send(self, events: Sequence[Outgoing]) -> str:
+        entries = [{"ddsource": "edgeway", "ddtags": self.tags, "hostname": self.host,
+                    "service": self.service, "message": e.body} for e in events]
+        payload = gzip.compress(msgspec.json.encode(entries), compresslevel=5)
+        try:
+            r = await self.clients.http().post(self.url, content=payload, headers={
+                "DD-API-KEY": self.api_key, "Content-Type": "application/json",
+                "Content-Encoding": "gzip"})
+        except httpx.HTTPError as exc:
+            raise DeliveryError(f"Datadog intake {self.url} unreachable: "
+                                f"{type(exc).__name__}: {exc}") from None
+        if 200 <= r.status_code < 300:
+            return answer_text(r)
+        raise DeliveryError(f"Datadog answered {answer_text(r)}",
+                            permanent=r.status_code in PERMANENT)
