@@ -20,6 +20,7 @@ import json
 import secrets
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -64,6 +65,7 @@ class Capture:
     requests: list[Captured] = field(default_factory=list)
     tokens: set[str] = field(default_factory=set)
     fail: int = 0  # answer every request with this status (0: answer normally)
+    delay: float = 0.0  # seconds before each answer (a slow target)
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
 
@@ -107,6 +109,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("content-length") or 0))
         seen = Captured("POST", parts.path, parse_qs(parts.query),
                         {k.lower(): v for k, v in self.headers.items()}, body, 0)
+        if self.capture.delay:
+            time.sleep(self.capture.delay)
         status, answer = self._answer(seen)
         seen.status = status
         with self.capture.lock:
