@@ -88,8 +88,10 @@ def test_cloudwatch_logs_creates_its_stream(api: httpx.Client, moto: str) -> Non
 
         def events() -> list[dict[str, Any]]:
             try:
-                return logs.get_log_events(logGroupName=group, logStreamName="edgeway-events",
-                                           startFromHead=True)["events"]
+                out: list[dict[str, Any]] = logs.get_log_events(
+                    logGroupName=group, logStreamName="edgeway-events",
+                    startFromHead=True)["events"]
+                return out
             except logs.exceptions.ResourceNotFoundException:
                 return []
         got = wait_len("log events", events, 3)
