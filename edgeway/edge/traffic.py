@@ -24,7 +24,12 @@ from edgeway.tunnel.registry import Tunnel
 from edgeway.tunnel.tcp import TcpListener
 
 __all__ = ["HTTP", "TCP", "TcpEvents", "http_object", "observed"]
-_TCP_INFO = struct.Struct("=120xQQ")  # tcp_info: tcpi_bytes_acked, tcpi_bytes_received
+# tcp_info: tcpi_state, ..., tcpi_bytes_acked, tcpi_bytes_received (Linux 4.2+)
+_TCP_INFO = struct.Struct("=B119xQQ")
+# the kernel counts a FIN in those sequence-number counts: states after the peer's FIN
+# arrived, and after ours was acknowledged
+_PEER_FIN = frozenset({6, 8, 9, 11})  # TIME_WAIT, CLOSE_WAIT, LAST_ACK, CLOSING
+_OUR_FIN_ACKED = frozenset({5, 6})  # FIN_WAIT2, TIME_WAIT
 
 
 def _ms(seconds: float) -> float:
@@ -66,13 +71,14 @@ async def observed(answer: Awaitable[bool], sink: TrafficSink, x: Exchange, req:
 
 
 def _counters(sock: Any) -> tuple[int | None, int | None]:
-    """(bytes the client acknowledged, bytes received from it), from the kernel's TCP_INFO."""
+    """(bytes received from the client, bytes it acknowledged), from the kernel's TCP_INFO
+    (None where the kernel does not say)."""
     try:
         raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO.size)
-        acked, received = _TCP_INFO.unpack_from(raw)
-        return int(received), int(acked)
+        state, acked, received = _TCP_INFO.unpack_from(raw)
     except (OSError, AttributeError, struct.error):
         return None, None
+    return max(0, received - (state in _PEER_FIN)), max(0, acked - (state in _OUR_FIN_ACKED))
 
 
 class TcpEvents:

@@ -74,7 +74,7 @@ def event_args(cap: Capture, moto: str, *extra: str) -> list[str]:
     return ["--events-datadog-url", cap.url, "--events-azure-login-url", cap.url,
             "--events-azure-ingestion-url", cap.url,
             "--events-aws-endpoint-url", moto, "--events-ca-file", str(cap.ca_file),
-            "--events-retry", "0.2", "--events-attempts", "4", *extra]
+            "--events-retry", "0.2", "--events-attempts", "4", "--events-queue", "50", *extra]
 
 
 @contextmanager
