@@ -59,7 +59,7 @@ def test_http_and_tcp_edges(api: httpx.Client, esrv: Server, cap: Capture, servi
     echo = made(api, "/backends/static", {"address": f"127.0.0.1:{echo_port}"})
     tcp = made(api, "/edges/tcp", {"hostports": [f"db.edgeway.localhost:{port}"],
                                    "backend": {"backend_id": echo["id"]}})
-    sources = [{"type": "http_request_complete.v0", "fields": HTTP_FIELDS,
+    sources: list[dict[str, Any]] = [{"type": "http_request_complete.v0", "fields": HTTP_FIELDS,
                 "filter": 'http.request.url.path != "/skip"'},
                {"type": "tcp_connection_closed.v0"}]
     with subscribed(api, monitoring(tags), sources):
@@ -120,7 +120,8 @@ def test_agent_sessions_and_tunnel_requests(api: httpx.Client, esrv: Server, cap
                                             service: int) -> None:
     tags = f"run:{secrets.token_hex(4)}"
     token = made(api, "/credentials", {})["token"]
-    sources = [{"type": "agent_session_start.v0"}, {"type": "agent_session_stop.v0"},
+    sources: list[dict[str, Any]] = [
+        {"type": "agent_session_start.v0"}, {"type": "agent_session_stop.v0"},
                {"type": "http_request_complete.v0", "fields": ["tunnel.id", "http.response"]}]
     with subscribed(api, monitoring(tags), sources):
         time.sleep(0.5)  # (the sink reloads subscriptions within a tick of the change)
