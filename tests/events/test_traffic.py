@@ -59,9 +59,10 @@ def test_http_and_tcp_edges(api: httpx.Client, esrv: Server, cap: Capture, servi
     echo = made(api, "/backends/static", {"address": f"127.0.0.1:{echo_port}"})
     tcp = made(api, "/edges/tcp", {"hostports": [f"db.edgeway.localhost:{port}"],
                                    "backend": {"backend_id": echo["id"]}})
-    sources: list[dict[str, Any]] = [{"type": "http_request_complete.v0", "fields": HTTP_FIELDS,
-                "filter": 'http.request.url.path != "/skip"'},
-               {"type": "tcp_connection_closed.v0"}]
+    sources: list[dict[str, Any]] = [
+        {"type": "http_request_complete.v0", "fields": HTTP_FIELDS,
+         "filter": 'http.request.url.path != "/skip"'},
+        {"type": "tcp_connection_closed.v0"}]
     with subscribed(api, monitoring(tags), sources):
         wait_for("the subscription in the sink", lambda: _probe(esrv, host, cap, tags), 10)
         with EdgeClient(esrv) as web:
