@@ -14,7 +14,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from edgeway.catalog.event_types import HTTP, TCP
-from edgeway.edge.h1 import Request, header
+from edgeway.edge.h1 import Request
 from edgeway.edge.hooks import Exchange
 from edgeway.edge.modules.policy_actions import LOGS
 from edgeway.edge.router import Decision, EdgeRouter
@@ -23,7 +23,7 @@ from edgeway.events.traffic import TrafficSink
 from edgeway.tunnel.registry import Tunnel
 from edgeway.tunnel.tcp import TcpListener
 
-__all__ = ["HTTP", "TCP", "TcpEvents", "http_object", "observed"]
+__all__ = ["HTTP", "TCP", "TcpEvents", "http_object", "http_record", "observed", "tcp_object"]
 # tcp_info: tcpi_state, ..., tcpi_bytes_acked, tcpi_bytes_received (Linux 4.2+)
 _TCP_INFO = struct.Struct("=B119xQQ")
 # the kernel counts a FIN in those sequence-number counts: states after the peer's FIN
@@ -33,31 +33,47 @@ _OUR_FIN_ACKED = frozenset({5, 6})  # FIN_WAIT2, TIME_WAIT
 
 
 def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
+    return int(seconds * 1_000_000) / 1000
 
 
-def http_object(x: Exchange, req: Request, decision: Decision, started: float,
-                ended: float) -> dict[str, Any]:
-    """What happened to one request (``req`` as it arrived, before any rewrite)."""
-    path, _, query = req.target.decode("latin-1").partition("?")
+def http_record(x: Exchange, req: Request, decision: Decision, started: float,
+                ended: float) -> tuple[Any, ...]:
+    """What happened to one request (``req`` as it arrived, before any rewrite), as one flat
+    tuple: events wait in the sink's queue in this form, which keeps the garbage collector's
+    work per event to one object (``http_object`` makes the event's object of it)."""
     target = decision.target
     logs = x.env.get(LOGS) if x.env is not None else None
+    host = agent = b""
+    for name, value in req.headers:
+        low = name.lower()
+        if low == b"host":
+            host = value
+        elif low == b"user-agent":
+            agent = value
+    return (x.ip, x.port, x.scheme, req.method, req.target, host, agent, req.http10,
+            x.received or len(x.body or b""), x.status, x.sent, ended - started,
+            x.answered - started if x.answered else None, decision.edge_id,
+            decision.route_id, decision.plan.backend_id,
+            target.id if isinstance(target, Tunnel) else "", tuple(logs) if logs else ())
+
+
+def http_object(r: tuple[Any, ...]) -> dict[str, Any]:
+    """``http_request_complete.v0``'s object, from ``http_record``'s tuple."""
+    (ip, port, scheme, method, target, host, agent, http10, received, status, sent, took,
+     upstream, edge, route, backend, tunnel, logs) = r
+    path, _, query = target.decode("latin-1").partition("?")
     return {
-        "conn": {"client_ip": x.ip, "client_port": x.port},
+        "conn": {"client_ip": ip, "client_port": port},
         "http": {
-            "request": {"method": req.method.decode("latin-1"), "url": {
-                "scheme": x.scheme, "host": header(req.headers, b"host").decode("latin-1"),
-                "path": path, "query": query}, "version": "HTTP/1.0" if req.http10 else
-                "HTTP/1.1", "user_agent": header(req.headers, b"user-agent").decode("latin-1"),
-                "body_bytes": x.received or len(x.body or b"")},
-            "response": {"status_code": x.status, "body_bytes": x.sent},
-            "duration_ms": _ms(ended - started),
-            "upstream_ms": _ms(x.answered - started) if x.answered else None},
-        "edge": {"id": decision.edge_id or None},
-        "route": {"id": decision.route_id or None},
-        "backend": {"id": decision.plan.backend_id or None},
-        "tunnel": {"id": target.id if isinstance(target, Tunnel) else None},
-        "traffic_policy": {"logs": list(logs or [])},
+            "request": {"method": method.decode("latin-1"), "url": {
+                "scheme": scheme, "host": host.decode("latin-1"), "path": path,
+                "query": query}, "version": "HTTP/1.0" if http10 else "HTTP/1.1",
+                "user_agent": agent.decode("latin-1"), "body_bytes": received},
+            "response": {"status_code": status, "body_bytes": sent},
+            "duration_ms": _ms(took), "upstream_ms": None if upstream is None else _ms(upstream)},
+        "edge": {"id": edge or None}, "route": {"id": route or None},
+        "backend": {"id": backend or None}, "tunnel": {"id": tunnel or None},
+        "traffic_policy": {"logs": list(logs)},
     }
 
 
@@ -67,7 +83,7 @@ async def observed(answer: Awaitable[bool], sink: TrafficSink, x: Exchange, req:
     try:
         return await answer
     finally:
-        sink.emit(HTTP, http_object(x, req, decision, started, time.monotonic()))
+        sink.emit(HTTP, http_object, http_record(x, req, decision, started, time.monotonic()))
 
 
 def _counters(sock: Any) -> tuple[int | None, int | None]:
@@ -93,10 +109,16 @@ class TcpEvents:
             return
         bytes_in, bytes_out = _counters(sock)
         edge = self.router.snapshot.tcp.get(listener.port) if not listener.owner else None
-        self.sink.emit(TCP, {
-            "conn": {"client_ip": peer[0], "client_port": peer[1],
-                     "server_port": listener.port, "bytes_in": bytes_in,
-                     "bytes_out": bytes_out, "start_ts": stamp(started),
-                     "duration_ms": _ms(time.time() - started)},
-            "edge": {"id": edge.id if edge else None},
-            "tunnel": {"id": listener.owner or None}})
+        self.sink.emit(TCP, tcp_object, (
+            peer[0], peer[1], listener.port, bytes_in, bytes_out, started,
+            time.time() - started, edge.id if edge else None, listener.owner or None))
+
+
+def tcp_object(r: tuple[Any, ...]) -> dict[str, Any]:
+    """``tcp_connection_closed.v0``'s object, from ``TcpEvents.closed``'s tuple."""
+    ip, port, server_port, bytes_in, bytes_out, started, took, edge, tunnel = r
+    return {"conn": {"client_ip": ip, "client_port": port, "server_port": server_port,
+                     "bytes_in": bytes_in, "bytes_out": bytes_out, "start_ts": stamp(started),
+                     "duration_ms": _ms(took)},
+            "edge": {"id": edge}, "tunnel": {"id": tunnel}}
+

@@ -24,6 +24,13 @@ class Route:
     filters: tuple[str, ...]  # any one passing lets the event through ("" lets all through)
     fields: tuple[str, ...]  # () sends every field
 
+    @property
+    def always(self) -> bool:
+        return "" in self.filters
+
+    def passes(self, variables: dict[str, Any]) -> bool:
+        return self.always or any(passes(f, variables) for f in self.filters)
+
 
 @dataclass(frozen=True)
 class Routing:
@@ -38,8 +45,7 @@ class Routing:
     def destinations(self, event_type: str, variables: dict[str, Any]) -> list[str]:
         """The destinations an event of ``event_type`` goes to, its filters evaluated over
         ``variables``."""
-        return [r.destination_id for r in self.routes(event_type)
-                if any(passes(f, variables) for f in r.filters)]
+        return [r.destination_id for r in self.routes(event_type) if r.passes(variables)]
 
 
 def compile_routing(subscriptions: list[tuple[str, dict[str, Any]]]) -> Routing:

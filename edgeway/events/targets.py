@@ -18,7 +18,7 @@ import structlog
 from edgeway.catalog.event_types import TEST
 from edgeway.config import EventsConfig
 from edgeway.events import envelope
-from edgeway.events.destinations import DeliveryError, Outgoing, Target, build, chosen
+from edgeway.events.destinations import DeliveryError, Target, build, chosen
 from edgeway.pki.seal import Sealer, SealError
 
 log = structlog.get_logger()
@@ -69,7 +69,7 @@ class Targets:
             del self._made[gone]
 
 
-async def attempt(target: Target, events: Sequence[Outgoing], timeout: float) -> str:
+async def attempt(target: Target, events: Sequence[str], timeout: float) -> str:
     """One call to a target, bounded in time; every failure a ``DeliveryError``."""
     try:
         return await asyncio.wait_for(target.send(events), timeout)
@@ -89,7 +89,7 @@ async def verify(targets: Targets, dest_id: str, doc: dict[str, Any]) -> dict[st
     started = time.monotonic()
     try:
         target = targets.of(dest_id, doc)
-        answer = await attempt(target, [Outgoing(ev["event_id"], TEST, envelope.encode(ev))],
+        answer = await attempt(target, [envelope.encode(ev)],
                                targets.clients.options.timeout * 2)
     except DeliveryError as exc:
         log.info("event_destination_verify_failed", destination=dest_id, error=str(exc))

@@ -18,16 +18,17 @@ import asyncio
 import contextlib
 import time
 from collections import deque
+from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
 import structlog
 
 from edgeway.config import EventsConfig
-from edgeway.events import envelope, routing
-from edgeway.events.destinations import DeliveryError, Outgoing
+from edgeway.events import destinations, envelope, routing
+from edgeway.events.destinations import DeliveryError
 from edgeway.events.targets import Targets, attempt
-from edgeway.events.worker import DESTINATIONS, backoff, batch_of
+from edgeway.events.worker import DESTINATIONS, backoff, batch_size
 from edgeway.store import outbox
 from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
@@ -36,6 +37,7 @@ log = structlog.get_logger()
 TICK = 0.2  # seconds between routing rounds of the queue
 REPORT = 5.0  # seconds between counts written to the database (and reloads of the routing)
 WATCHED = ("event_subscriptions", "event_destinations")
+Build = Callable[[tuple[Any, ...]], dict[str, Any]]
 
 
 class Sender:
@@ -43,13 +45,14 @@ class Sender:
 
     def __init__(self, sink: TrafficSink, dest: str) -> None:
         self.sink, self.dest = sink, dest
-        self.queue: deque[Outgoing] = deque()
+        # envelopes as JSON text (strings: the garbage collector does not track them)
+        self.queue: deque[str] = deque()
         self.ready = asyncio.Event()
         self.sent = self.dropped = 0  # since the last report
         self.success_at: str | None = None
         self.task = asyncio.create_task(self._run())
 
-    def put(self, item: Outgoing) -> None:
+    def put(self, item: str) -> None:
         if len(self.queue) >= self.sink.options.queue:
             self.dropped += 1
             return
@@ -73,7 +76,7 @@ class Sender:
             batch = list(islice(self.queue, 100))
             try:
                 target = self.sink.targets.of(self.dest, doc)
-                batch = batch_of(self.queue, target)
+                batch = list(islice(self.queue, batch_size(self.queue, target)))
                 await attempt(target, batch, self.sink.options.timeout * 3)
             except DeliveryError as exc:
                 attempts += 1
@@ -97,7 +100,8 @@ class TrafficSink:
         self.db, self.targets, self.options = db, targets, options
         self.routing = routing.Routing({})
         self.docs: dict[str, dict[str, Any]] = {}
-        self._queue: deque[tuple[str, dict[str, Any], float]] = deque()
+        # (event type, when, how to make its object, what to make it of)
+        self._queue: deque[tuple[str, float, Build, tuple[Any, ...]]] = deque()
         self._dropped: dict[str, int] = {}  # destination -> dropped from the node's queue
         self._senders: dict[str, Sender] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -107,14 +111,15 @@ class TrafficSink:
         """Whether any subscription takes ``event_type`` (else do not even build it)."""
         return event_type in self.routing.by_type
 
-    def emit(self, event_type: str, obj: dict[str, Any]) -> None:
-        """Queue one traffic event (never waits; drops, counted, when the queue is full)."""
+    def emit(self, event_type: str, build: Build, record: tuple[Any, ...]) -> None:
+        """Queue one traffic event: its object is ``build(record)``, made off the request path
+        (never waits; drops, counted, when the queue is full)."""
         if len(self._queue) >= self.options.queue:
             for route in self.routing.routes(event_type):
                 self._dropped[route.destination_id] = \
                     self._dropped.get(route.destination_id, 0) + 1
             return
-        self._queue.append((event_type, obj, time.time()))
+        self._queue.append((event_type, time.time(), build, record))
 
     def changed(self, collection: str) -> None:
         if collection in WATCHED:
@@ -150,19 +155,26 @@ class TrafficSink:
             self.route()
 
     def route(self) -> None:
-        """The queue to the destinations' senders."""
+        """The queue to the destinations' senders: an event's envelope is encoded once per
+        choice of fields among the routes its filters let through."""
         queue, self._queue = self._queue, deque()
-        for event_type, obj, when in queue:
-            routes = self.routing.routes(event_type)
+        by_type = self.routing.by_type
+        for event_type, when, build, record in queue:
+            routes = by_type.get(event_type)
             if not routes:
                 continue
-            variables = obj if any(f for r in routes for f in r.filters) else {}
+            head = (f'{{"event_id":"{envelope.new_event_id(when)}","event_type":"{event_type}",'
+                    f'"event_timestamp":"{envelope.stamp(when)}","actor":null,"object":')
+            obj = build(record)
+            bodies: dict[tuple[str, ...], str] = {}
             for route in routes:
-                if not any(envelope.passes(f, variables) for f in route.filters):
+                if not route.passes(obj):
                     continue
-                ev = envelope.event(event_type, envelope.select(obj, route.fields), None, when)
-                self._sender(route.destination_id).put(
-                    Outgoing(ev["event_id"], event_type, envelope.encode(ev)))
+                body = bodies.get(route.fields)
+                if body is None:
+                    body = bodies[route.fields] = \
+                        head + envelope.encode(envelope.select(obj, route.fields)) + "}"
+                self._sender(route.destination_id).put(body)
 
     def _sender(self, dest: str) -> Sender:
         sender = self._senders.get(dest)
@@ -170,7 +182,7 @@ class TrafficSink:
             sender = self._senders[dest] = Sender(self, dest)
         return sender
 
-    async def failed(self, dest: str, batch: list[Outgoing], attempts: int,
+    async def failed(self, dest: str, batch: list[str], attempts: int,
                      exc: DeliveryError) -> bool:
         """A batch failed; True once it is given up (its events are dead letters now)."""
         now = time.time()
@@ -178,9 +190,9 @@ class TrafficSink:
         try:
             async with self.db.write() as tx:
                 if buried:
-                    await outbox.bury(tx, dest, [outbox.Pending(0, o.event_id, o.event_type,
-                                                                o.body) for o in batch],
-                                      str(exc), attempts, envelope.stamp(now))
+                    dead = [outbox.Pending(0, destinations.event_id(b),
+                                           destinations.event_type(b), b) for b in batch]
+                    await outbox.bury(tx, dest, dead, str(exc), attempts, envelope.stamp(now))
                 await outbox.failed(tx, dest, 0 if buried else attempts, 0.0, str(exc),
                                     envelope.stamp(now))
         except DatabaseUnavailable as err:

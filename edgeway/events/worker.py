@@ -20,15 +20,15 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterable
 from itertools import islice
-from typing import Any, TypeVar
+from typing import Any
 
 import structlog
 
 from edgeway import catalog
 from edgeway.config import EventsConfig
-from edgeway.events.destinations import DeliveryError, Outgoing, Target
+from edgeway.events.destinations import DeliveryError, Target
 from edgeway.events.envelope import stamp
 from edgeway.events.targets import Targets, attempt
 from edgeway.store import outbox
@@ -40,7 +40,6 @@ DESTINATIONS = catalog.BY_COLLECTION["event_destinations"]
 POLL = 1.0  # seconds between looks for work other nodes wrote
 LEASE = 30.0  # seconds a destination stays this node's without renewal
 MAX_BACKOFF = 300.0
-P = TypeVar("P", outbox.Pending, Outgoing)
 
 
 def backoff(options: EventsConfig, attempts: int) -> float:
@@ -49,15 +48,15 @@ def backoff(options: EventsConfig, attempts: int) -> float:
     return float(base * random.uniform(0.9, 1.1))
 
 
-def batch_of(pending: Sequence[P], target: Target) -> list[P]:
-    """The head of ``pending`` within the target's limits (at least one event)."""
-    size, out = 0, list[P]()
-    for p in islice(pending, target.max_batch):
-        size += len(p.body) + 64
-        if out and size > target.max_bytes:
+def batch_size(bodies: Iterable[str], target: Target) -> int:
+    """How many of ``bodies`` at their head make one call to the target (at least one)."""
+    size = n = 0
+    for body in islice(bodies, target.max_batch):
+        size += len(body) + 64
+        if n and size > target.max_bytes:
             break
-        out.append(p)
-    return out
+        n += 1
+    return n
 
 
 class Worker:
@@ -142,10 +141,11 @@ class Worker:
             pending = await outbox.head(self.db.reader(), dest, 100)
             await self._failed(dest, pending, attempts, exc)
             return bool(pending)
-        pending = batch_of(await outbox.head(self.db.reader(), dest, target.max_batch), target)
+        pending = await outbox.head(self.db.reader(), dest, target.max_batch)
+        pending = pending[:batch_size((p.body for p in pending), target)]
         if not pending:
             return False
-        events = [Outgoing(p.event_id, p.event_type, p.body) for p in pending]
+        events = [p.body for p in pending]
         try:
             await attempt(target, events, self.options.timeout * 3)
         except DeliveryError as exc:

@@ -94,7 +94,7 @@ class Capture:
 
     def datadog_events(self) -> list[dict[str, Any]]:
         """The envelopes Datadog accepted, in arrival order."""
-        return [json.loads(entry["message"]) for r in self.of("/api/v2/logs", 202)
+        return [entry["event"] for r in self.of("/api/v2/logs", 202)
                 for entry in r.json()]
 
 

@@ -4,7 +4,6 @@ it and the API key that made it; nothing for a write that was rolled back."""
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from typing import Any
@@ -48,7 +47,7 @@ def test_changes_arrive_in_order_with_the_rendered_resource(esrv: Server, api: h
         assert api.delete(f"/api_keys/{key['id']}").status_code == 204
         assert api.delete(f"/api_keys/{mine}").status_code == 400
         entries = wait_len("five events", lambda: arrived(cap, tags), 5)
-        evs = [json.loads(e["message"]) for e in entries]
+        evs = [e["event"] for e in entries]
         assert [e["event_type"] for e in evs] == [
             "ip_policy_created.v0", "ip_policy_updated.v0", "ip_policy_deleted.v0",
             "api_key_created.v0", "api_key_deleted.v0"]
@@ -62,8 +61,9 @@ def test_changes_arrive_in_order_with_the_rendered_resource(esrv: Server, api: h
             assert e["actor"]["owner_id"].startswith("usr_")
             assert e["event_id"].startswith("ev_") and STAMP.match(e["event_timestamp"])
         assert len({e["event_id"] for e in evs}) == 5
-        for e in entries:
+        for e, ev in zip(entries, evs, strict=True):
             assert e["ddsource"] == "edgeway" and e["service"] == "edge-test"
+            assert e["message"] == ev["event_type"]
         wire = cap.of("/api/v2/logs", 202)[-1]
         assert wire.headers["content-type"] == "application/json"
         assert wire.headers["content-encoding"] == "gzip"
@@ -83,11 +83,11 @@ def test_filters_pick_changes_and_unsubscribed_types_stay_home(api: httpx.Client
         other = made(api, "/ip_policies", {"description": "audit-me"})
         api.patch(f"/ip_policies/{wanted['id']}", json={"description": "audit-me"})
         entries = wait_len("two events", lambda: arrived(cap, tags), 2)
-        ids = [json.loads(e["message"])["object"]["id"] for e in entries]
+        ids = [e["event"]["object"]["id"] for e in entries]
         assert ids == [wanted["id"], other["id"]]
         made(api, "/ip_policies", {"description": "audit-me-not"})
         sentinel = made(api, "/ip_policies", {"description": "audit-me"})
         wait_len("the sentinel", lambda: arrived(cap, tags), 3)
-        last = [json.loads(e["message"]) for e in arrived(cap, tags)]
+        last = [e["event"] for e in arrived(cap, tags)]
         assert [e["object"]["id"] for e in last] == [wanted["id"], other["id"], sentinel["id"]]
         assert {e["event_type"] for e in last} == {"ip_policy_created.v0"}

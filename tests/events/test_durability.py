@@ -6,7 +6,6 @@ without sending any event twice."""
 from __future__ import annotations
 
 import base64
-import json
 import os
 import secrets
 import signal
@@ -53,7 +52,7 @@ def burst(srv: Server, threads: int, each: int, tag: str) -> tuple[list[str], in
 
 
 def created(cap: Capture, tags: str) -> list[str]:
-    return [json.loads(e["message"])["object"]["id"] for e in arrived(cap, tags)]
+    return [e["event"]["object"]["id"] for e in arrived(cap, tags)]
 
 
 def stored(srv: Server, tag: str) -> set[str]:

@@ -21,7 +21,7 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
-from edgeway.events.destinations import Clients, DeliveryError, Outgoing
+from edgeway.events.destinations import Clients, DeliveryError, envelope
 from edgeway.events.destinations.datadog import answer_text
 
 SCOPE = "https://monitor.azure.com/.default"
@@ -70,10 +70,10 @@ class AzureLogs:
         self._expires = time.monotonic() + max(0.0, lifetime - 60)
         return self._token
 
-    async def send(self, events: Sequence[Outgoing]) -> str:
+    async def send(self, events: Sequence[str]) -> str:
         records = []
         for e in events:
-            env = e.envelope()
+            env = envelope(e)
             records.append({"TimeGenerated": env["event_timestamp"], **env})
         payload = gzip.compress(msgspec.json.encode(records), compresslevel=5)
         token = await self._bearer()

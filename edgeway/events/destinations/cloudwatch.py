@@ -10,14 +10,14 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from edgeway.events.destinations import Clients, Outgoing
+from edgeway.events.destinations import Clients, envelope
 from edgeway.events.destinations.aws import Access, arn_parts, call, failure
 
 STREAM = "edgeway-events"
 
 
-def _millis(e: Outgoing) -> int:
-    stamp = str(e.envelope()["event_timestamp"]).replace("Z", "+00:00")
+def _millis(body: str) -> int:
+    stamp = str(envelope(body)["event_timestamp"]).replace("Z", "+00:00")
     return int(datetime.fromisoformat(stamp).timestamp() * 1000)
 
 
@@ -31,14 +31,14 @@ class CloudWatchLogs:
         region, self.group = arn_parts(body["log_group_arn"], "log-group:")
         self.access = Access(body["auth"], secret, region, clients)
 
-    def _put(self, events: Sequence[Outgoing]) -> None:
+    def _put(self, events: Sequence[str]) -> None:
         from botocore.exceptions import ClientError
 
         logs = self.access.client("logs")
         batch, last = [], 0
         for e in events:
             last = max(last, _millis(e))
-            batch.append({"timestamp": last, "message": e.body})
+            batch.append({"timestamp": last, "message": e})
         try:
             logs.put_log_events(logGroupName=self.group, logStreamName=STREAM, logEvents=batch)
         except ClientError as exc:
@@ -53,7 +53,7 @@ class CloudWatchLogs:
                     raise
             logs.put_log_events(logGroupName=self.group, logStreamName=STREAM, logEvents=batch)
 
-    async def send(self, events: Sequence[Outgoing]) -> str:
+    async def send(self, events: Sequence[str]) -> str:
         try:
             await call(self._put, events)
         except Exception as exc:

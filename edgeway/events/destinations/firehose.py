@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from edgeway.events.destinations import Clients, DeliveryError, Outgoing
+from edgeway.events.destinations import Clients, DeliveryError
 from edgeway.events.destinations.aws import Access, arn_parts, call, failure
 
 
@@ -22,13 +22,13 @@ class Firehose:
         region, self.name = arn_parts(body["delivery_stream_arn"], "deliverystream/")
         self.access = Access(body["auth"], secret, region, clients)
 
-    def _put(self, events: Sequence[Outgoing]) -> dict[str, Any]:
+    def _put(self, events: Sequence[str]) -> dict[str, Any]:
         answer: dict[str, Any] = self.access.client("firehose").put_record_batch(
             DeliveryStreamName=self.name,
-            Records=[{"Data": e.body.encode() + b"\n"} for e in events])
+            Records=[{"Data": e.encode() + b"\n"} for e in events])
         return answer
 
-    async def send(self, events: Sequence[Outgoing]) -> str:
+    async def send(self, events: Sequence[str]) -> str:
         try:
             answer = await call(self._put, events)
         except Exception as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from edgeway.events.destinations import Clients, DeliveryError, Outgoing
+from edgeway.events.destinations import Clients, DeliveryError, event_id
 from edgeway.events.destinations.aws import Access, arn_parts, call, failure
 
 
@@ -22,13 +22,13 @@ class Kinesis:
         region, self.name = arn_parts(body["stream_arn"], "stream/")
         self.access = Access(body["auth"], secret, region, clients)
 
-    def _put(self, events: Sequence[Outgoing]) -> dict[str, Any]:
+    def _put(self, events: Sequence[str]) -> dict[str, Any]:
         answer: dict[str, Any] = self.access.client("kinesis").put_records(
             StreamName=self.name,
-            Records=[{"Data": e.body.encode(), "PartitionKey": e.event_id} for e in events])
+            Records=[{"Data": e.encode(), "PartitionKey": event_id(e)} for e in events])
         return answer
 
-    async def send(self, events: Sequence[Outgoing]) -> str:
+    async def send(self, events: Sequence[str]) -> str:
         try:
             answer = await call(self._put, events)
         except Exception as exc:
