@@ -100,6 +100,7 @@ class Capture:
 
 class _Handler(BaseHTTPRequestHandler):
     capture: Capture
+    protocol_version = "HTTP/1.1"  # keep-alive, as the real intakes
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
