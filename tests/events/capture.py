@@ -14,10 +14,12 @@ Ingestion endpoints, as their documentation describes them, recording what arriv
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import ipaddress
 import json
 import secrets
+import socket
 import ssl
 import threading
 import time
@@ -68,6 +70,7 @@ class Capture:
     delay: float = 0.0  # seconds before each answer (a slow target)
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
+    conns: set[socket.socket] = field(default_factory=set)  # open client connections
 
     @property
     def url(self) -> str:
@@ -82,10 +85,16 @@ class Capture:
         threading.Thread(target=server.serve_forever, daemon=True).start()
 
     def down(self) -> None:
+        """Stop listening and cut the open (kept-alive) connections."""
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+        with self.lock:
+            for conn in self.conns:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+            self.conns.clear()
 
     def of(self, path_prefix: str, status: int | None = None) -> list[Captured]:
         with self.lock:
@@ -101,6 +110,17 @@ class Capture:
 class _Handler(BaseHTTPRequestHandler):
     capture: Capture
     protocol_version = "HTTP/1.1"  # keep-alive, as the real intakes
+
+    def setup(self) -> None:
+        super().setup()
+        with self.capture.lock:
+            self.capture.conns.add(self.connection)
+
+    def finish(self) -> None:
+        with self.capture.lock:
+            self.capture.conns.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
