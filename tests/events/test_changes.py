@@ -4,8 +4,11 @@ it and the API key that made it; nothing for a write that was rolled back."""
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
+import subprocess
+import sys
 from typing import Any
 
 import httpx
@@ -91,3 +94,25 @@ def test_filters_pick_changes_and_unsubscribed_types_stay_home(api: httpx.Client
         last = [e["event"] for e in arrived(cap, tags)]
         assert [e["object"]["id"] for e in last] == [wanted["id"], other["id"], sentinel["id"]]
         assert {e["event_type"] for e in last} == {"ip_policy_created.v0"}
+
+
+def test_api_keys_made_by_the_command_line_have_their_event(esrv: Server, api: httpx.Client,
+                                                           cap: Capture) -> None:
+    tags = f"run:{secrets.token_hex(4)}"
+    store = ["--data-dir", str(esrv.data_dir)]
+    if esrv.database_url:
+        store += ["--database-url", esrv.database_url]
+    with subscribed(api, monitoring(tags), [{"type": "api_key_created.v0"}]):
+        made_ = subprocess.run([sys.executable, "-m", "edgeway", "api-keys", "create",
+                                "--description", "from a script", *store],
+                               capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "EDGEWAY_PUBLIC_URL": esrv.base_url})
+        assert made_.returncode == 0, made_.stderr
+        token = made_.stdout.strip()
+        got = wait_len("the event", lambda: arrived(cap, tags), 1)
+    ev = got[0]["event"]
+    assert ev["actor"] is None and ev["object"]["description"] == "from a script"
+    assert ev["object"]["id"] == f"ak_{token.split('_')[0]}" and ev["object"]["token"] is None
+    assert ev["object"]["uri"] == f"{esrv.base_url}/api_keys/{ev['object']['id']}"
+    assert token not in str(got)
+    api.delete(f"/api_keys/{ev['object']['id']}")
