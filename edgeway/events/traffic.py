@@ -52,12 +52,14 @@ class Sender:
         self.success_at: str | None = None
         self.task = asyncio.create_task(self._run())
 
-    def put(self, item: str) -> None:
-        if len(self.queue) >= self.sink.options.queue:
-            self.dropped += 1
-            return
-        self.queue.append(item)
-        self.ready.set()
+    def put(self, items: list[str]) -> None:
+        room = self.sink.options.queue - len(self.queue)
+        if len(items) > room:
+            self.dropped += len(items) - max(room, 0)
+            items = items[:max(room, 0)]
+        self.queue.extend(items)
+        if items:
+            self.ready.set()
 
     async def _run(self) -> None:
         while True:
@@ -100,8 +102,10 @@ class TrafficSink:
         self.db, self.targets, self.options = db, targets, options
         self.routing = routing.Routing({})
         self.docs: dict[str, dict[str, Any]] = {}
-        # (event type, when, how to make its object, what to make it of)
-        self._queue: deque[tuple[str, float, Build, tuple[Any, ...]]] = deque()
+        # (event type, when, what to make its object of): plain values only, so the garbage
+        # collector soon stops tracking them
+        self._queue: deque[tuple[str, float, tuple[Any, ...]]] = deque()
+        self._builds: dict[str, Build] = {}  # event type -> how its object is made
         self._dropped: dict[str, int] = {}  # destination -> dropped from the node's queue
         self._senders: dict[str, Sender] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -119,7 +123,8 @@ class TrafficSink:
                 self._dropped[route.destination_id] = \
                     self._dropped.get(route.destination_id, 0) + 1
             return
-        self._queue.append((event_type, time.time(), build, record))
+        self._builds[event_type] = build
+        self._queue.append((event_type, time.time(), record))
 
     def changed(self, collection: str) -> None:
         if collection in WATCHED:
@@ -159,13 +164,14 @@ class TrafficSink:
         choice of fields among the routes its filters let through."""
         queue, self._queue = self._queue, deque()
         by_type = self.routing.by_type
-        for event_type, when, build, record in queue:
+        out: dict[str, list[str]] = {}  # destination -> its events of this round
+        for event_type, when, record in queue:
             routes = by_type.get(event_type)
             if not routes:
                 continue
             head = (f'{{"event_id":"{envelope.new_event_id(when)}","event_type":"{event_type}",'
                     f'"event_timestamp":"{envelope.stamp(when)}","actor":null,"object":')
-            obj = build(record)
+            obj = self._builds[event_type](record)
             bodies: dict[tuple[str, ...], str] = {}
             for route in routes:
                 if not route.passes(obj):
@@ -174,7 +180,9 @@ class TrafficSink:
                 if body is None:
                     body = bodies[route.fields] = \
                         head + envelope.encode(envelope.select(obj, route.fields)) + "}"
-                self._sender(route.destination_id).put(body)
+                out.setdefault(route.destination_id, []).append(body)
+        for dest, events in out.items():
+            self._sender(dest).put(events)
 
     def _sender(self, dest: str) -> Sender:
         sender = self._senders.get(dest)
