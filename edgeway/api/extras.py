@@ -15,7 +15,7 @@ from edgeway.api import validate
 from edgeway.api.crud import writing
 from edgeway.api.http import body_bytes, decode, json_response, no_content
 from edgeway.api.platform import Caller
-from edgeway.catalog.events import SourceIn, SourceUpdate, present_source, source
+from edgeway.catalog.event_sources import SourceIn, SourceUpdate, present_source, source
 from edgeway.errors import ApiError, Conflict, NotFound
 from edgeway.platform import Platform
 from edgeway.store.repo import Repo

@@ -12,7 +12,7 @@ from edgeway.api import events as events_api
 from edgeway.api import filters
 from edgeway.api.listing import MAX_PAGE, SELECTORS, URL_PATTERN
 from edgeway.api.modules import ATTACHED
-from edgeway.catalog import jsonschema, rules
+from edgeway.catalog import event_sources, jsonschema, rules
 from edgeway.catalog.model import Kind
 from edgeway.catalog.modules import REGISTRY, On
 from edgeway.catalog.shapes import shapes
@@ -195,13 +195,13 @@ def _module_types(kind: Kind, on: On) -> list[tuple[str, Any]]:
 
 
 class EventSourceList(msgspec.Struct):
-    sources: list[catalog.events.EventSource]
+    sources: list[event_sources.EventSource]
     uri: str
 
 
 def document(public_url: str) -> dict[str, Any]:
-    types: list[Any] = [catalog.events.SourceIn, catalog.events.SourceUpdate,
-                        catalog.events.EventSource, EventSourceList, *events_api.TYPES]
+    types: list[Any] = [event_sources.SourceIn, event_sources.SourceUpdate,
+                        event_sources.EventSource, EventSourceList, *events_api.TYPES]
     paths: dict[str, dict[str, Any]] = {}
     for kind in catalog.ALL:
         if not kind.routed:

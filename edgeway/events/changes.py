@@ -41,8 +41,11 @@ class ChangeLog:
 
     async def record(self, repo: Repo, kind: Kind, verb: str, id_: str,
                      doc: dict[str, Any]) -> None:
-        if kind.collection == "event_destinations" and verb == "deleted":
-            await outbox.forget(repo.tx, id_)
+        if kind.collection == "event_destinations":
+            if verb == "deleted":
+                await outbox.forget(repo.tx, id_)
+            elif verb == "updated":  # (new credentials, say): a failing batch goes again now
+                await outbox.retry_now(repo.tx, id_)
         type_ = change_type(kind.collection, verb)
         if type_ is None:
             return

@@ -179,6 +179,12 @@ async def resend(tx: Tx, dest: str, only: list[str], now: float) -> int:
     return len(picked)
 
 
+async def retry_now(tx: Tx, dest: str) -> None:
+    """Forget a destination's back-off (its configuration changed)."""
+    await tx.execute("UPDATE event_delivery SET attempts = 0, next_at = 0 "
+                     "WHERE destination_id = ?", dest)
+
+
 async def forget(tx: Tx, dest: str) -> None:
     """A deleted destination's rows."""
     for table in ("event_outbox", "event_delivery", "event_dead_letters"):

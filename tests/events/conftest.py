@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -78,22 +78,14 @@ def event_args(cap: Capture, moto: str, *extra: str) -> list[str]:
 
 
 @contextmanager
-def events_server(backend: str, data_dir: Path, cap: Capture, moto: str, *extra: str,
-                  url: str | None = None) -> Iterator[Server]:
-    with fresh_pg_database() if backend == "postgres" and url is None \
-            else _given(url) as db_url:
-        srv = start(data_dir, db_url if backend == "postgres" else None,
-                    *event_args(cap, moto, *extra), env=AWS_ENV)
+def events_server(backend: str, data_dir: Path, cap: Capture, moto: str) -> Iterator[Server]:
+    with fresh_pg_database() if backend == "postgres" else nullcontext() as url:
+        srv = start(data_dir, url, *event_args(cap, moto), env=AWS_ENV)
         try:
             yield srv
         finally:
             code = srv.stop()
         assert code == 0, f"server did not shut down cleanly ({code}):\n{srv.log()}"
-
-
-@contextmanager
-def _given(url: str | None) -> Iterator[str | None]:
-    yield url
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

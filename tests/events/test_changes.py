@@ -59,21 +59,27 @@ def test_changes_arrive_in_order_with_the_rendered_resource(esrv: Server, api: h
         shown = {k: v for k, v in key.items() if k != "token"}
         assert {**evs[3]["object"], "token": None} == {**shown, "token": None}
         assert evs[3]["object"]["token"] is None and key["token"] not in str(entries)
-        for e in evs:
-            assert e["actor"] == {"api_key_id": mine, "owner_id": e["actor"]["owner_id"]}
-            assert e["actor"]["owner_id"].startswith("usr_")
-            assert e["event_id"].startswith("ev_") and STAMP.match(e["event_timestamp"])
-        assert len({e["event_id"] for e in evs}) == 5
-        for e, ev in zip(entries, evs, strict=True):
-            assert e["ddsource"] == "edgeway" and e["service"] == "edge-test"
-            assert e["message"] == ev["event_type"]
-        wire = cap.of("/api/v2/logs", 202)[-1]
-        assert wire.headers["content-type"] == "application/json"
-        assert wire.headers["content-encoding"] == "gzip"
+        _check_envelopes(cap, entries, mine)
         state = wait_for("the delivery state", lambda: d if (d := delivery(api, dest["id"]))
                          ["delivered"] >= 5 else None)
         assert state["backlog"] == 0 and state["last_success_at"] and not state["attempts"]
         assert len(arrived(cap, tags)) == 5  # and no more: none for the refused delete
+
+
+def _check_envelopes(cap: Capture, entries: list[dict[str, Any]], key_id: str) -> None:
+    """The envelope of each event, and the Datadog entries around them."""
+    evs = [e["event"] for e in entries]
+    for e in evs:
+        assert e["actor"] == {"api_key_id": key_id, "owner_id": e["actor"]["owner_id"]}
+        assert e["actor"]["owner_id"].startswith("usr_")
+        assert e["event_id"].startswith("ev_") and STAMP.match(e["event_timestamp"])
+    assert len({e["event_id"] for e in evs}) == len(evs)
+    for e, ev in zip(entries, evs, strict=True):
+        assert e["ddsource"] == "edgeway" and e["service"] == "edge-test"
+        assert e["message"] == ev["event_type"]
+    wire = cap.of("/api/v2/logs", 202)[-1]
+    assert wire.headers["content-type"] == "application/json"
+    assert wire.headers["content-encoding"] == "gzip"
 
 
 def test_filters_pick_changes_and_unsubscribed_types_stay_home(api: httpx.Client,

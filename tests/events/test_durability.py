@@ -11,6 +11,7 @@ import secrets
 import signal
 import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,11 @@ from tests.events.test_changes import arrived, monitoring
 from tests.server import Server, fresh_pg_database, start
 
 
-def burst(srv: Server, threads: int, each: int, tag: str) -> tuple[list[str], int]:
+def burst(srv: Server, threads: int, each: int, tag: str,
+          ok: list[str] | None = None) -> tuple[list[str], int]:
     """Create IP policies from ``threads`` clients at once: (ids answered 201, requests that
-    got no answer)."""
-    ok: list[str] = []
+    got no answer); ``ok`` fills as they are answered."""
+    ok = [] if ok is None else ok
     failed = [0]
     lock = threading.Lock()
 
@@ -69,16 +71,21 @@ def stored(srv: Server, tag: str) -> set[str]:
 def test_kill_9_mid_burst_delivers_exactly_the_committed_changes(
         backend: str, tmp_path: Path, cap: Capture, moto: str) -> None:
     tags, tag = f"run:{secrets.token_hex(4)}", secrets.token_hex(4)
-    with fresh_pg_database() if backend == "postgres" else _none() as url:
+    with fresh_pg_database() if backend == "postgres" else nullcontext() as url:
         srv = start(tmp_path / "srv", url, *event_args(cap, moto), env=AWS_ENV)
         with srv.client() as api:
             dest = api.post("/event_destinations", json={"target": monitoring(tags)}).json()
             api.post("/event_subscriptions", json={
                 "sources": [{"type": "ip_policy_created.v0"}], "destination_ids": [dest["id"]]})
         cap.down()  # (so events wait in the outbox when the server dies)
-        killer = threading.Timer(0.6, lambda: srv.proc.send_signal(signal.SIGKILL))
+        answered: list[str] = []
+
+        def kill() -> None:  # mid-burst: once some changes were answered
+            wait_for("answered changes", lambda: len(answered) >= 40, 60, 0.005)
+            srv.proc.send_signal(signal.SIGKILL)
+        killer = threading.Thread(target=kill)
         killer.start()
-        ok, lost = burst(srv, 8, 400, tag)
+        ok, lost = burst(srv, 8, 400, tag, answered)
         killer.join()
         srv.proc.wait(10)
         srv.stop()
@@ -95,14 +102,6 @@ def test_kill_9_mid_burst_delivers_exactly_the_committed_changes(
             assert set(got) == committed, "an event for a change that did not commit"
         finally:
             assert again.stop() == 0
-
-
-class _none:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *_exc: object) -> None:
-        return None
 
 
 @pytest.mark.skipif("postgres" not in BACKENDS, reason="PostgreSQL backend not selected")
