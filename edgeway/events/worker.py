@@ -64,14 +64,18 @@ class Worker:
                  options: EventsConfig) -> None:
         self.db, self.targets, self.node, self.options = db, targets, node, options
         self._wake = asyncio.Event()
+        self._poke = asyncio.Event()  # set when a destination changed (ends back-off waits)
         self._active: dict[str, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
 
-    def changed(self, _collection: str) -> None:
+    def changed(self, collection: str) -> None:
         self._wake.set()
+        if collection == "event_destinations":
+            poke, self._poke = self._poke, asyncio.Event()
+            poke.set()
 
     async def stop(self) -> None:
         held = list(self._active)
@@ -120,7 +124,8 @@ class Worker:
                 attempts, next_at = lease
                 wait = next_at - time.time()
                 if wait > 0:  # backing off: keep the lease meanwhile
-                    await asyncio.sleep(min(wait, LEASE / 3))
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._poke.wait(), min(wait, LEASE / 3))
                     continue
                 if not await self._one_batch(dest, attempts):
                     async with self.db.write() as tx:

@@ -1,19 +1,28 @@
 """Delivery when targets misbehave: a target that is down for a while gets every event once,
 in order, when it is back; refused credentials are visible on the destination and in the log,
 and after the attempts the events are dead letters, sent again on request; ``verify`` sends a
-real test event and reports the target's answer."""
+real test event and reports the target's answer; changing a destination ends its back-off."""
 
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tests.events.capture import DD_KEY, Capture
-from tests.events.conftest import delivery, made, subscribed, wait_for, wait_len
+from tests.events.conftest import (
+    AWS_ENV,
+    delivery,
+    event_args,
+    made,
+    subscribed,
+    wait_for,
+    wait_len,
+)
 from tests.events.test_changes import arrived, monitoring
-from tests.server import Server
+from tests.server import Server, start
 
 
 def envelopes(cap: Capture, tags: str) -> list[dict[str, Any]]:
@@ -100,3 +109,24 @@ def test_verify_sends_a_real_test_event(api: httpx.Client, cap: Capture) -> None
     assert api.post("/event_destinations/ed_" + "0" * 27 + "/verify").status_code == 404
     for d in (good, bad):
         api.delete(f"/event_destinations/{d['id']}")
+
+
+def test_changing_a_destination_ends_its_back_off(tmp_path: Path, cap: Capture,
+                                                  moto: str) -> None:
+    tags = f"run:{secrets.token_hex(4)}"
+    srv = start(tmp_path / "srv", None, *event_args(cap, moto), "--events-retry", "60",
+                env=AWS_ENV)
+    try:
+        with srv.client() as api, subscribed(api, {"monitoring": {
+                "api_key": "wrong-key", "tags": tags}}, [{"type": "ip_policy_created.v0"}]) \
+                as dest:
+            made(api, "/ip_policies", {})
+            state = wait_for("a failed attempt", lambda: d if (
+                d := delivery(api, dest["id"]))["attempts"] else None)
+            assert state["retry_at"] and "403" in state["last_error"]
+            api.patch(f"/event_destinations/{dest['id']}", json={
+                "target": {"monitoring": {"api_key": DD_KEY, "tags": tags}}})
+            wait_len("the event, long before its retry was due", lambda: envelopes(cap, tags),
+                     1, timeout=10)
+    finally:
+        assert srv.stop() == 0
