@@ -48,6 +48,7 @@ def run(tmp: Path, args: argparse.Namespace) -> dict[tuple[str, int], list[Resul
     results: dict[tuple[str, int], list[Result]] = {}
     server: Server | None = None
     with capture.running(tmp) as cap:
+        cap.parse = False  # (what arrived is read after each run, not during it)
         try:
             http_up, _pid = upstream(children, "http")
             server = start(tmp / "edgeway", None, "--events-datadog-url", cap.url,
