@@ -133,39 +133,34 @@ class HttpEdge:
     async def _answer(self, parser: RequestParser, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, req: Request, peer: tuple[str, int],
                       deadline: Deadline, tls_edge: Edge | None) -> bool:
-        """Answer one request; whether the public connection may carry another (and, when
-        subscribed, its traffic event)."""
+        """Answer one request; whether the public connection may carry another. The route's
+        request hooks run in order (``edge/pipeline.py``); the first verdict answers. Its
+        traffic event, when subscribed, is queued once it is answered (or given up on)."""
         started = time.monotonic()
         decision = await self._decide(req, peer, tls_edge)
         x = Exchange(req, peer[0], peer[1], self.scheme, self.services,
                      partial(read_body, parser, reader), writer.write)
-        answer = self._respond(parser, reader, writer, x, decision, peer, deadline, tls_edge)
-        if self.events is None or not self.events.wants(traffic.HTTP):
-            return await answer
-        return await traffic.observed(answer, self.events, x, req, decision, started)
-
-    async def _respond(self, parser: RequestParser, reader: asyncio.StreamReader,
-                       writer: asyncio.StreamWriter, x: Exchange, decision: Decision,
-                       peer: tuple[str, int], deadline: Deadline, tls_edge: Edge | None
-                       ) -> bool:
-        """The route's request hooks run in order (``edge/pipeline.py``); the first verdict
-        answers, else the request is forwarded."""
-        for hook in decision.plan.requests:
-            verdict = await hook.request(x)
-            if verdict is None:
-                continue
-            if isinstance(verdict, Takeover):
-                if not isinstance(decision.target, Tunnel | Static):
-                    continue  # (a fixed answer has no pipe to carry a connection to)
-                return await self._takeover(verdict, parser, reader, writer, x.req, decision,
-                                            peer)
-            if isinstance(verdict, Close):
-                return False
-            x.status, x.sent = verdict.status, len(verdict.body)
-            keep = await fixed(writer, x.req, verdict)
-            return keep and (x.body is not None or await self._drain(parser, reader, deadline))
-        return await self._forward(parser, reader, writer, x, decision, peer, deadline,
-                                   tls_edge)
+        try:
+            for hook in decision.plan.requests:
+                verdict = await hook.request(x)
+                if verdict is None:
+                    continue
+                if isinstance(verdict, Takeover):
+                    if not isinstance(decision.target, Tunnel | Static):
+                        continue  # (a fixed answer has no pipe to carry a connection to)
+                    return await self._takeover(verdict, parser, reader, writer, x.req,
+                                                decision, peer)
+                if isinstance(verdict, Close):
+                    return False
+                x.status, x.sent = verdict.status, len(verdict.body)
+                keep = await fixed(writer, x.req, verdict)
+                return keep and (x.body is not None or
+                                 await self._drain(parser, reader, deadline))
+            return await self._forward(parser, reader, writer, x, decision, peer, deadline,
+                                       tls_edge)
+        finally:
+            if self.events is not None and self.events.wants(traffic.HTTP):
+                traffic.emit_http(self.events, x, req, decision, started)
 
     async def _takeover(self, verdict: Takeover, parser: RequestParser,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,

@@ -1,5 +1,5 @@
 """The public listeners' traffic events, handed to the events' sink (``events/traffic.py``):
-an HTTP exchange as ``http_request_complete.v0`` (``observed``, once per request the HTTP
+an HTTP exchange as ``http_request_complete.v0`` (``emit_http``, once per request the HTTP
 edge answers or gives up on) and a TCP connection as ``tcp_connection_closed.v0``
 (``TcpEvents``, told by every TCP listener when a connection ends). Objects are built only
 when a subscription takes the type; their members are ``catalog/event_types.TRAFFIC``'s.
@@ -10,7 +10,6 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Awaitable
 from typing import Any
 
 from edgeway.catalog.event_types import HTTP, TCP
@@ -23,7 +22,7 @@ from edgeway.events.traffic import TrafficSink
 from edgeway.tunnel.registry import Tunnel
 from edgeway.tunnel.tcp import TcpListener
 
-__all__ = ["HTTP", "TCP", "TcpEvents", "http_object", "http_record", "observed", "tcp_object"]
+__all__ = ["HTTP", "TCP", "TcpEvents", "emit_http", "http_object", "http_record", "tcp_object"]
 # tcp_info: tcpi_state, ..., tcpi_bytes_acked, tcpi_bytes_received (Linux 4.2+)
 _TCP_INFO = struct.Struct("=B119xQQ")
 # the kernel counts a FIN in those sequence-number counts: states after the peer's FIN
@@ -77,13 +76,10 @@ def http_object(r: tuple[Any, ...]) -> dict[str, Any]:
     }
 
 
-async def observed(answer: Awaitable[bool], sink: TrafficSink, x: Exchange, req: Request,
-                   decision: Decision, started: float) -> bool:
-    """Await the answer to a request, then queue its event (also when it failed)."""
-    try:
-        return await answer
-    finally:
-        sink.emit(HTTP, http_object, http_record(x, req, decision, started, time.monotonic()))
+def emit_http(sink: TrafficSink, x: Exchange, req: Request, decision: Decision,
+              started: float) -> None:
+    """Queue the event of a request the edge has answered (or given up on)."""
+    sink.emit(HTTP, http_object, http_record(x, req, decision, started, time.monotonic()))
 
 
 def _counters(sock: Any) -> tuple[int | None, int | None]:
