@@ -8,7 +8,7 @@ union of their fields (all fields when one of them selects none).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from edgeway import catalog
@@ -23,10 +23,10 @@ class Route:
     destination_id: str
     filters: tuple[str, ...]  # any one passing lets the event through ("" lets all through)
     fields: tuple[str, ...]  # () sends every field
+    always: bool = field(init=False)  # no filter to pass
 
-    @property
-    def always(self) -> bool:
-        return "" in self.filters
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "always", "" in self.filters)
 
     def passes(self, variables: dict[str, Any]) -> bool:
         return self.always or any(passes(f, variables) for f in self.filters)

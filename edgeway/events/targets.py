@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -25,24 +26,27 @@ log = structlog.get_logger()
 
 
 class Clients:
-    """What the targets of a node share."""
+    """What the targets of a node share: one HTTP client (synchronous, used from the
+    targets' thread pool; httpx clients are thread-safe)."""
 
     def __init__(self, options: EventsConfig, node: str) -> None:
         self.options, self.node = options, node
-        self._http: httpx.AsyncClient | None = None
+        self._http: httpx.Client | None = None
+        self._lock = threading.Lock()
 
-    def http(self) -> httpx.AsyncClient:
-        if self._http is None:
-            context = ssl.create_default_context(cafile=certifi.where())
-            if self.options.ca_file is not None:
-                context.load_verify_locations(cafile=str(self.options.ca_file))
-            self._http = httpx.AsyncClient(verify=context, timeout=self.options.timeout,
-                                           trust_env=False)
-        return self._http
+    def http(self) -> httpx.Client:
+        with self._lock:
+            if self._http is None:
+                context = ssl.create_default_context(cafile=certifi.where())
+                if self.options.ca_file is not None:
+                    context.load_verify_locations(cafile=str(self.options.ca_file))
+                self._http = httpx.Client(verify=context, timeout=self.options.timeout,
+                                          trust_env=False)
+            return self._http
 
     async def close(self) -> None:
         if self._http is not None:
-            await self._http.aclose()
+            self._http.close()
 
 
 class Targets:

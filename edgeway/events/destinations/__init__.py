@@ -5,20 +5,37 @@ one call of the vendor's API and says what the target answered; ``DeliveryError`
 failed, whether retrying can help (``permanent``: refused credentials, a stream that does not
 exist) and how many events at the head of the batch got through before the failure.
 
+Every target does its work (encoding, compressing, the vendor's blocking client: boto3, a
+synchronous httpx client) on ``POOL``, a few threads shared by all (``call``): a slow target
+never holds up the event loop, and the compression and TLS work happen outside it.
+
 ``build`` makes the target of a stored destination (its sealed secrets opened), with the
 server's endpoint overrides (``EventsConfig``) for tests and private deployments.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, Protocol, TypeVar
 
+import httpx
 import msgspec
 
 from edgeway.catalog.events import SEAL_CONTEXT
 from edgeway.config import EventsConfig
 from edgeway.pki.seal import Sealer
+
+T = TypeVar("T")
+POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="edgeway-events")
+
+
+async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a target's blocking work in the pool."""
+    return await asyncio.get_running_loop().run_in_executor(POOL, partial(fn, *args, **kwargs))
+
 
 # An event on its way is its envelope's JSON text (``envelope.py``), which begins with
 # ``{"event_id":"ev_<27>","event_type":"`` as every envelope here is written: the two are
@@ -70,11 +87,11 @@ def chosen(target: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 class Clients(Protocol):
-    """What targets share on a node: the HTTP client and the AWS sessions."""
+    """What targets share on a node: the server's options, its node id, the HTTP client."""
     options: EventsConfig
     node: str
 
-    def http(self) -> Any: ...
+    def http(self) -> httpx.Client: ...
 
 
 def build(target: dict[str, Any], sealer: Sealer, clients: Clients) -> Target:

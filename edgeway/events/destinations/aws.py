@@ -1,26 +1,21 @@
 """What the three AWS targets share: boto3 clients with a destination's ``auth`` (``creds``:
 its access key; ``role``: temporary credentials from STS ``AssumeRole``, made with the
 server's own AWS credentials and renewed five minutes before they expire), the region and
-name in an ARN, error classification, and a small thread pool for boto3's blocking calls
-(so a slow AWS endpoint never holds up the event loop). ``--events-aws-endpoint-url`` sends
+name in an ARN and error classification (boto3's blocking calls run on the targets' thread
+pool, ``destinations.call``). ``--events-aws-endpoint-url`` sends
 every service to one endpoint; otherwise boto3 honours the standard ``AWS_ENDPOINT_URL`` and
 ``AWS_ENDPOINT_URL_<SERVICE>`` variables.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from edgeway.events.destinations import Clients, DeliveryError
 
-T = TypeVar("T")
-POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="edgeway-aws")
 PERMANENT_CODES = frozenset({
     "AccessDenied", "AccessDeniedException", "UnrecognizedClientException",
     "InvalidSignatureException", "InvalidClientTokenId", "SignatureDoesNotMatch",
@@ -96,8 +91,3 @@ class Access:
                     aws_access_key_id=key, aws_secret_access_key=secret,
                     aws_session_token=token, config=self._config())
             return self._clients[service]
-
-
-async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a blocking boto3 call in the pool."""
-    return await asyncio.get_running_loop().run_in_executor(POOL, partial(fn, *args, **kwargs))

@@ -13,6 +13,7 @@ token (bad tenant, client or secret) and 401/403/404/413 answers are permanent f
 from __future__ import annotations
 
 import gzip
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,7 +22,7 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
-from edgeway.events.destinations import Clients, DeliveryError, envelope
+from edgeway.events.destinations import Clients, DeliveryError, call, envelope
 from edgeway.events.destinations.datadog import answer_text
 
 SCOPE = "https://monitor.azure.com/.default"
@@ -46,12 +47,17 @@ class AzureLogs:
         self.client_id, self.secret = body["client_id"], secret(body["client_secret"])
         self.clients = clients
         self._token, self._expires = "", 0.0
+        self._lock = threading.Lock()
 
-    async def _bearer(self) -> str:
-        if self._token and time.monotonic() < self._expires:
-            return self._token
+    def _bearer(self) -> str:
+        with self._lock:
+            if self._token and time.monotonic() < self._expires:
+                return self._token
+            return self._fetch_token()
+
+    def _fetch_token(self) -> str:
         try:
-            r = await self.clients.http().post(self.token_url, data={
+            r = self.clients.http().post(self.token_url, data={
                 "grant_type": "client_credentials", "client_id": self.client_id,
                 "client_secret": self.secret, "scope": SCOPE})
         except httpx.HTTPError as exc:
@@ -71,14 +77,17 @@ class AzureLogs:
         return self._token
 
     async def send(self, events: Sequence[str]) -> str:
+        return await call(self._send, events)
+
+    def _send(self, events: Sequence[str]) -> str:
         records = []
         for e in events:
             env = envelope(e)
             records.append({"TimeGenerated": env["event_timestamp"], **env})
         payload = gzip.compress(msgspec.json.encode(records), compresslevel=5)
-        token = await self._bearer()
+        token = self._bearer()
         try:
-            r = await self.clients.http().post(self.url, content=payload, headers={
+            r = self.clients.http().post(self.url, content=payload, headers={
                 "Authorization": f"Bearer {token}", "Content-Type": "application/json",
                 "Content-Encoding": "gzip"})
         except httpx.HTTPError as exc:

@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from edgeway.events.destinations import Clients, envelope
-from edgeway.events.destinations.aws import Access, arn_parts, call, failure
+from edgeway.events.destinations import Clients, call, envelope
+from edgeway.events.destinations.aws import Access, arn_parts, failure
 
 STREAM = "edgeway-events"
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from edgeway.events.destinations import Clients, DeliveryError, event_type
+from edgeway.events.destinations import Clients, DeliveryError, call, event_type
 
 PERMANENT = (400, 401, 403, 404, 413)
 
@@ -45,11 +45,14 @@ class Datadog:
         self._head = head.decode()[:-1] + ","
 
     async def send(self, events: Sequence[str]) -> str:
+        return await call(self._send, events)
+
+    def _send(self, events: Sequence[str]) -> str:
         head = self._head
         raw = ",".join(f'{head}"message":"{event_type(e)}","event":{e}}}' for e in events)
         payload = gzip.compress(f"[{raw}]".encode(), compresslevel=1)
         try:
-            r = await self.clients.http().post(self.url, content=payload, headers={
+            r = self.clients.http().post(self.url, content=payload, headers={
                 "DD-API-KEY": self.api_key, "Content-Type": "application/json",
                 "Content-Encoding": "gzip"})
         except httpx.HTTPError as exc:

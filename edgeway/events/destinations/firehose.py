@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from edgeway.events.destinations import Clients, DeliveryError
-from edgeway.events.destinations.aws import Access, arn_parts, call, failure
+from edgeway.events.destinations import Clients, DeliveryError, call
+from edgeway.events.destinations.aws import Access, arn_parts, failure
 
 
 class Firehose:
