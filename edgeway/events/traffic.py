@@ -135,7 +135,15 @@ class TrafficSink:
         self._tasks = [asyncio.create_task(self._route_every()),
                        asyncio.create_task(self._report_every())]
 
-    async def stop(self) -> None:
+    async def stop(self, drain: float = 2.0) -> None:
+        """Send what is queued, for at most ``drain`` seconds (a target that is down keeps
+        it: those events are lost), then stop."""
+        for task in self._tasks:
+            task.cancel()
+        self.route()
+        deadline = time.monotonic() + drain
+        while any(s.queue for s in self._senders.values()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
         tasks = [*self._tasks, *(s.task for s in self._senders.values())]
         for task in tasks:
             task.cancel()
