@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from edgeway import catalog, ids
 from edgeway.store.db import Database, UniqueViolation
-from edgeway.store.repo import Repo
+from edgeway.store.repo import Changes, Repo
 
 USERS = catalog.BY_COLLECTION["users"]
 API_KEYS = catalog.BY_COLLECTION["api_keys"]
@@ -45,9 +45,11 @@ async def _issue(repo: Repo, owner_id: str, description: str, role: str = "admin
     return token
 
 
-async def create_api_key(db: Database, description: str, role: str = "admin") -> str:
+async def create_api_key(db: Database, description: str, role: str = "admin",
+                         changes: Changes | None = None) -> str:
+    """A new API key (``changes``: where its ``api_key_created.v0`` event is written)."""
     async with db.write() as tx:
-        repo = Repo(tx)
+        repo = Repo(tx, changes)
         await _mark_bootstrapped(repo)  # a database with a key is no longer empty
         return await _issue(repo, await admin_user(repo), description, role)
 

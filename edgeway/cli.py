@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -72,11 +73,18 @@ def _ca_export(args: argparse.Namespace) -> None:
 
 
 async def _api_key(args: argparse.Namespace) -> None:
+    from edgeway.api.render import render
+    from edgeway.catalog.model import Settings
+    from edgeway.events.changes import ChangeLog
+
     if not args.database_url and not args.init:
         _initialised(args.data_dir, " (or pass --init to create it)", "edgeway.db")
     db = await open_database(args.database_url, args.data_dir)
     try:
-        print(await bootstrap.create_api_key(db, args.description, args.role))
+        # its event (api_key_created.v0) renders the key's uri with the server's public URL
+        base = os.environ.get("EDGEWAY_PUBLIC_URL") or Settings().public_url
+        print(await bootstrap.create_api_key(db, args.description, args.role,
+                                             ChangeLog(base.rstrip("/"), render)))
     finally:
         await db.close()
 

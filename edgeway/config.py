@@ -81,6 +81,21 @@ class IdentityOptions:
 
 
 @dataclass(frozen=True)
+class EventsConfig:
+    """Event delivery (``edgeway.events``): where targets are reached (each "" for the
+    vendor's own endpoint) and how hard delivery tries."""
+    datadog_url: str = ""  # base of the Datadog logs intake (https://http-intake.logs.<site>)
+    azure_login_url: str = "https://login.microsoftonline.com"  # Azure AD tokens
+    azure_ingestion_url: str = ""  # replaces the base of every logs_ingestion_uri
+    aws_endpoint_url: str = ""  # every AWS service (boto3 also reads AWS_ENDPOINT_URL*)
+    ca_file: Path | None = None  # more CA certificates trusted for HTTPS targets
+    retry: float = 1.0  # seconds before the first retry; doubled each time, up to 300
+    attempts: int = 10  # attempts of a batch before its events become dead letters
+    queue: int = 10_000  # traffic events waiting per node; more are dropped (counted)
+    timeout: float = 10.0  # seconds for a call to a target
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     data_dir: Path
     database_url: str | None
@@ -104,6 +119,7 @@ class ServerConfig:
     ssh_keepalive: float = 15.0  # seconds between keep-alives to SSH clients
     identity: IdentityOptions = IdentityOptions()
     domains: DomainsConfig = DomainsConfig()
+    events: EventsConfig = EventsConfig()
 
 
 def cors_origins(given: tuple[str, ...]) -> tuple[str, ...]:

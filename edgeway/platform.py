@@ -22,6 +22,10 @@ class AgentCommands(Protocol):
                       timeout: float = 10.0) -> str | None: ...
 
 
+class EventDelivery(Protocol):
+    async def verify(self, destination_id: str, doc: dict[str, Any]) -> dict[str, Any]: ...
+
+
 @dataclass
 class Platform:
     settings: Settings
@@ -30,6 +34,8 @@ class Platform:
     restrictions: Restrictions = field(init=False)
     # the tunnel listener of this node, set by ``edgeway serve`` (agent commands go through it)
     agents: AgentCommands | None = None
+    # this node's event delivery, set by ``edgeway serve`` (``edgeway.events``)
+    events: EventDelivery | None = None
     # called with the collection after each committed write
     watchers: list[Callable[[str], None]] = field(default_factory=list)
 

@@ -19,7 +19,7 @@ from edgeway.config import (
     public_url_for,
     split_list,
 )
-from edgeway.options import domains, env, identity, public, ssh
+from edgeway.options import domains, env, events, identity, public, ssh
 
 DEFAULTS = Settings()
 LOG_FORMATS = {"json": "json", "logfmt": "logfmt", "console": "term"}
@@ -42,6 +42,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     ssh.add(serve)
     identity.add(serve)
     domains.add(serve)
+    events.add(serve)
     serve.add_argument("--log-format", choices=tuple(LOG_FORMATS),
                        default=env("LOG_FORMAT", "json"),
                        help="json: one JSON object per line; logfmt; console: for people "
@@ -186,4 +187,5 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                         sns_cert_hosts=_regex("--sns-cert-hosts", args.sns_cert_hosts),
                         tunnel_cert=_tunnel_cert(args), identity=ident,
                         domains=dom, ssh_addr=ssh_addr, ssh_host_ca=ssh_host_ca,
-                        ssh_keepalive=ssh_keepalive)
+                        ssh_keepalive=ssh_keepalive,
+                        events=events.parse(args))

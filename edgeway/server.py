@@ -15,6 +15,7 @@ import uvicorn
 from edgeway import bootstrap, catalog, ids, logs
 from edgeway.acme.manager import CertificateManager
 from edgeway.api.app import build
+from edgeway.api.render import render
 from edgeway.catalog.modules import saml
 from edgeway.config import ServerConfig, listen_socket
 from edgeway.dns.server import DnsServer
@@ -25,6 +26,8 @@ from edgeway.edge.login_gate import LoginGate
 from edgeway.edge.modules import sns
 from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.router import EdgeRouter
+from edgeway.edge.traffic import TcpEvents
+from edgeway.events.service import Events
 from edgeway.pki import platform_ca, seal
 from edgeway.platform import AgentCommands, Platform
 from edgeway.sshgw.server import SshGateway
@@ -32,6 +35,7 @@ from edgeway.store.db import Database
 from edgeway.store.migrate import open_database
 from edgeway.store.repo import Repo
 from edgeway.tunnel.server import TunnelServer
+from edgeway.tunnel.tcp import TcpListener
 
 log = structlog.get_logger()
 
@@ -122,9 +126,12 @@ async def serve(cfg: ServerConfig) -> None:
             tls = platform_ca.TunnelTLS(tls.ca_pem, *cfg.tunnel_cert)
         http_port = cfg.http_addr[1] if cfg.http_addr else 80
         https_port = cfg.https_addr[1] if cfg.https_addr else 443
-        tunnels = TunnelServer(platform, tls, cfg.tcp_host, cfg.tcp_ports,
-                               node_id(cfg.data_dir), http_port, https_port, cfg.tcp_grace,
+        node = node_id(cfg.data_dir)
+        tunnels = TunnelServer(platform, tls, cfg.tcp_host, cfg.tcp_ports, node, http_port,
+                               https_port, cfg.tcp_grace,
                                await _agent_client_cas(db, cfg.settings.agent_client_cas))
+        events = Events(platform, node, cfg.events, render)
+        tunnels.changes = events.changes
         tunnels.certs = certs = platform_ca.EdgeCerts(cfg.data_dir, sealer, tls)
         router = EdgeRouter(db, tunnels.registry, sealer=sealer)
         certs.lookup = router.served_certificate
@@ -137,6 +144,9 @@ async def serve(cfg: ServerConfig) -> None:
                                platform.restrictions,
                                SnsVerifier(cfg.sns_cert_hosts or sns.CERT_HOSTS))
         platform.watchers += [router.changed, edge.changed, tunnels.changed]
+        edge.http.events = edge.https.events = events.traffic
+        TcpListener.closed = TcpEvents(events.traffic, router).closed
+        await events.start()
         await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
         await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
         dns = None
@@ -153,7 +163,7 @@ async def serve(cfg: ServerConfig) -> None:
         if cfg.ssh_addr is not None:
             gateway = SshGateway(platform, binder, tunnels.node, cfg.data_dir,
                                  (*cfg.tunnel_names, cfg.ssh_addr[0]), cfg.ssh_host_ca,
-                                 cfg.ssh_keepalive)
+                                 cfg.ssh_keepalive, events.changes)
             await gateway.start(*cfg.ssh_addr, cfg.reuse_port)
             platform.watchers.append(gateway.changed)
             platform.agents = _Commands(tunnels, gateway)
@@ -179,6 +189,7 @@ async def serve(cfg: ServerConfig) -> None:
                 await dns.stop()
             await edge.stop()
             await tunnels.stop()
+            await events.stop()
     finally:
         await db.close()
         logs.report_suppressed()

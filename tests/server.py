@@ -104,9 +104,11 @@ def _wait_listening(port: int, proc: subprocess.Popen[str], deadline: float) -> 
 
 
 def start(data_dir: Path, database_url: str | None = None, *extra: str,
-          token: str | None = None, ports: tuple[int, int, int, int] | None = None) -> Server:
-    """Start a server; pass ``token`` when the database was bootstrapped before, and
-    ``ports`` (api, tunnel, http, https) to reuse those of an earlier server."""
+          token: str | None = None, ports: tuple[int, int, int, int] | None = None,
+          env: dict[str, str] | None = None) -> Server:
+    """Start a server; pass ``token`` when the database was bootstrapped before, ``ports``
+    (api, tunnel, http, https) to reuse those of an earlier server, and ``env``: variables
+    to set for it."""
     port, tunnel_port, http_port, https_port = ports or (
         free_port(), free_port(), free_port(), free_port())
     ssh_port = free_port()  # (a later --ssh-addr in ``extra`` wins)
@@ -121,7 +123,8 @@ def start(data_dir: Path, database_url: str | None = None, *extra: str,
     if database_url:
         cmd += ["--database-url", database_url]
     with log_path.open("a") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
+                                env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 60
     try:
         token = token or _read_token(proc, deadline)

@@ -101,6 +101,11 @@ def test_log_format_and_level(tmp_path: Path) -> None:
     (["--oauth-endpoint", "search_a.token=ftp://x.example"], "is not an http(s) URL"),
     (["--oauth-apps", "/nope.json"], "--oauth-apps /nope.json"),
     (["--login-host", "not a host"], "--login-host 'not a host'"),
+    (["--events-retry", "0"], "--events-retry 0 must be 0.01 to 300 seconds"),
+    (["--events-attempts", "0"], "--events-attempts 0 must be 1 to 1000"),
+    (["--events-queue", "5"], "--events-queue 5 must be 10 to 10000000"),
+    (["--events-datadog-url", "ftp://intake"], "must be an http:// or https:// URL"),
+    (["--events-ca-file", "/nope.pem"], "--events-ca-file /nope.pem: no such file"),
 ])
 def test_bad_options_fail_clearly(tmp_path: Path, args: list[str], words: str) -> None:
     r = edgeway("serve", "--data-dir", str(tmp_path), *args)

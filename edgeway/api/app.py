@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from edgeway import __version__, catalog, ids
-from edgeway.api import crud, dialect, extras, guards, listing, modules
+from edgeway.api import crud, dialect, events, extras, guards, listing, modules
 from edgeway.api.auth import authenticate
 from edgeway.api.http import (
     JSONResponse,
@@ -90,6 +90,7 @@ def routes() -> list[tuple[str, str, Endpoint]]:
                             endpoint(functools.partial(fn, kind=kind))))
     out += [(path, method, endpoint(fn)) for path, method, fn in modules.routes()]
     out += [(path, method, endpoint(fn)) for path, method, fn in extras.routes()]
+    out += [(path, method, endpoint(fn)) for path, method, fn in events.routes()]
     out += [("/openapi.json", "GET", openapi), ("/", "GET", root)]
     return out
 

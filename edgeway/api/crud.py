@@ -14,11 +14,13 @@ from edgeway import catalog, ids
 from edgeway.api import guards, hostports, present, validate
 from edgeway.api.http import body_bytes, decode, json_response, no_content
 from edgeway.api.platform import Caller
+from edgeway.api.render import render
 from edgeway.catalog.model import Context, Fetch, Kind
 from edgeway.catalog.shapes import shapes
 from edgeway.errors import Conflict, NotFound
+from edgeway.events.changes import ChangeLog, actor
 from edgeway.platform import Platform
-from edgeway.store.db import UniqueViolation
+from edgeway.store.db import Tx, UniqueViolation
 from edgeway.store.repo import Repo
 
 
@@ -29,6 +31,13 @@ def now() -> datetime:
 def context(platform: Platform, caller: Caller) -> Context:
     return Context(platform.settings, now(), caller.owner_id, caller.is_admin,
                    platform.sealer)
+
+
+def writing(tx: Tx, platform: Platform, caller: Caller) -> Repo:
+    """The repository of a write transaction: its changes write their events to the outbox
+    in the same transaction (``events/changes.py``)."""
+    return Repo(tx, ChangeLog(platform.settings.public_url, render,
+                              actor(caller.key_id, caller.owner_id)))
 
 
 def _codes(kind: Kind) -> dict[str, int]:
@@ -106,7 +115,7 @@ async def create(request: Request, platform: Platform, caller: Caller, kind: Kin
     id_ = ids.new_id(kind.prefix)
     token = ids.new_token(id_) if kind.secret else None
     async with platform.db.write() as tx:
-        repo = Repo(tx)
+        repo = writing(tx, platform, caller)
         await _parents_exist(repo, kind, _path_members(request, kind))
         await guards.before(repo, caller, kind, None, doc)
         links = await validate.links(repo, kind, doc, None)
@@ -162,7 +171,7 @@ async def update(request: Request, platform: Platform, caller: Caller, kind: Kin
     given = validate.members(kind, body, ctx, update=True)
     flags = _flags(kind, given)
     async with platform.db.write() as tx:
-        repo = Repo(tx)
+        repo = writing(tx, platform, caller)
         id_, old = await load(repo, request, kind)
         await guards.before(repo, caller, kind, {"id": id_, **old}, {"id": id_, **old, **given})
         doc = await apply(repo, kind, id_, old, given, ctx)
@@ -192,7 +201,7 @@ async def remove(repo: Repo, kind: Kind, id_: str, seen: dict[str, Kind]) -> Non
 async def delete(request: Request, platform: Platform, caller: Caller, kind: Kind) -> Response:
     await body_bytes(request, False)
     async with platform.db.write() as tx:
-        repo = Repo(tx)
+        repo = writing(tx, platform, caller)
         id_, old = await load(repo, request, kind)
         if kind.collection == "certificate_authorities" \
                 and id_ in platform.settings.agent_client_cas:

@@ -13,10 +13,11 @@ from starlette.responses import Response
 
 from edgeway import catalog
 from edgeway.api import listing, present, validate
+from edgeway.api.crud import writing
 from edgeway.api.dns_checks import dns_check
 from edgeway.api.http import body_bytes, decode, json_response, no_content
 from edgeway.api.platform import Caller
-from edgeway.catalog.events import SourceIn, source_type
+from edgeway.catalog.event_sources import SourceIn, SourceUpdate, present_source, source
 from edgeway.errors import ApiError, Conflict, NotFound
 from edgeway.platform import Platform
 from edgeway.store.repo import Item, Repo
@@ -32,11 +33,11 @@ class _Empty(msgspec.Struct, forbid_unknown_fields=True):
     pass
 
 
-async def _mutate(platform: Platform, kind: catalog.Kind, id_: str,
+async def _mutate(platform: Platform, caller: Caller, kind: catalog.Kind, id_: str,
                   change: Callable[[dict[str, Any]], Any]) -> Any:
     validate.id_in_path(kind, id_)
     async with platform.db.write() as tx:
-        repo = Repo(tx)
+        repo = writing(tx, platform, caller)
         doc = await repo.get(kind, id_)
         if doc is None:
             raise NotFound(f"{kind.title} '{id_}' was not found.", kind.not_found_code)
@@ -47,18 +48,18 @@ async def _mutate(platform: Platform, kind: catalog.Kind, id_: str,
     return result
 
 
-async def delete_cert_policy(request: Request, platform: Platform, _c: Caller) -> Response:
+async def delete_cert_policy(request: Request, platform: Platform, caller: Caller) -> Response:
     await body_bytes(request, False)
 
     def change(doc: dict[str, Any]) -> None:
         doc["certificate_management_policy"] = None
         doc["certificate_management_status"] = None
 
-    await _mutate(platform, RESERVED, request.path_params["id"], change)
+    await _mutate(platform, caller, RESERVED, request.path_params["id"], change)
     return no_content()
 
 
-async def delete_certificate(request: Request, platform: Platform, _c: Caller) -> Response:
+async def delete_certificate(request: Request, platform: Platform, caller: Caller) -> Response:
     await body_bytes(request, False)
 
     def change(doc: dict[str, Any]) -> None:
@@ -67,13 +68,12 @@ async def delete_certificate(request: Request, platform: Platform, _c: Caller) -
                            "delete the policy instead of detaching the certificate.", 436)
         doc["certificate_id"] = None
 
-    await _mutate(platform, RESERVED, request.path_params["id"], change)
+    await _mutate(platform, caller, RESERVED, request.path_params["id"], change)
     return no_content()
 
 
-def _source(platform: Platform, sub_id: str, type_: str) -> dict[str, str]:
-    uri = f"{platform.settings.public_url}/event_subscriptions/{sub_id}/sources/{type_}"
-    return {"type": type_, "uri": uri}
+def _base(platform: Platform, sub_id: str) -> str:
+    return f"{platform.settings.public_url}/event_subscriptions/{sub_id}"
 
 
 async def _subscription(platform: Platform, sub_id: str) -> dict[str, Any]:
@@ -84,52 +84,69 @@ async def _subscription(platform: Platform, sub_id: str) -> dict[str, Any]:
     return doc
 
 
-async def create_source(request: Request, platform: Platform, _c: Caller) -> Response:
+def _find(doc: dict[str, Any], type_: str) -> dict[str, Any]:
+    for s in doc["sources"]:
+        if s["type"] == type_:
+            return dict(s)
+    raise NotFound(f"The subscription has no source '{type_}'.")
+
+
+async def create_source(request: Request, platform: Platform, caller: Caller) -> Response:
     sub_id = request.path_params["id"]
     body = decode(await body_bytes(request, True), SourceIn, {"type": 238})
-    type_ = source_type("type", body["type"])
+    made = source("", body)
 
     def change(doc: dict[str, Any]) -> None:
-        if any(s["type"] == type_ for s in doc["sources"]):
-            raise Conflict(f"The subscription already has the source '{type_}'.", 413)
-        doc["sources"].append({"type": type_})
+        if any(s["type"] == made["type"] for s in doc["sources"]):
+            raise Conflict(f"The subscription already has the source '{made['type']}'.", 413)
+        doc["sources"].append(made)
 
-    await _mutate(platform, SUBSCRIPTIONS, sub_id, change)
-    return json_response(201, _source(platform, sub_id, type_))
+    await _mutate(platform, caller, SUBSCRIPTIONS, sub_id, change)
+    return json_response(201, present_source(_base(platform, sub_id), made))
 
 
 async def list_sources(request: Request, platform: Platform, _c: Caller) -> Response:
     await body_bytes(request, False)
     sub_id = request.path_params["id"]
     doc = await _subscription(platform, sub_id)
-    return json_response(200, {
-        "sources": [_source(platform, sub_id, s["type"]) for s in doc["sources"]],
-        "uri": f"{platform.settings.public_url}/event_subscriptions/{sub_id}/sources"})
+    base = _base(platform, sub_id)
+    return json_response(200, {"sources": [present_source(base, s) for s in doc["sources"]],
+                               "uri": f"{base}/sources"})
 
 
 async def get_source(request: Request, platform: Platform, _c: Caller) -> Response:
-    if request.method == "PATCH":
-        decode(await body_bytes(request, True), _Empty, {})
-    else:
-        await body_bytes(request, False)
+    await body_bytes(request, False)
     sub_id, type_ = request.path_params["id"], request.path_params["type"]
-    doc = await _subscription(platform, sub_id)
-    if not any(s["type"] == type_ for s in doc["sources"]):
-        raise NotFound(f"The subscription has no source '{type_}'.")
-    return json_response(200, _source(platform, sub_id, type_))
+    found = _find(await _subscription(platform, sub_id), type_)
+    return json_response(200, present_source(_base(platform, sub_id), found))
 
 
-async def delete_source(request: Request, platform: Platform, _c: Caller) -> Response:
+async def update_source(request: Request, platform: Platform, caller: Caller) -> Response:
+    """PATCH: a new ``filter`` or ``fields`` (the official clients send no body, or {})."""
+    given = decode(await body_bytes(request, True), SourceUpdate, {})
+    sub_id, type_ = request.path_params["id"], request.path_params["type"]
+
+    def change(doc: dict[str, Any]) -> dict[str, Any]:
+        updated = source("", {**_find(doc, type_), **given})
+        doc["sources"] = [updated if s["type"] == type_ else s for s in doc["sources"]]
+        return updated
+
+    if not given:  # nothing to change: no write, no event
+        updated = _find(await _subscription(platform, sub_id), type_)
+    else:
+        updated = await _mutate(platform, caller, SUBSCRIPTIONS, sub_id, change)
+    return json_response(200, present_source(_base(platform, sub_id), updated))
+
+
+async def delete_source(request: Request, platform: Platform, caller: Caller) -> Response:
     await body_bytes(request, False)
     type_ = request.path_params["type"]
 
     def change(doc: dict[str, Any]) -> None:
-        before = len(doc["sources"])
+        _find(doc, type_)
         doc["sources"] = [s for s in doc["sources"] if s["type"] != type_]
-        if len(doc["sources"]) == before:
-            raise NotFound(f"The subscription has no source '{type_}'.")
 
-    await _mutate(platform, SUBSCRIPTIONS, request.path_params["id"], change)
+    await _mutate(platform, caller, SUBSCRIPTIONS, request.path_params["id"], change)
     return no_content()
 
 
@@ -187,7 +204,7 @@ def routes() -> list[tuple[str, str, Handler]]:
         (sub, "POST", create_source),
         (sub, "GET", list_sources),
         (sub + "/{type}", "GET", get_source),
-        (sub + "/{type}", "PATCH", get_source),
+        (sub + "/{type}", "PATCH", update_source),
         (sub + "/{type}", "DELETE", delete_source),
         *((f"/tunnel_sessions/{{id}}/{action}", "POST", session_action(action))
           for action in COMMANDS),

@@ -8,11 +8,12 @@ from typing import Any
 import msgspec
 
 from edgeway import catalog
+from edgeway.api import events as events_api
 from edgeway.api import filters
 from edgeway.api.dns_checks import DnsCheck
 from edgeway.api.listing import MAX_PAGE, SELECTORS, URL_PATTERN
 from edgeway.api.modules import ATTACHED
-from edgeway.catalog import jsonschema, rules
+from edgeway.catalog import event_sources, jsonschema, rules
 from edgeway.catalog.model import Kind
 from edgeway.catalog.modules import REGISTRY, On
 from edgeway.catalog.shapes import shapes
@@ -187,9 +188,8 @@ def _extra_paths() -> dict[str, dict[str, Any]]:
         "/event_subscriptions/{id}/sources/{type}": {
             "get": operation("GetEventSource", "Get an event type", "200", src,
                              params=[*sub, typ]),
-            "patch": operation("UpdateEventSource", "Update an event type", "200", src,
-                               body={"type": "object", "additionalProperties": False},
-                               params=[*sub, typ]),
+            "patch": operation("UpdateEventSource", "Change an event type's filter or fields",
+                               "200", src, body=_ref("SourceUpdate"), params=[*sub, typ]),
             "delete": operation("DeleteEventSource", "Remove an event type", "204", None,
                                 params=[*sub, typ])},
     }
@@ -205,13 +205,14 @@ def _module_types(kind: Kind, on: On) -> list[tuple[str, Any]]:
 
 
 class EventSourceList(msgspec.Struct):
-    sources: list[catalog.events.EventSource]
+    sources: list[event_sources.EventSource]
     uri: str
 
 
 def document(public_url: str) -> dict[str, Any]:
-    types: list[Any] = [catalog.events.SourceIn, catalog.events.EventSource, EventSourceList,
-                        DnsCheck]
+    types: list[Any] = [event_sources.SourceIn, event_sources.SourceUpdate,
+                        event_sources.EventSource, EventSourceList, DnsCheck,
+                        *events_api.TYPES]
     paths: dict[str, dict[str, Any]] = {}
     for kind in catalog.ALL:
         if not kind.routed:
@@ -224,6 +225,7 @@ def document(public_url: str) -> dict[str, Any]:
             paths.update(_tagged(kind, module_paths(kind, on)))
             types += [m for name, m in _module_types(kind, on)]
     paths.update(_extra_paths())
+    paths.update(events_api.paths())
     _, components = msgspec.json.schema_components(
         types, ref_template="#/components/schemas/{name}")
     components["Error"] = ERROR_SCHEMA

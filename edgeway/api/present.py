@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgeway import catalog
+from edgeway.api import events
 from edgeway.api.render import render
 from edgeway.catalog.model import Kind, ref
 from edgeway.catalog.modules import saml
@@ -58,6 +59,8 @@ async def many(repo: Repo, kind: Kind, items: list[Item], public_url: str,
     out = [render(kind, it.id, it.doc, public_url, token, sites.get(it.id, ""))
            for it in items]
     await _live_matches(repo, kind, out, public_url)
+    if kind.collection == "event_destinations":
+        await events.present(repo, out)
     for child in kind.children:
         child_kind = catalog.BY_COLLECTION[child.collection]
         found = await repo.docs_where(child_kind, child.via, [it.id for it in items])

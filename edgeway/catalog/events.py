@@ -14,20 +14,9 @@ from typing import Any, Literal
 import msgspec
 
 from edgeway.catalog import checks
+from edgeway.catalog.event_sources import EventSource, SourceIn, present_sources, sources
 from edgeway.catalog.model import Context, Field, Kind, Link, Where, standard
 from edgeway.errors import Invalid
-
-_CHANGE_SOURCES = (
-    "api_key", "certificate_authority", "domain", "event_destination", "event_subscription",
-    "ip_policy", "ip_policy_rule", "ip_restriction", "secret", "ssh_certificate_authority",
-    "ssh_host_certificate", "ssh_public_key", "ssh_user_certificate", "tcp_address",
-    "tls_certificate", "tunnel_credential", "vault",
-)
-EVENT_TYPES: tuple[str, ...] = (
-    *(f"{src}_{verb}.v0" for src in _CHANGE_SOURCES for verb in ("created", "updated", "deleted")),
-    "http_request_complete.v0", "tcp_connection_closed.v0", "agent_session_start.v0",
-    "agent_session_stop.v0",
-)
 
 
 class _Strict(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -177,6 +166,19 @@ def _masked(target: dict[str, Any], _where: Where) -> dict[str, Any]:
     return shown
 
 
+class Delivery(msgspec.Struct, kw_only=True):
+    """How delivery to a destination goes (an Edgeway extension; response only)."""
+    backlog: int  # events waiting in the outbox
+    dead_letters: int  # events that failed every attempt (GET .../dead_letters)
+    delivered: int  # events delivered
+    dropped: int  # traffic events dropped on a full queue
+    attempts: int  # failed attempts of the batch now being retried (0: none)
+    retry_at: str  # when it is tried again (RFC 3339; "" when not backing off)
+    last_error: str
+    last_error_at: str
+    last_success_at: str
+
+
 EVENT_DESTINATIONS = Kind(
     collection="event_destinations", prefix="ed", list_key="event_destinations",
     title="EventDestination",
@@ -189,39 +191,11 @@ EVENT_DESTINATIONS = Kind(
               f"secrets are stored sealed and shown as '{MASK}' (writing '{MASK}' back keeps "
               "the stored secret)", create="required", update=True, check=_target,
               present=_masked),
+        Field("delivery", Delivery | None, "how delivery goes: backlog, dead letters, the "
+              "last error and the last success (response only)", create="no"),
     ),
     derive=_seal_secrets,
 )
-
-
-class SourceIn(_Strict):
-    type: str
-
-
-class EventSource(msgspec.Struct, kw_only=True):
-    type: str
-    uri: str
-
-
-def source_type(member: str, value: str) -> str:
-    if value not in EVENT_TYPES:
-        raise Invalid(member, f"'{value}' is not an event type; types look like "
-                      "'ip_policy_created.v0' (see the API reference for the list)", 238)
-    return value
-
-
-def _sources(value: list[dict[str, str]], _ctx: Context) -> list[dict[str, str]]:
-    seen: set[str] = set()
-    for i, item in enumerate(value):
-        source_type(f"sources[{i}].type", item["type"])
-        if item["type"] in seen:
-            raise Invalid(f"sources[{i}].type", f"'{item['type']}' is listed twice", 215)
-        seen.add(item["type"])
-    return [{"type": item["type"]} for item in value]
-
-
-def present_sources(value: list[dict[str, str]], where: Where) -> list[dict[str, str]]:
-    return [{"type": s["type"], "uri": f"{where.uri}/sources/{s['type']}"} for s in value]
 
 
 EVENT_SUBSCRIPTIONS = Kind(
@@ -230,8 +204,9 @@ EVENT_SUBSCRIPTIONS = Kind(
     describe="Which event types are delivered to which destinations.",
     fields=(
         *standard(),
-        Field("sources", list[SourceIn], "event types to deliver", update=True,
-              default=list, empty_is_unset=True, check=_sources, out_type=list[EventSource],
+        Field("sources", list[SourceIn], "event types to deliver; traffic events may select "
+              "fields and a CEL filter", update=True,
+              default=list, empty_is_unset=True, check=sources, out_type=list[EventSource],
               present=present_sources),
         Field("destination_ids", list[str], "event destinations to deliver to", update=True,
               default=list, response=False,

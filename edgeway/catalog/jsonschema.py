@@ -116,7 +116,7 @@ def _arn(service: str, resource: str) -> dict[str, Any]:
 def components() -> dict[str, dict[str, Any]]:
     """Rules of the shared request shapes (modules, event targets), merged into their
     component schemas: ``properties`` member by member, the rest replaced."""
-    from edgeway.catalog.events import EVENT_TYPES
+    from edgeway.catalog.event_types import EVENT_TYPES
     from edgeway.catalog.modules.auth import OAuthProvider
     from edgeway.catalog.modules.tls import VERSIONS
     from edgeway.catalog.modules.webhook import PROVIDERS

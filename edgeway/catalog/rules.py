@@ -70,6 +70,10 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
     (240, ("target.*",), "event destination targets: exactly one target and one kind of "
                          "authentication; credentials that are not empty"),
     (215, ("sources[*].type",), "an event type is listed once"),
+    (215, ("sources[*].filter", "filter"), "a CEL expression that parses and names only what "
+                                          "events of its type carry"),
+    (215, ("sources[*].fields", "sources[*].fields[*]", "fields", "fields[*]"),
+     "fields of traffic event types only, each one of the type's fields or a prefix of them"),
     (236, ("target",), "exactly one target"),
     (215, ("elliptic_curve", "key_size"), "elliptic_curve with ecdsa keys only, key_size with "
                                           "rsa keys only"),

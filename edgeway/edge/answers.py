@@ -4,6 +4,7 @@ route's response hooks (an upstream's answer is relayed by ``edge/relay.py``).""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import replace
 from typing import Literal
 
@@ -61,7 +62,8 @@ async def bad_gateway(writer: asyncio.StreamWriter, req: Request, why: str) -> N
 def local_answer(x: Exchange, plan: Plan, answer: Fixed) -> Fixed:
     """A backend's fixed answer (http_response) through the response hooks, like an
     upstream's."""
-    outcome(x, plan, answer.status >= 500)
+    outcome(x, plan, answer.status)
+    x.sent = len(answer.body)
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
     for hook in plan.responses:
         headers = hook.response(x, answer.status, headers)
@@ -70,6 +72,8 @@ def local_answer(x: Exchange, plan: Plan, answer: Fixed) -> Fixed:
         (k.decode("latin-1"), v.decode("latin-1")) for k, v in headers))
 
 
-def outcome(x: Exchange, plan: Plan, failed: bool) -> None:
+def outcome(x: Exchange, plan: Plan, status: int) -> None:
+    """The final answer to ``x`` is ``status``: the outcome hooks hear whether it failed."""
+    x.status, x.answered = status, time.monotonic()
     for hook in plan.outcomes:
-        hook.outcome(x, failed)
+        hook.outcome(x, status >= 500)

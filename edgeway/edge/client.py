@@ -1,7 +1,7 @@
 """Reading a public HTTP client: its next event from the request parser, within a time limit
-kept by one timer per connection; a whole body, for modules that must see it first, or
-pumped to the upstream as it comes; and watching it while its request is answered, to stop
-the upstream when it leaves."""
+kept by one timer per connection; a whole body, for modules that must see it first, or one
+streamed to the upstream (``pump_body``); and watching it while its request is answered, to
+stop the upstream when it leaves."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import asyncio
 import contextlib
 
 from edgeway.edge import h1
-from edgeway.edge.h1 import End, Framer, Request, RequestParser
+from edgeway.edge.h1 import End, RequestParser
+from edgeway.edge.hooks import Exchange
 from edgeway.tunnel.pipes import Pipe, UpstreamGone
 
 BODY_TIMEOUT = 60.0  # between two reads of a request body
@@ -147,16 +148,17 @@ class ClientWatch:
                 await task
 
 
-async def pump_body(parser: RequestParser, reader: asyncio.StreamReader, req: Request,
-                    pipe: Pipe, deadline: Deadline) -> None:
+async def pump_body(parser: RequestParser, reader: asyncio.StreamReader, x: Exchange,
+                    pipe: Pipe, deadline: Deadline, timeout: float) -> None:
     """The request body from the client to the upstream's ``pipe``. If it fails (malformed,
-    the client left or stalled ``BODY_TIMEOUT`` seconds), the upstream is aborted: it will
-    not get a whole request, and the relay waiting for its answer learns at once."""
-    framer = Framer(h1.chunked(req.headers))
+    the client left or stalled ``timeout`` seconds), the upstream is aborted: it will not get
+    a whole request, and the relay waiting for its answer learns at once."""
+    framer = h1.Framer(h1.chunked(x.req.headers))
     try:
         while True:
-            event = await next_event(parser, reader, deadline, BODY_TIMEOUT)
+            event = await next_event(parser, reader, deadline, timeout)
             if isinstance(event, bytes):
+                x.received += len(event)
                 await pipe.write(framer.data(event))
             elif isinstance(event, End):
                 if framer.chunked:

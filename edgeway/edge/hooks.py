@@ -83,6 +83,11 @@ class Exchange:
     body: bytes | None = None
     env: dict[str, Any] | None = None  # the traffic policy's CEL variables
     gzip: Gzip | None = None  # the response body is gzipped (set by the compression hook)
+    # what came of it, for its traffic event (edge/traffic.py)
+    status: int = 0  # the final status answered (0: none, the connection was cut)
+    answered: float = 0.0  # when its final response head was ready (monotonic)
+    sent: int = 0  # response body bytes for the client
+    received: int = 0  # request body bytes forwarded
 
 
 class Hook:

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import replace
 from functools import partial
 
-from edgeway.edge import h1
+from edgeway.edge import h1, traffic
 from edgeway.edge.answers import (
     DONE,
     FAILED,
@@ -33,7 +34,14 @@ from edgeway.edge.answers import (
     local_answer,
 )
 from edgeway.edge.backends import Static
-from edgeway.edge.client import ClientWatch, Deadline, next_event, pump_body, read_body
+from edgeway.edge.client import (
+    BODY_TIMEOUT,
+    ClientWatch,
+    Deadline,
+    next_event,
+    pump_body,
+    read_body,
+)
 from edgeway.edge.h1 import BadMessage, End, Request, RequestParser, header
 from edgeway.edge.hooks import Close, Exchange, Services, Takeover
 from edgeway.edge.hosts import covered, misdirected, request_host
@@ -44,6 +52,7 @@ from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pool import Pool, Upstream
 from edgeway.edge.relay import Relay
 from edgeway.edge.router import Decision, Edge, EdgeRouter
+from edgeway.events.traffic import TrafficSink
 from edgeway.restrictions import Restrictions
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import StreamClosed
@@ -81,6 +90,7 @@ class HttpEdge:
         # traffic policies' rate-limit windows
         self.services = Services(login, sns or SnsVerifier(), RateLimits())
         self.pool = pool or Pool()
+        self.events: TrafficSink | None = None  # set when traffic events are delivered
 
     # -- one public connection -------------------------------------------------------------
 
@@ -131,25 +141,33 @@ class HttpEdge:
                       writer: asyncio.StreamWriter, req: Request, peer: tuple[str, int],
                       deadline: Deadline, tls_edge: Edge | None) -> bool:
         """Answer one request; whether the public connection may carry another. The route's
-        request hooks run in order (``edge/pipeline.py``); the first verdict answers."""
+        request hooks run in order (``edge/pipeline.py``); the first verdict answers. Its
+        traffic event, when subscribed, is queued once it is answered (or given up on)."""
+        started = time.monotonic()
         decision = await self._decide(req, peer, tls_edge)
         x = Exchange(req, peer[0], peer[1], self.scheme, self.services,
                      partial(read_body, parser, reader), writer.write)
-        for hook in decision.plan.requests:
-            verdict = await hook.request(x)
-            if verdict is None:
-                continue
-            if isinstance(verdict, Takeover):
-                if not isinstance(decision.target, Tunnel | Static):
-                    continue  # (a fixed answer has no pipe to carry a connection to)
-                return await self._takeover(verdict, parser, reader, writer, x.req, decision,
-                                            peer)
-            if isinstance(verdict, Close):
-                return False
-            keep = await fixed(writer, x.req, verdict)
-            return keep and (x.body is not None or await self._drain(parser, reader, deadline))
-        return await self._forward(parser, reader, writer, x, decision, peer, deadline,
-                                   tls_edge)
+        try:
+            for hook in decision.plan.requests:
+                verdict = await hook.request(x)
+                if verdict is None:
+                    continue
+                if isinstance(verdict, Takeover):
+                    if not isinstance(decision.target, Tunnel | Static):
+                        continue  # (a fixed answer has no pipe to carry a connection to)
+                    return await self._takeover(verdict, parser, reader, writer, x.req,
+                                                decision, peer)
+                if isinstance(verdict, Close):
+                    return False
+                x.status, x.sent = verdict.status, len(verdict.body)
+                keep = await fixed(writer, x.req, verdict)
+                return keep and (x.body is not None or
+                                 await self._drain(parser, reader, deadline))
+            return await self._forward(parser, reader, writer, x, decision, peer, deadline,
+                                       tls_edge)
+        finally:
+            if self.events is not None and self.events.wants(traffic.HTTP):
+                traffic.emit_http(self.events, x, req, decision, started)
 
     async def _takeover(self, verdict: Takeover, parser: RequestParser,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -189,6 +207,7 @@ class HttpEdge:
                 if isinstance(decision.target, Fixed) and decision.target.status == 404:
                     # the name's only tunnel vanished under this request: "agent lost", not
                     # "nothing bound"
+                    x.status = 502
                     await bad_gateway(writer, x.req, "the tunnel's agent went away")
                     return False
         return False  # not reached: the last attempt does not retry
@@ -276,6 +295,7 @@ class HttpEdge:
         try:
             upstream = await self._open(decision, peer)
         except AgentBusy as exc:
+            x.status = 503
             await fixed(writer, req, page(503, "Agent busy", f"The tunnel's agent is busy: "
                                           f"{exc}. Try again.", 4503, (("Retry-After", "1"),)),
                         close=True)
@@ -283,6 +303,7 @@ class HttpEdge:
         except UpstreamGone as exc:
             if retry:
                 raise Retry from None
+            x.status = 502
             await bad_gateway(writer, req, str(exc))
             return False
         return await self._exchange(parser, reader, writer, x, decision, upstream, head,
@@ -304,11 +325,12 @@ class HttpEdge:
             except UpstreamGone as exc:
                 if retry or reused:
                     raise Retry from None
+                x.status = 502
                 await bad_gateway(writer, req, str(exc))
                 return False
             if pump:
-                body = asyncio.create_task(pump_body(parser, reader, req, upstream.pipe,
-                                                      deadline))
+                body = asyncio.create_task(pump_body(parser, reader, x, upstream.pipe,
+                                                     deadline, BODY_TIMEOUT))
             elif not req.upgrade:  # (after a 101 the splice reads the client)
                 watch = ClientWatch(parser, reader, upstream.pipe)
             target = decision.target

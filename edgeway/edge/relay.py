@@ -62,6 +62,7 @@ class Relay:
             except (UpstreamGone, BadMessage) as exc:
                 return await self._failed(exc)
             if isinstance(event, bytes):
+                self.x.sent += len(event)
                 self.out += self.framer.data(self.x.gzip.data(event) if self.x.gzip else event)
                 if len(self.out) >= FLUSH_AT:
                     await self._flush()
@@ -107,6 +108,7 @@ class Relay:
             writer.write(self.out)
             raise ConnectionResetError("the upstream failed mid-response") from None
         if isinstance(failed, BadMessage):  # the client's body, not the upstream
+            self.x.status = failed.status
             await fixed(writer, req, page(failed.status, "Bad request", str(failed), 4000),
                         close=True)
             return False, FAILED
@@ -114,7 +116,7 @@ class Relay:
             return False, FAILED
         if self.retry:
             raise Retry from None
-        outcome(self.x, self.plan, True)
+        outcome(self.x, self.plan, 502)
         await bad_gateway(writer, req, str(exc))
         return False, FAILED
 
@@ -125,10 +127,11 @@ class Relay:
         if self.observer is not None and (event.status >= 200 or event.status == 101):
             self.observer(req.method, req.target, event.status)
         if event.status == 101 and req.upgrade:
+            self.x.status = 101
             await switch(self.parser, self.writer, self.reader, event, self.upstream, self.body)
             return False, DONE
         if event.status == 101:  # to a request that did not ask to upgrade
-            outcome(self.x, self.plan, True)
+            outcome(self.x, self.plan, 502)
             self.writer.write(self.out)
             await bad_gateway(self.writer, req, "the upstream switched protocols unasked")
             return False, FAILED
@@ -138,7 +141,7 @@ class Relay:
                                     h1.end_to_end(event.headers))
             return None
         self.final = event
-        outcome(self.x, self.plan, event.status >= 500)
+        outcome(self.x, self.plan, event.status)
         self.keep, self.framer, head = response_head(self.x, self.plan, event)
         self.out += head
         return None

@@ -147,6 +147,8 @@ class Decision:
     proto: str = "http"  # the ProxyHeader's Proto
     edge: str = ""  # "https" when an HTTPS edge routed it
     plan: Plan = field(default_factory=Plan)
+    edge_id: str = ""  # the HTTPS edge and route that routed it
+    route_id: str = ""
 
 
 class EdgeRouter:
@@ -289,7 +291,7 @@ class EdgeRouter:
         if target is None:
             return Decision(page(502, "No tunnel", f"No live tunnel or backend serves "
                                  f"{host}{path} right now.", 4009))
-        return Decision(target, "https", "https", route.plan)
+        return Decision(target, "https", "https", route.plan, edge.id, route.id)
 
     def _agent(self, req: Request, ip: str, scheme: str, https_port: int, host: str
                ) -> Decision:

@@ -23,6 +23,7 @@ from edgeway.sshgw.command import Command, CommandError
 from edgeway.sshgw.keys import Keys
 from edgeway.sshgw.terminal import Terminal
 from edgeway.store.db import DatabaseUnavailable
+from edgeway.store.repo import Changes
 from edgeway.tunnel.admission import Admission
 from edgeway.tunnel.binder import Binder
 from edgeway.tunnel.binds import BindRefused
@@ -46,6 +47,7 @@ class Services:
     node: str
     connections: dict[str, GatewayConnection]  # live sessions by id
     background: set[asyncio.Task[None]]  # connections' ends being recorded
+    changes: Callable[[], Changes | None] = lambda: None  # session events' writer
 
 
 class Listener(asyncssh.SSHListener):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from edgeway.sshgw.forwards import Services
 from edgeway.sshgw.keys import Keys
 from edgeway.sshgw.session import GatewayConnection
 from edgeway.store.db import DatabaseUnavailable
+from edgeway.store.repo import Changes
 from edgeway.tunnel.admission import Admission, AuthFailed
 from edgeway.tunnel.binder import Binder
 from edgeway.tunnel.rpc import StreamType
@@ -41,13 +42,14 @@ RECHECK_EVERY = 10.0  # changes made through another node's API reach us this la
 
 class SshGateway:
     def __init__(self, platform: Platform, binder: Binder, node: str, data_dir: Path,
-                 names: tuple[str, ...], host_ca: str = "", keepalive: float = 15.0) -> None:
+                 names: tuple[str, ...], host_ca: str = "", keepalive: float = 15.0,
+                 changes: Callable[[], Changes | None] = lambda: None) -> None:
         self.platform, self.data_dir = platform, data_dir
         self.names = tuple(n for n in dict.fromkeys(names) if n not in ("", "0.0.0.0", "::"))
         self.host_ca, self.keepalive = host_ca, keepalive
         self.keys = Keys(platform)
         self.services = Services(platform, binder, self.keys, Admission(platform), node, {},
-                                 set())
+                                 set(), changes)
         self._acceptor: asyncssh.SSHAcceptor | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._host_keys: list[tuple[asyncssh.SSHKey, asyncssh.SSHCertificate | None]] = []

@@ -136,7 +136,7 @@ class GatewayConnection(asyncssh.SSHServer):
                                   self.peer, identity.credential, extra, transport="ssh")
         try:
             async with self.services.platform.db.write() as tx:
-                await Repo(tx).insert(SESSIONS, sid, doc)
+                await Repo(tx, self.services.changes()).insert(SESSIONS, sid, doc)
         except DatabaseUnavailable:
             self.ssh.disconnect(asyncssh.DISC_SERVICE_NOT_AVAILABLE, NO_DATABASE)
             return
@@ -273,7 +273,7 @@ class GatewayConnection(asyncssh.SSHServer):
                 return
             with contextlib.suppress(Exception):
                 async with self.services.platform.db.write() as tx:
-                    await Repo(tx).delete(SESSIONS, self.id)
+                    await Repo(tx, self.services.changes()).delete(SESSIONS, self.id)
             self.services.connections.pop(self.id, None)
             binder.others.pop(self.id, None)
             log.info("ssh_session_stop", session=self.id,

@@ -7,7 +7,7 @@ built here from the catalog's table names, which are identifiers we declared, ne
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -36,9 +36,24 @@ def _key_values(kind: Kind, doc: dict[str, Any]) -> list[str]:
     return [str(doc[c.removeprefix("k_")]) for c in key_columns(kind)]
 
 
+class Changes(Protocol):
+    """Told of every write of the kinds it ``wants``, inside the write's transaction (the
+    events' outbox, ``edgeway.events.changes``); ``doc`` is the stored document (on delete,
+    as it was)."""
+
+    def wants(self, kind: Kind) -> bool: ...
+
+    async def record(self, repo: Repo, kind: Kind, verb: str, id_: str,
+                     doc: dict[str, Any]) -> None: ...
+
+
 class Repo:
-    def __init__(self, tx: Tx) -> None:
+    def __init__(self, tx: Tx, changes: Changes | None = None) -> None:
         self.tx = tx
+        self.changes = changes
+
+    def _told(self, kind: Kind) -> Changes | None:
+        return self.changes if self.changes is not None and self.changes.wants(kind) else None
 
     async def get(self, kind: Kind, id_: str) -> dict[str, Any] | None:
         raw = await self.tx.doc_by_id(kind.table, id_)
@@ -87,16 +102,25 @@ class Repo:
         marks = ", ".join("?" for _ in cols)
         await self.tx.execute(
             f"INSERT INTO {kind.table} ({', '.join(cols)}) VALUES ({marks})", *vals)
+        if (changes := self._told(kind)) is not None:
+            await changes.record(self, kind, "created", id_, doc)
 
     async def replace(self, kind: Kind, id_: str, doc: dict[str, Any]) -> None:
         sets = ", ".join(f"{c} = ?" for c in ["doc", *key_columns(kind)])
         await self.tx.execute(f"UPDATE {kind.table} SET {sets} WHERE id = ?",
                               _enc.encode(doc).decode(), *_key_values(kind, doc), id_)
+        if (changes := self._told(kind)) is not None:
+            await changes.record(self, kind, "updated", id_, doc)
 
     async def delete(self, kind: Kind, id_: str) -> bool:
+        changes = self._told(kind)
+        old = await self.get(kind, id_) if changes is not None else None
         await self.tx.execute("DELETE FROM links WHERE src_id = ?", id_)
         await self.tx.execute("DELETE FROM claims WHERE owner_id = ?", id_)
-        return await self.tx.execute(f"DELETE FROM {kind.table} WHERE id = ?", id_) > 0
+        gone = await self.tx.execute(f"DELETE FROM {kind.table} WHERE id = ?", id_) > 0
+        if changes is not None and old is not None and gone:
+            await changes.record(self, kind, "deleted", id_, old)
+        return gone
 
     async def by_token(self, kind: Kind, token_hash: str) -> Item | None:
         row = await self.tx.fetchone(

@@ -1,5 +1,6 @@
-"""Tables, derived from the catalog: one table per kind plus ``links``, ``settings``, ``claims``
-and the ACME tables.
+"""Tables, derived from the catalog: one table per kind plus ``links``, ``settings``, ``claims``,
+the ACME tables and the event tables (``event_outbox``, ``event_delivery``,
+``event_dead_letters``, see ``store/outbox.py``).
 
 A kind's table holds ``id`` (primary key; ids sort by creation, so paging walks this index),
 ``doc`` (the stored members as JSON text), one ``k_<member>`` column per member of a unique
@@ -69,6 +70,48 @@ managed_certificates = sa.Table(
     sa.Column("due", sa.BigInteger, nullable=False),  # unix time of the next attempt
     sa.Column("claimed_by", sa.String(64), nullable=False),
     sa.Column("claimed_until", sa.BigInteger, nullable=False),
+)
+
+# events waiting for delivery, one row per (event, destination), in order of ``seq``
+event_outbox = sa.Table(
+    "event_outbox", metadata,
+    sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
+              autoincrement=True),
+    sa.Column("destination_id", sa.String(64), nullable=False),
+    sa.Column("event_id", sa.String(64), nullable=False),
+    sa.Column("event_type", sa.String(64), nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Index("ix_event_outbox_destination_seq", "destination_id", "seq"),
+)
+
+# per destination: which node delivers it (a lease), its back-off and what happened last
+event_delivery = sa.Table(
+    "event_delivery", metadata,
+    sa.Column("destination_id", sa.String(64), primary_key=True),
+    sa.Column("owner", sa.String(64), nullable=False),
+    sa.Column("lease_until", sa.Float, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("next_at", sa.Float, nullable=False),
+    sa.Column("last_error", sa.Text, nullable=False),
+    sa.Column("last_error_at", sa.String(32), nullable=False),
+    sa.Column("last_success_at", sa.String(32), nullable=False),
+    sa.Column("delivered", sa.BigInteger, nullable=False),
+    sa.Column("dropped", sa.BigInteger, nullable=False),
+)
+
+# events that failed every attempt, kept until sent again
+event_dead_letters = sa.Table(
+    "event_dead_letters", metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("destination_id", sa.String(64), nullable=False),
+    sa.Column("event_id", sa.String(64), nullable=False),
+    sa.Column("event_type", sa.String(64), nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("error", sa.Text, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("failed_at", sa.String(32), nullable=False),
+    sa.Index("ix_event_dead_letters_destination_id", "destination_id", "id"),
 )
 
 

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import secrets
 import ssl
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -20,7 +20,7 @@ from edgeway.pki.platform_ca import EdgeCerts, TunnelTLS
 from edgeway.platform import Platform
 from edgeway.restrictions import KINDS as RESTRICTION_KINDS
 from edgeway.store.db import DatabaseUnavailable
-from edgeway.store.repo import Repo
+from edgeway.store.repo import Changes, Repo
 from edgeway.tunnel import commands, records, rpc
 from edgeway.tunnel.admission import Admission, AuthFailed
 from edgeway.tunnel.binder import Binder
@@ -92,13 +92,15 @@ class TunnelServer:
         self.certs: EdgeCerts | None = None
         self._server: asyncio.Server | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self.changes: Callable[[], Changes | None] = lambda: None  # session events' writer
 
     async def start(self, host: str, port: int, reuse_port: bool = False) -> None:
         async with self.platform.db.write() as tx:  # this node's sessions of a previous run
+            repo = Repo(tx, self.changes())
             for kind in (SESSIONS, TUNNELS, ENDPOINTS):
-                for id_, doc in await Repo(tx).all_docs(kind):
+                for id_, doc in await repo.all_docs(kind):
                     if doc.get("node") == self.node:
-                        await Repo(tx).delete(kind, id_)
+                        await repo.delete(kind, id_)
         await self.load_ingress_names()
         await self.binder.tcp.load_reserved()
         await self.platform.restrictions.of("agent")  # (kept while the database is away)
@@ -284,7 +286,7 @@ class TunnelServer:
         doc = records.session_doc(self.platform.settings, self.node, session.peer, credential,
                                   extra)
         async with self.platform.db.write() as tx:
-            await Repo(tx).insert(SESSIONS, sid, doc)
+            await Repo(tx, self.changes()).insert(SESSIONS, sid, doc)
         log.info("agent_session_start", session=sid, credential=credential)
         return sid
 
@@ -324,6 +326,6 @@ class TunnelServer:
         if session.id and self.sessions.pop(session.id, None) is not None:
             with contextlib.suppress(Exception):
                 async with self.platform.db.write() as tx:
-                    await Repo(tx).delete(SESSIONS, session.id)
+                    await Repo(tx, self.changes()).delete(SESSIONS, session.id)
             log.info("agent_session_stop", session=session.id, goodbye=clean)
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import time
 from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -22,8 +24,11 @@ class TcpListener:
     """A public TCP listener whose connections go to ``handler``; closing it also ends the
     connections it accepted."""
 
-    def __init__(self, host: str, port: int, handler: Handler) -> None:
-        self.host, self.port = host, port
+    # told of each connection as it ends (listener, peer, socket, start time): traffic events
+    closed: ClassVar[Callable[[TcpListener, tuple[str, int], Any, float], None] | None] = None
+
+    def __init__(self, host: str, port: int, handler: Handler, owner: str = "") -> None:
+        self.host, self.port, self.owner = host, port, owner  # owner: a TCP tunnel's id
         self._handler = handler
         self._server: asyncio.Server | None = None
         self._clients: set[asyncio.Task[None]] = set()
@@ -35,10 +40,14 @@ class TcpListener:
         task = asyncio.current_task()
         assert task is not None
         self._clients.add(task)
+        started = time.time()
         try:
             await self._handler(reader, writer)
         finally:
             self._clients.discard(task)
+            if TcpListener.closed is not None:
+                TcpListener.closed(self, writer.get_extra_info("peername") or ("", 0),
+                                   writer.get_extra_info("socket"), started)
             with contextlib.suppress(ConnectionError, OSError):
                 writer.close()
 

@@ -96,7 +96,7 @@ class TcpBinds:
                 self.pool.hold(tunnel.id, tunnel.port, self._now())
 
     async def _open(self, tunnel: Tunnel, port: int) -> None:
-        listener = TcpListener(self.host, port, partial(self._client, tunnel))
+        listener = TcpListener(self.host, port, partial(self._client, tunnel), tunnel.id)
         await listener.start()
         tunnel.port, tunnel.url = port, f"tcp://{self.host}:{port}"
         self.listeners[tunnel.id] = listener

@@ -166,7 +166,8 @@ def test_subscriptions_and_sources(api: httpx.Client, ) -> None:
     sub = r.json()
     base = sub["uri"]
     assert sub["sources"] == [{"type": "ip_policy_created.v0",
-                               "uri": f"{base}/sources/ip_policy_created.v0"}]
+                               "uri": f"{base}/sources/ip_policy_created.v0",
+                               "filter": "", "fields": []}]
     assert sub["destinations"] == [{"id": d["id"], "uri": d["uri"]}]
     r = api.post(f"/event_subscriptions/{sub['id']}/sources", json={"type": "bogus.v0"})
     assert r.status_code == 400 and r.json()["error_code"].endswith("_238")
@@ -185,10 +186,38 @@ def test_subscriptions_and_sources(api: httpx.Client, ) -> None:
     assert api.get(one).status_code == 200
     assert api.patch(one, json={}).status_code == 200
     assert api.patch(one, json={"type": "x"}).status_code == 400
+    r = api.patch(one, json={"fields": ["http.response", "conn.client_ip"],
+                             "filter": "http.response.status_code >= 500"})
+    assert r.status_code == 200, r.text
+    assert r.json()["fields"] == ["http.response", "conn.client_ip"]
+    assert api.get(one).json()["filter"] == "http.response.status_code >= 500"
     assert api.delete(one).status_code == 204
     assert api.get(one).status_code == 404
     assert api.delete(one).status_code == 404
     assert len(api.get(f"/event_subscriptions/{sub['id']}").json()["sources"]) == 1
+
+
+@pytest.mark.parametrize(("source", "member", "says"), [
+    ({"type": "http_request_complete.v0", "fields": ["http.nope"]}, "sources[0].fields[0]",
+     "not a field of http_request_complete.v0"),
+    ({"type": "ip_policy_created.v0", "fields": ["obj.id"]}, "sources[0].fields",
+     "only traffic events"),
+    ({"type": "tcp_connection_closed.v0", "filter": "conn.bytes_in >"}, "sources[0].filter",
+     "not a valid CEL expression"),
+    ({"type": "tcp_connection_closed.v0", "filter": "http.request.method == 'GET'"},
+     "sources[0].filter", "names http"),
+    ({"type": "api_key_created.v0", "filter": "conn.client_ip == ''"}, "sources[0].filter",
+     "sees actor, obj"),
+])
+def test_source_fields_and_filters_are_checked(api: httpx.Client, source: dict[str, Any],
+                                               member: str, says: str) -> None:
+    r = api.post("/event_subscriptions", json={"sources": [source]})
+    assert r.status_code == 400, r.text
+    assert f"'{member}'" in r.json()["msg"] and says in r.json()["msg"], r.text
+    sub = api.post("/event_subscriptions", json={}).json()
+    r = api.post(f"/event_subscriptions/{sub['id']}/sources", json=source)
+    assert r.status_code == 400 and f"'{member.removeprefix('sources[0].')}'" in \
+        r.json()["msg"], r.text
 
 
 def test_subscription_rules(api: httpx.Client) -> None:

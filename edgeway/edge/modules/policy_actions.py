@@ -27,6 +27,7 @@ from edgeway.catalog.modules.policy import REQ, RES, TCP
 log = structlog.get_logger()
 Headers = list[tuple[bytes, bytes]]
 Env = dict[str, Any]
+LOGS = "_logs"  # an HTTP request's env: what its log actions wrote (for its traffic event)
 _INTERPOLATION = re.compile(r"\$\{(.*?)\}")
 _GROUP = re.compile(r"\$\{?(\d+)\}?")
 _RATE = re.compile(r"^(\d+)(ms|s|m|h)$")
@@ -165,7 +166,10 @@ def _logger(phase: str, cfg: dict[str, Any], key: str) -> Callable[[Env], None]:
     metadata = cfg.get("metadata", {})
 
     def write(env: Env) -> None:
-        log.info("policy_log", policy=key, phase=phase, metadata=_interpolated(metadata, env))
+        shown = _interpolated(metadata, env)
+        log.info("policy_log", policy=key, phase=phase, metadata=shown)
+        if (logs := env.get(LOGS)) is not None:
+            logs.append({"policy": key, "phase": phase, "metadata": shown})
     return write
 
 

@@ -27,6 +27,7 @@ from edgeway.edge.h1 import header
 from edgeway.edge.hooks import CLOSE, Compiling, Exchange, Hook, Unenforced, Verdict
 from edgeway.edge.modules import secrets
 from edgeway.edge.modules.policy_actions import (
+    LOGS,
     Headers,
     Outcome,
     RateLimits,
@@ -140,6 +141,7 @@ def request_env(method: bytes, target: bytes, headers: Headers, host: str, schem
                 "url": {"path": path, "raw_path": path, "query": query, "host": hostname,
                         "scheme": scheme, "authority": host,
                         "raw": f"{scheme}://{host}{raw}", "query_params": parse_qs(query)}},
+        LOGS: [],
     }
 
 
