@@ -14,6 +14,7 @@ from edgeway.edge.hooks import Exchange
 from edgeway.tunnel.pipes import Pipe, UpstreamGone
 
 BODY_TIMEOUT = 60.0  # between two reads of a request body
+DRAIN_LIMIT = 1 << 20  # body bytes of a request answered locally read and dropped at most
 WATCH_AFTER = 1.0  # an answer slower than this: the client is watched while it comes
 WATCH_LIMIT = 1 << 16  # pipelined bytes read ahead meanwhile
 
@@ -169,3 +170,22 @@ async def pump_body(parser: RequestParser, reader: asyncio.StreamReader, x: Exch
     except BaseException:
         pipe.abort()
         raise
+
+
+async def drain(parser: RequestParser, reader: asyncio.StreamReader, deadline: Deadline,
+                timeout: float) -> bool:
+    """Read and drop the rest of a request answered locally; False: close instead (it is
+    malformed, or longer than ``DRAIN_LIMIT``)."""
+    seen = 0
+    while True:
+        try:
+            event = await next_event(parser, reader, deadline, timeout)
+        except h1.BadMessage:
+            return False
+        if isinstance(event, End):
+            return True
+        if not isinstance(event, bytes):
+            return False
+        seen += len(event)
+        if seen > DRAIN_LIMIT:
+            return False

@@ -38,6 +38,7 @@ from edgeway.edge.client import (
     BODY_TIMEOUT,
     ClientWatch,
     Deadline,
+    drain,
     next_event,
     pump_body,
     read_body,
@@ -46,7 +47,7 @@ from edgeway.edge.h1 import BadMessage, End, Request, RequestParser, header
 from edgeway.edge.hooks import Close, Exchange, Services, Takeover
 from edgeway.edge.hosts import covered, misdirected, request_host
 from edgeway.edge.login_gate import LoginGate
-from edgeway.edge.modules.policy_actions import RateLimits
+from edgeway.edge.modules.rate_limits import RateLimits
 from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pool import Pool, Upstream
@@ -61,7 +62,6 @@ from edgeway.tunnel.registry import Busy, Tunnel
 
 HEAD_TIMEOUT = 30.0  # to receive a whole request head, from its first byte (or the connection)
 IDLE_TIMEOUT = 75.0  # between requests on a kept-alive connection
-DRAIN_LIMIT = 1 << 20
 RETRIES = 2  # safe requests whose tunnel died before answering go to another live one
 FORWARDED = frozenset((b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"))
 Headers = h1.Headers
@@ -123,7 +123,7 @@ class HttpEdge:
                 if certified is not None and not covered(
                         certified, host := request_host(event.headers)):
                     answered = await fixed(writer, event, misdirected(host, certified))
-                    if not (answered and await self._drain(parser, reader, deadline)):
+                    if not (answered and await drain(parser, reader, deadline, HEAD_TIMEOUT)):
                         return
                 elif not await self._answer(parser, reader, writer, event, peer, deadline,
                                             tls_edge):
@@ -162,7 +162,7 @@ class HttpEdge:
                 x.status, x.sent = verdict.status, len(verdict.body)
                 keep = await fixed(writer, x.req, verdict)
                 return keep and (x.body is not None or
-                                 await self._drain(parser, reader, deadline))
+                                 await drain(parser, reader, deadline, HEAD_TIMEOUT))
             return await self._forward(parser, reader, writer, x, decision, peer, deadline,
                                        tls_edge)
         finally:
@@ -191,7 +191,7 @@ class HttpEdge:
         for attempt in range(RETRIES + 1):
             if isinstance(decision.target, Fixed):
                 keep = await fixed(writer, x.req, local_answer(x, plan, decision.target))
-                return keep and (taken or await self._drain(parser, reader, deadline))
+                return keep and (taken or await drain(parser, reader, deadline, HEAD_TIMEOUT))
             if not taken and not x.req.body:  # once: a retry must not read the next request
                 if not isinstance(parser.next_event(), End):
                     raise BadMessage(400, "a request without a body had one")
@@ -211,23 +211,6 @@ class HttpEdge:
                     await bad_gateway(writer, x.req, "the tunnel's agent went away")
                     return False
         return False  # not reached: the last attempt does not retry
-
-    async def _drain(self, parser: RequestParser, reader: asyncio.StreamReader,
-                     deadline: Deadline) -> bool:
-        """Read and drop the rest of a request answered locally; False: close instead."""
-        seen = 0
-        while True:
-            try:
-                event = await next_event(parser, reader, deadline, HEAD_TIMEOUT)
-            except BadMessage:
-                return False
-            if isinstance(event, End):
-                return True
-            if not isinstance(event, bytes):
-                return False
-            seen += len(event)
-            if seen > DRAIN_LIMIT:
-                return False
 
     async def _decide(self, req: Request, peer: tuple[str, int], tls_edge: Edge | None
                       ) -> Decision:

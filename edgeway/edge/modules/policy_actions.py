@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ import cel
 import structlog
 
 from edgeway.catalog.modules.policy import REQ, RES, TCP
+from edgeway.edge.modules.rate_limits import RateLimits
 
 log = structlog.get_logger()
 Headers = list[tuple[bytes, bytes]]
@@ -47,29 +47,6 @@ class Outcome:
     answer_headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes = b""
     close: bool = False
-
-
-class RateLimits:
-    """Sliding windows of request times per (policy, limit name, bucket key)."""
-
-    def __init__(self, max_buckets: int = 100_000) -> None:
-        self._hits: dict[tuple[str, str, str], deque[float]] = {}
-        self.max_buckets = max_buckets
-
-    def allow(self, key: tuple[str, str, str], capacity: int, window: float, now: float
-              ) -> float:
-        """0 when allowed (and counted); else the seconds until a slot frees."""
-        hits = self._hits.get(key)
-        if hits is None:
-            if len(self._hits) >= self.max_buckets:
-                self._hits.clear()  # bounded memory: forget every window at once
-            hits = self._hits[key] = deque()
-        while hits and hits[0] <= now - window:
-            hits.popleft()
-        if len(hits) >= capacity:
-            return hits[0] + window - now
-        hits.append(now)
-        return 0.0
 
 
 RequestAction = Callable[[Env, Outcome, RateLimits, float], bool]

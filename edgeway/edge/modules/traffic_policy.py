@@ -30,10 +30,10 @@ from edgeway.edge.modules.policy_actions import (
     LOGS,
     Headers,
     Outcome,
-    RateLimits,
     Unsupported,
     compile_action,
 )
+from edgeway.edge.modules.rate_limits import RateLimits
 from edgeway.edge.pages import Fixed
 
 log = structlog.get_logger()
