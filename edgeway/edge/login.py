@@ -21,6 +21,7 @@ import base64
 import hashlib
 import hmac
 import json
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
@@ -196,6 +197,33 @@ def site_host(headers: Headers) -> str:
 
 def query(target: bytes) -> dict[str, list[str]]:
     return parse_qs(urlsplit(target.decode("latin-1")).query)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A provider's answer at a login callback: its query, and the login's signed state."""
+    params: dict[str, list[str]]
+    state: dict[str, Any]
+
+    def one(self, name: str) -> str:
+        return (self.params.get(name) or [""])[0]
+
+
+def callback(key: bytes, c: Common, target: bytes, headers: Headers) -> Answer | Fixed:
+    """The provider's answer to a login this browser started on this route, not expired and
+    not an error; else the page that says why."""
+    params = query(target)
+    state = unsign(key, (params.get("state") or [""])[0])
+    browser = cookies(headers).get(c.state_cookie)
+    if state is None or state.get("x", 0) < time.time() or state.get("b") != browser \
+            or state.get("k") != c.key:
+        return refused("Login failed", "The login answer does not belong to a login started "
+                       "in this browser, or came too late; start again.", 400)
+    answer = Answer(params, state)
+    if answer.one("error"):
+        return refused("Login refused", f"The identity provider answered "
+                       f"{answer.one('error')}: {answer.one('error_description')}")
+    return answer
 
 
 def own_path(target: bytes) -> tuple[str, str] | None:

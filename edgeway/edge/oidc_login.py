@@ -106,21 +106,10 @@ class OidcFlow(Flow):
 
     async def _callback(self, hook: Gate, x: Exchange) -> Fixed:
         cfg = self._cfg(hook)
-        query = login.query(x.req.target)
-
-        def one(name: str) -> str:
-            return (query.get(name) or [""])[0]
-
-        state = login.unsign(self.gate.key, one("state"))
-        browser = login.cookies(x.req.headers).get(cfg.common.state_cookie)
-        if state is None or state.get("x", 0) < time.time() or state.get("b") != browser \
-                or state.get("k") != cfg.common.key:
-            return login.refused("Login failed", "The login answer does not belong to a login "
-                                 "started in this browser, or came too late; start again.",
-                                 400)
-        if one("error"):
-            return login.refused("Login refused", f"The identity provider answered "
-                                 f"{one('error')}: {one('error_description')}")
+        answer = login.callback(self.gate.key, cfg.common, x.req.target, x.req.headers)
+        if isinstance(answer, Fixed):
+            return answer
+        one, state = answer.one, answer.state
         host = login.site_host(x.req.headers)
         claims = await self._claims(cfg, one("code"), f"https://{host}{oidc.CALLBACK}",
                                     str(state.get("n", "")))
