@@ -12,6 +12,8 @@ import struct
 import time
 from typing import Any
 
+import msgspec
+
 from edgeway.catalog.event_types import HTTP, TCP
 from edgeway.edge.h1 import Request
 from edgeway.edge.hooks import Exchange
@@ -56,24 +58,74 @@ def http_record(x: Exchange, req: Request, decision: Decision, started: float,
             target.id if isinstance(target, Tunnel) else "", tuple(logs) if logs else ())
 
 
-def http_object(r: tuple[Any, ...]) -> dict[str, Any]:
+# The objects, as msgspec structs (encoded as JSON objects of these members, in this order):
+# made and encoded in a third of the time of dicts, and untracked by the garbage collector
+class _Conn(msgspec.Struct, gc=False):
+    client_ip: str
+    client_port: int
+
+
+class _Url(msgspec.Struct, gc=False):
+    scheme: str
+    host: str
+    path: str
+    query: str
+
+
+class _Request(msgspec.Struct, gc=False):
+    method: str
+    url: _Url
+    version: str
+    user_agent: str
+    body_bytes: int
+
+
+class _Response(msgspec.Struct, gc=False):
+    status_code: int
+    body_bytes: int
+
+
+class _Http(msgspec.Struct, gc=False):
+    request: _Request
+    response: _Response
+    duration_ms: float
+    upstream_ms: float | None
+
+
+class _Ref(msgspec.Struct, gc=False):
+    id: str | None
+
+
+class _Policy(msgspec.Struct):
+    logs: list[Any]
+
+
+_NO_LOGS = _Policy([])  # (shared: never changed)
+
+
+class HttpObject(msgspec.Struct, gc=False):
+    conn: _Conn
+    http: _Http
+    edge: _Ref
+    route: _Ref
+    backend: _Ref
+    tunnel: _Ref
+    traffic_policy: _Policy
+
+
+def http_object(r: tuple[Any, ...]) -> HttpObject:
     """``http_request_complete.v0``'s object, from ``http_record``'s tuple."""
     (ip, port, scheme, method, target, host, agent, http10, received, status, sent, took,
      upstream, edge, route, backend, tunnel, logs) = r
     path, _, query = target.decode("latin-1").partition("?")
-    return {
-        "conn": {"client_ip": ip, "client_port": port},
-        "http": {
-            "request": {"method": method.decode("latin-1"), "url": {
-                "scheme": scheme, "host": host.decode("latin-1"), "path": path,
-                "query": query}, "version": "HTTP/1.0" if http10 else "HTTP/1.1",
-                "user_agent": agent.decode("latin-1"), "body_bytes": received},
-            "response": {"status_code": status, "body_bytes": sent},
-            "duration_ms": _ms(took), "upstream_ms": None if upstream is None else _ms(upstream)},
-        "edge": {"id": edge or None}, "route": {"id": route or None},
-        "backend": {"id": backend or None}, "tunnel": {"id": tunnel or None},
-        "traffic_policy": {"logs": list(logs)},
-    }
+    return HttpObject(
+        _Conn(ip, port),
+        _Http(_Request(method.decode("latin-1"),
+                       _Url(scheme, host.decode("latin-1"), path, query),
+                       "HTTP/1.0" if http10 else "HTTP/1.1", agent.decode("latin-1"), received),
+              _Response(status, sent), _ms(took), None if upstream is None else _ms(upstream)),
+        _Ref(edge or None), _Ref(route or None), _Ref(backend or None), _Ref(tunnel or None),
+        _Policy(list(logs)) if logs else _NO_LOGS)
 
 
 def emit_http(sink: TrafficSink, x: Exchange, req: Request, decision: Decision,
@@ -110,11 +162,24 @@ class TcpEvents:
             time.time() - started, edge.id if edge else None, listener.owner or None))
 
 
-def tcp_object(r: tuple[Any, ...]) -> dict[str, Any]:
+class _TcpConn(msgspec.Struct, gc=False):
+    client_ip: str
+    client_port: int
+    server_port: int
+    bytes_in: int | None
+    bytes_out: int | None
+    start_ts: str
+    duration_ms: float
+
+
+class TcpObject(msgspec.Struct, gc=False):
+    conn: _TcpConn
+    edge: _Ref
+    tunnel: _Ref
+
+
+def tcp_object(r: tuple[Any, ...]) -> TcpObject:
     """``tcp_connection_closed.v0``'s object, from ``TcpEvents.closed``'s tuple."""
     ip, port, server_port, bytes_in, bytes_out, started, took, edge, tunnel = r
-    return {"conn": {"client_ip": ip, "client_port": port, "server_port": server_port,
-                     "bytes_in": bytes_in, "bytes_out": bytes_out, "start_ts": stamp(started),
-                     "duration_ms": _ms(took)},
-            "edge": {"id": edge}, "tunnel": {"id": tunnel}}
-
+    return TcpObject(_TcpConn(ip, port, server_port, bytes_in, bytes_out, stamp(started),
+                              _ms(took)), _Ref(edge), _Ref(tunnel))

@@ -38,16 +38,32 @@ class EventIds:
 
     def __init__(self) -> None:
         self._salt = secrets.randbits(90)
-        self._second, self._head = -1, ""
+        self._second, self._head, self._stamp = -1, "", ""
         self._count = 0
+
+    def _new_second(self, second: int) -> None:
+        high = ((second - ids.EPOCH) << 90 | self._salt) % (62 ** 18)
+        self._second, self._head = second, ids.encode(high)[-18:]
+        self._stamp = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
     def __call__(self, now: float) -> str:
         second = int(now)
         if second != self._second:
-            high = ((second - ids.EPOCH) << 90 | self._salt) % (62 ** 18)
-            self._second, self._head = second, ids.encode(high)[-18:]
+            self._new_second(second)
         self._count = (self._count + 1) & 0xFFFFFFFFF
         return f"ev_{self._head}{self._count:09x}"
+
+    def head(self, event_type: str, now: float) -> str:
+        """A new event's envelope as JSON text up to its object (``actor`` null): what
+        ``encode(event(event_type, obj, None, now))`` begins with, made in one step for the
+        traffic events (one per request)."""
+        second = int(now)
+        if second != self._second:
+            self._new_second(second)
+        self._count = count = (self._count + 1) & 0xFFFFFFFFF
+        return (f'{{"event_id":"ev_{self._head}{count:09x}","event_type":"{event_type}",'
+                f'"event_timestamp":"{self._stamp}.{int((now - second) * 1000):03d}Z",'
+                f'"actor":null,"object":')
 
 
 new_event_id = EventIds()

@@ -108,6 +108,42 @@ def test_http_and_tcp_edges(api: httpx.Client, esrv: Server, cap: Capture, servi
     assert conn["duration_ms"] >= 0 and conn["start_ts"].endswith("Z")
 
 
+def test_every_member_when_no_field_is_chosen(api: httpx.Client, esrv: Server, cap: Capture,
+                                              service: int) -> None:
+    """The common case (one destination, every field, no filter) is encoded on a short path:
+    the whole object, with what needs escaping in JSON (quotes, backslashes, latin-1 bytes)."""
+    tags, host = f"run:{secrets.token_hex(4)}", f"ev-{secrets.token_hex(4)}.example.com"
+    made(api, "/reserved_domains", {"domain": host})
+    edge = made(api, "/edges/https", {"hostports": [f"{host}:443"]})
+    svc = made(api, "/backends/static", {"address": f"127.0.0.1:{service}"})
+    route = made(api, f"/edges/https/{edge['id']}/routes", {
+        "match_type": "path_prefix", "match": "/", "backend": {"backend_id": svc["id"]}})
+    agent_header = b'probe "q" \\ \xe9'
+    with subscribed(api, monitoring(tags), [{"type": "http_request_complete.v0"}]):
+        wait_for("the subscription in the sink", lambda: _probe(esrv, host, cap, tags), 10)
+        with EdgeClient(esrv) as web:
+            r = web.get(f"https://{host}/a%22b/c?x=1&y=%5C", headers={"User-Agent": agent_header})
+            assert r.status_code == 200
+        events = wait_for("the request's event", lambda: [e for e in by_type(
+            cap, tags, "http_request_complete.v0") if e["object"]["http"]["request"]["url"]
+            ["path"] != "/probe"] or None)
+    obj = events[0]["object"]
+    took, upstream = obj["http"].pop("duration_ms"), obj["http"].pop("upstream_ms")
+    assert 0 <= upstream <= took < 10_000
+    port = obj["conn"].pop("client_port")
+    assert isinstance(port, int) and 0 < port < 65536
+    assert obj == {
+        "conn": {"client_ip": "127.0.0.1"},
+        "http": {"request": {"method": "GET", "url": {
+            "scheme": "https", "host": host, "path": "/a%22b/c", "query": "x=1&y=%5C"},
+            "version": "HTTP/1.1", "user_agent": agent_header.decode("latin-1"),
+            "body_bytes": 0},
+            "response": {"status_code": 200, "body_bytes": len(r.content)}},
+        "edge": {"id": edge["id"]}, "route": {"id": route["id"]},
+        "backend": {"id": svc["id"]}, "tunnel": {"id": None}, "traffic_policy": {"logs": []}}
+    assert events[0]["event_id"].startswith("ev_") and len(events[0]["event_id"]) == 30
+
+
 def _probe(esrv: Server, host: str, cap: Capture, tags: str) -> bool:
     """A request whose event arrives once the sink routes the new subscription."""
     with EdgeClient(esrv) as web:

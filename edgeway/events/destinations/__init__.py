@@ -40,15 +40,15 @@ async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 # An event on its way is its envelope's JSON text (``envelope.py``), which begins with
 # ``{"event_id":"ev_<27>","event_type":"`` as every envelope here is written: the two are
 # read off it without decoding the rest.
-_TYPE_AT = len('{"event_id":"ev_') + 27 + len('","event_type":"')
+TYPE_AT = len('{"event_id":"ev_') + 27 + len('","event_type":"')
 
 
 def event_id(body: str) -> str:
-    return body[13:_TYPE_AT - 16]
+    return body[13:TYPE_AT - 16]
 
 
 def event_type(body: str) -> str:
-    return body[_TYPE_AT:body.index('"', _TYPE_AT)]
+    return body[TYPE_AT:body.index('"', TYPE_AT)]
 
 
 def envelope(body: str) -> dict[str, Any]:

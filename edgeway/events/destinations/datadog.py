@@ -6,18 +6,20 @@ the ``DD-API-KEY`` header and a gzipped JSON array of log entries (at most 1,000
 attributes (``@event.object.http.response.status_code``). The intake is
 ``https://http-intake.logs.<site>`` (site ``datadoghq.com`` unless set), or the server's
 ``--events-datadog-url``. Datadog answers 202; 400, 401, 403 and 413 are permanent failures.
-"""
+
+The gzip is ISA-L's (``isal``): a twentieth of zlib's CPU per event at level 1, for batches a
+little larger (every request's event can go here: its cost is the traffic's)."""
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
 import msgspec
+from isal import igzip
 
-from edgeway.events.destinations import Clients, DeliveryError, call, event_type
+from edgeway.events.destinations import TYPE_AT, Clients, DeliveryError, call, event_type
 
 PERMANENT = (400, 401, 403, 404, 413)
 
@@ -47,10 +49,19 @@ class Datadog:
     async def send(self, events: Sequence[str]) -> str:
         return await call(self._send, events)
 
+    def _entries(self, events: Sequence[str]) -> str:
+        """The batch's log entries as a JSON array (events of one type, the common case,
+        joined in one step)."""
+        head, kind = self._head, event_type(events[0])
+        typed = f'{kind}"'
+        if all(e.startswith(typed, TYPE_AT) for e in events):
+            entry = f'{head}"message":"{kind}","event":'
+            return f"[{entry}{f'}},{entry}'.join(events)}}}]"
+        return "[" + ",".join(f'{head}"message":"{event_type(e)}","event":{e}}}'
+                              for e in events) + "]"
+
     def _send(self, events: Sequence[str]) -> str:
-        head = self._head
-        raw = ",".join(f'{head}"message":"{event_type(e)}","event":{e}}}' for e in events)
-        payload = gzip.compress(f"[{raw}]".encode(), compresslevel=1)
+        payload = igzip.compress(self._entries(events).encode(), compresslevel=1)
         try:
             r = self.clients.http().post(self.url, content=payload, headers={
                 "DD-API-KEY": self.api_key, "Content-Type": "application/json",
