@@ -37,6 +37,7 @@ from edgeway.store.repo import Repo
 log = structlog.get_logger()
 TICK = 0.2  # seconds between routing rounds of the queue
 CHUNK = 256  # events routed at a time (then the event loop runs other work)
+ROUND = 10_000  # events routed before the senders have them, at most
 REPORT = 5.0  # seconds between counts written to the database (and reloads of the routing)
 WATCHED = ("event_subscriptions", "event_destinations")
 # what makes a traffic event's object (a msgspec struct) of the tuple the listener queued
@@ -112,6 +113,8 @@ class TrafficSink:
         self._builds: dict[str, Build] = {}  # event type -> how its object is made
         self._dropped: dict[str, int] = {}  # destination -> dropped from the node's queue
         self._senders: dict[str, Sender] = {}
+        self._round: dict[str, list[str]] = {}  # destination -> its events routed this round
+        self._routed = 0  # events taken from the queue this round
         self._tasks: list[asyncio.Task[None]] = []
         self._stale = True  # this node changed subscriptions: not reloaded yet
         self._refresh = False  # time to look for changes made through other nodes
@@ -181,14 +184,16 @@ class TrafficSink:
                 await asyncio.sleep(0)
 
     def route(self, limit: int | None = None) -> bool:
-        """The queue (at most ``limit`` events of it) to the destinations' senders: an
-        event's envelope is encoded once per choice of fields among the routes its filters
-        let through. Whether events are left."""
+        """The queue (at most ``limit`` events of it) to the destinations' senders, once it
+        is empty: an event's envelope is encoded once per choice of fields among the routes
+        its filters let through. Whether events are left."""
         queue = self._queue
         take = queue.popleft
         by_type, builds, head = self.routing.by_type, self._builds, envelope.new_event_id.head
-        out: dict[str, list[str]] = {}  # destination -> its events of this round
-        for _ in range(len(queue) if limit is None else min(limit, len(queue))):
+        out = self._round
+        n = len(queue) if limit is None else min(limit, len(queue))
+        self._routed += n
+        for _ in range(n):
             event_type, when, record = take()
             routes = by_type.get(event_type)
             if not routes:
@@ -209,9 +214,13 @@ class TrafficSink:
                     body = bodies[route.fields] = \
                         start + envelope.encode(envelope.select(variables, route.fields)) + "}"
                 out.setdefault(route.destination_id, []).append(body)
+        if queue and self._routed < ROUND:
+            return True
+        # the round is routed: to the senders at once (so that they send full batches)
+        self._round, self._routed = {}, 0
         for dest, events in out.items():
             self._sender(dest).put(events)
-        return bool(queue)
+        return False
 
     def _sender(self, dest: str) -> Sender:
         sender = self._senders.get(dest)
