@@ -36,7 +36,7 @@ from edgeway.store.repo import Repo
 
 log = structlog.get_logger()
 TICK = 0.2  # seconds between routing rounds of the queue
-CHUNK = 256  # events routed at a time (then the event loop runs other work)
+CHUNK = 64  # events routed at a time (then the event loop runs other work)
 ROUND = 10_000  # events routed before the senders have them, at most
 REPORT = 5.0  # seconds between counts written to the database (and reloads of the routing)
 WATCHED = ("event_subscriptions", "event_destinations")
