@@ -5,6 +5,7 @@ with a role assumed through STS; Azure Monitor Logs Ingestion against the HTTPS 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from typing import Any
@@ -13,7 +14,11 @@ import boto3
 import httpx
 import pytest
 
-from tests.events.capture import AZ_CLIENT, AZ_SECRET, AZ_TENANT, Capture
+from edgeway.config import EventsConfig
+from edgeway.events import envelope
+from edgeway.events.destinations.datadog import SLICE, Datadog
+from edgeway.events.targets import Clients
+from tests.events.capture import AZ_CLIENT, AZ_SECRET, AZ_TENANT, DD_KEY, Capture
 from tests.events.conftest import AWS_ENV, delivery, made, subscribed, wait_for, wait_len
 
 ACCOUNT = "123456789012"
@@ -179,3 +184,27 @@ def test_azure_refused_credentials_show_on_the_destination(api: httpx.Client, ca
                          ["last_error"] else None)
         assert "refused the client credentials" in state["last_error"]
         assert state["backlog"] + state["dead_letters"] == 1
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["one-type", "mixed"])
+def test_a_datadog_batch_of_many_slices_arrives_whole(cap: Capture, mixed: bool) -> None:
+    """A batch is compressed a slice at a time: every entry arrives once, in order, in one
+    request, whether the events are of one type or several."""
+    tags = f"run:{secrets.token_hex(4)}"
+    clients = Clients(EventsConfig(datadog_url=cap.url, ca_file=cap.ca_file), "node-1")
+    target = Datadog({"api_key": DD_KEY, "tags": tags}, lambda s: s, clients)
+    types = ["http_request_complete.v0", "tcp_connection_closed.v0"] if mixed else \
+        ["http_request_complete.v0"]
+    events = [envelope.encode(envelope.event(types[i % len(types)], {"n": i, "q": '"\\'}))
+              for i in range(SLICE * 2 + 7)]
+    try:
+        asyncio.run(target.send(events))
+    finally:
+        asyncio.run(clients.close())
+    got = wait_len("the batch", lambda: [r for r in cap.of("/api/v2/logs", 202)
+                                         if r.json()[0]["ddtags"] == tags], 1)
+    assert len(got) == 1
+    entries = got[0].json()
+    assert [e["event"] for e in entries] == [json.loads(e) for e in events]
+    assert [e["message"] for e in entries] == [json.loads(e)["event_type"] for e in events]
+    assert {e["hostname"] for e in entries} == {"node-1"}
