@@ -16,13 +16,17 @@ import pytest
 
 from edgeway.config import EventsConfig
 from edgeway.events import envelope
-from edgeway.events.destinations.datadog import SLICE, Datadog
+from edgeway.events.destinations import SLICE
+from edgeway.events.destinations.azure import AzureLogs
+from edgeway.events.destinations.datadog import Datadog
 from edgeway.events.targets import Clients
 from tests.events.capture import AZ_CLIENT, AZ_SECRET, AZ_TENANT, DD_KEY, Capture
 from tests.events.conftest import AWS_ENV, delivery, made, subscribed, wait_for, wait_len
 
 ACCOUNT = "123456789012"
 CREDS = {"creds": {"access_key_id": "AKIAEDGEWAYTEST", "secret_access_key": "not-checked"}}
+AZURE_PATH = "/dataCollectionRules/dcr-00112233445566778899aabbccddeeff/streams/" \
+             "Custom-EdgewayEvents_CL"
 ROLE = {"role": {"role_arn": f"arn:aws:iam::{ACCOUNT}:role/edgeway-events"}}
 
 
@@ -148,8 +152,7 @@ def azure(secret: str = AZ_SECRET) -> dict[str, Any]:
 
 
 def test_azure_logs_ingestion_token_then_upload(api: httpx.Client, cap: Capture) -> None:
-    path = "/dataCollectionRules/dcr-00112233445566778899aabbccddeeff/streams/" \
-           "Custom-EdgewayEvents_CL"
+    path = AZURE_PATH
     before = len(cap.of(path, 204))
     tokens = len(cap.of(f"/{AZ_TENANT}/oauth2/v2.0/token", 200))
     with subscribed(api, azure(), [{"type": "ip_policy_created.v0"}]) as dest:
@@ -186,25 +189,36 @@ def test_azure_refused_credentials_show_on_the_destination(api: httpx.Client, ca
         assert state["backlog"] + state["dead_letters"] == 1
 
 
+@pytest.mark.parametrize("kind", ["datadog", "azure"])
 @pytest.mark.parametrize("mixed", [False, True], ids=["one-type", "mixed"])
-def test_a_datadog_batch_of_many_slices_arrives_whole(cap: Capture, mixed: bool) -> None:
-    """A batch is compressed a slice at a time: every entry arrives once, in order, in one
-    request, whether the events are of one type or several."""
+def test_a_batch_of_many_slices_arrives_whole(cap: Capture, kind: str, mixed: bool) -> None:
+    """A batch is written and compressed a slice at a time: every event arrives once, in
+    order, in one request, whether the events are of one type or several."""
     tags = f"run:{secrets.token_hex(4)}"
-    clients = Clients(EventsConfig(datadog_url=cap.url, ca_file=cap.ca_file), "node-1")
-    target = Datadog({"api_key": DD_KEY, "tags": tags}, lambda s: s, clients)
+    clients = Clients(EventsConfig(datadog_url=cap.url, azure_login_url=cap.url,
+                                   azure_ingestion_url=cap.url, ca_file=cap.ca_file), "node-1")
+    target: Datadog | AzureLogs = \
+        Datadog({"api_key": DD_KEY, "tags": tags}, lambda s: s, clients) if kind == "datadog" \
+        else AzureLogs(azure()["cloud_logs_ingestion"], lambda s: s, clients)
     types = ["http_request_complete.v0", "tcp_connection_closed.v0"] if mixed else \
         ["http_request_complete.v0"]
     events = [envelope.encode(envelope.event(types[i % len(types)], {"n": i, "q": '"\\'}))
               for i in range(SLICE * 2 + 7)]
+    sent = [json.loads(e) for e in events]
+    before = len(cap.of(AZURE_PATH, 204))
     try:
         asyncio.run(target.send(events))
     finally:
         asyncio.run(clients.close())
-    got = wait_len("the batch", lambda: [r for r in cap.of("/api/v2/logs", 202)
-                                         if r.json()[0]["ddtags"] == tags], 1)
-    assert len(got) == 1
-    entries = got[0].json()
-    assert [e["event"] for e in entries] == [json.loads(e) for e in events]
-    assert [e["message"] for e in entries] == [json.loads(e)["event_type"] for e in events]
-    assert {e["hostname"] for e in entries} == {"node-1"}
+    if kind == "datadog":
+        got = wait_len("the batch", lambda: [r for r in cap.of("/api/v2/logs", 202)
+                                             if r.json()[0]["ddtags"] == tags], 1)
+        assert len(got) == 1
+        entries = got[0].json()
+        assert [e["event"] for e in entries] == sent
+        assert [e["message"] for e in entries] == [e["event_type"] for e in sent]
+        assert {e["hostname"] for e in entries} == {"node-1"}
+    else:
+        got = wait_len("the upload", lambda: cap.of(AZURE_PATH, 204)[before:], 1)
+        assert len(got) == 1
+        assert got[0].json() == [{"TimeGenerated": e["event_timestamp"], **e} for e in sent]

@@ -16,13 +16,13 @@ server's endpoint overrides (``EventsConfig``) for tests and private deployments
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import httpx
-import msgspec
+from isal import isal_zlib
 
 from edgeway.catalog.events import SEAL_CONTEXT
 from edgeway.config import EventsConfig
@@ -51,9 +51,23 @@ def event_type(body: str) -> str:
     return body[TYPE_AT:body.index('"', TYPE_AT)]
 
 
-def envelope(body: str) -> dict[str, Any]:
-    out: dict[str, Any] = msgspec.json.decode(body)
-    return out
+def event_timestamp(body: str) -> str:
+    at = body.index('"event_timestamp":"', TYPE_AT) + 19
+    return body[at:body.index('"', at)]
+
+
+SLICE = 100  # events written (and compressed) at a time
+
+
+def gzipped(texts: Iterable[str]) -> bytes:
+    """One gzip member of ``texts``, compressed as they come: a batch written a slice at a
+    time rather than as one string of hundreds of KB, whose making costs more than its
+    writing (fresh pages from the kernel). ISA-L's deflate at level 1 (``isal``): a
+    twentieth of zlib's CPU, for payloads a fifth larger."""
+    z = isal_zlib.compressobj(1, isal_zlib.DEFLATED, 31)  # (31: a gzip member)
+    out = [z.compress(text.encode()) for text in texts]
+    out.append(z.flush())
+    return b"".join(out)
 
 
 class DeliveryError(Exception):

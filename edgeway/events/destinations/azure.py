@@ -12,17 +12,22 @@ token (bad tenant, client or secret) and 401/403/404/413 answers are permanent f
 
 from __future__ import annotations
 
-import gzip
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
 
 import httpx
-import msgspec
 
-from edgeway.events.destinations import Clients, DeliveryError, call, envelope
+from edgeway.events.destinations import (
+    SLICE,
+    Clients,
+    DeliveryError,
+    call,
+    event_timestamp,
+    gzipped,
+)
 from edgeway.events.destinations.datadog import answer_text
 
 SCOPE = "https://monitor.azure.com/.default"
@@ -80,11 +85,7 @@ class AzureLogs:
         return await call(self._send, events)
 
     def _send(self, events: Sequence[str]) -> str:
-        records = []
-        for e in events:
-            env = envelope(e)
-            records.append({"TimeGenerated": env["event_timestamp"], **env})
-        payload = gzip.compress(msgspec.json.encode(records), compresslevel=5)
+        payload = gzipped(_texts(events))
         token = self._bearer()
         try:
             r = self.clients.http().post(self.url, content=payload, headers={
@@ -99,3 +100,13 @@ class AzureLogs:
             return answer_text(r)
         raise DeliveryError(f"Azure Monitor answered {answer_text(r)}",
                             permanent=r.status_code in PERMANENT)
+
+
+def _texts(events: Sequence[str]) -> Iterator[str]:
+    """The batch's records as a JSON array, ``SLICE`` at a time: each the envelope's text with
+    ``TimeGenerated`` (its timestamp) put first, spliced in without decoding it."""
+    for i in range(0, len(events), SLICE):
+        text = ",".join(f'{{"TimeGenerated":"{event_timestamp(e)}",{e[1:]}'
+                        for e in events[i:i + SLICE])
+        yield f"{',' if i else '['}{text}"
+    yield "]"

@@ -10,14 +10,14 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from edgeway.events.destinations import Clients, call, envelope
+from edgeway.events.destinations import Clients, call, event_timestamp
 from edgeway.events.destinations.aws import Access, arn_parts, failure
 
 STREAM = "edgeway-events"
 
 
 def _millis(body: str) -> int:
-    stamp = str(envelope(body)["event_timestamp"]).replace("Z", "+00:00")
+    stamp = event_timestamp(body).replace("Z", "+00:00")
     return int(datetime.fromisoformat(stamp).timestamp() * 1000)
 
 

@@ -6,23 +6,28 @@ the ``DD-API-KEY`` header and a gzipped JSON array of log entries (at most 1,000
 attributes (``@event.object.http.response.status_code``). The intake is
 ``https://http-intake.logs.<site>`` (site ``datadoghq.com`` unless set), or the server's
 ``--events-datadog-url``. Datadog answers 202; 400, 401, 403 and 413 are permanent failures.
-
-The gzip is ISA-L's (``isal``): a twentieth of zlib's CPU per event at level 1, for batches a
-little larger (every request's event can go here: its cost is the traffic's)."""
+The payload is written and compressed a slice at a time (``gzipped``): every request's event
+may come here, and its cost is the traffic's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import httpx
 import msgspec
-from isal import isal_zlib
 
-from edgeway.events.destinations import TYPE_AT, Clients, DeliveryError, call, event_type
+from edgeway.events.destinations import (
+    SLICE,
+    TYPE_AT,
+    Clients,
+    DeliveryError,
+    call,
+    event_type,
+    gzipped,
+)
 
 PERMANENT = (400, 401, 403, 404, 413)
-SLICE = 100  # events compressed at a time
 
 
 def answer_text(r: httpx.Response) -> str:
@@ -50,33 +55,26 @@ class Datadog:
     async def send(self, events: Sequence[str]) -> str:
         return await call(self._send, events)
 
-    def _payload(self, events: Sequence[str]) -> bytes:
-        """The batch's log entries as a gzipped JSON array, compressed as it is written,
-        ``SLICE`` events at a time: the text of a whole batch is hundreds of KB, and making
-        such a string costs more than writing it (fresh pages from the kernel each time).
-        Events of one type, the common case, are joined in one step."""
+    def _texts(self, events: Sequence[str]) -> Iterator[str]:
+        """The batch's log entries as a JSON array, ``SLICE`` events at a time (events of one
+        type, the common case, joined in one step)."""
         head, kind = self._head, event_type(events[0])
         typed = f'{kind}"'
-        z = isal_zlib.compressobj(1, isal_zlib.DEFLATED, 31)  # (31: a gzip member)
-        out = [z.compress(b"[")]
         if all(e.startswith(typed, TYPE_AT) for e in events):
             entry = f'{head}"message":"{kind}","event":'
             sep = f"}},{entry}"
             for i in range(0, len(events), SLICE):
-                text = sep.join(events[i:i + SLICE])
-                out.append(z.compress(f"{sep if i else entry}{text}".encode()))
-            out.append(z.compress(b"}]"))
-        else:
-            for i in range(0, len(events), SLICE):
-                text = ",".join(f'{head}"message":"{event_type(e)}","event":{e}}}'
-                                for e in events[i:i + SLICE])
-                out.append(z.compress(f"{',' if i else ''}{text}".encode()))
-            out.append(z.compress(b"]"))
-        out.append(z.flush())
-        return b"".join(out)
+                yield f"{sep if i else '[' + entry}{sep.join(events[i:i + SLICE])}"
+            yield "}]"
+            return
+        for i in range(0, len(events), SLICE):
+            text = ",".join(f'{head}"message":"{event_type(e)}","event":{e}}}'
+                            for e in events[i:i + SLICE])
+            yield f"{',' if i else '['}{text}"
+        yield "]"
 
     def _send(self, events: Sequence[str]) -> str:
-        payload = self._payload(events)
+        payload = gzipped(self._texts(events))
         try:
             r = self.clients.http().post(self.url, content=payload, headers={
                 "DD-API-KEY": self.api_key, "Content-Type": "application/json",
