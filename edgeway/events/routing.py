@@ -35,6 +35,14 @@ class Route:
 @dataclass(frozen=True)
 class Routing:
     by_type: dict[str, tuple[Route, ...]]
+    # event type -> the destination of its one route when that takes every event whole (no
+    # filter, every field): the common case, which the sink routes on a short path
+    whole: dict[str, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "whole", {
+            t: r[0].destination_id for t, r in self.by_type.items()
+            if len(r) == 1 and r[0].always and not r[0].fields})
 
     def wants(self, event_type: str) -> bool:
         return event_type in self.by_type
