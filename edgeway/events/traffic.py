@@ -5,8 +5,9 @@ Off the request path: ``emit`` only appends to a bounded queue (``--events-queue
 ``TICK`` seconds the queue is routed (the subscriptions' filters and fields, compiled once,
 ``routing.py``), ``CHUNK`` events at a time with the loop serving traffic in between, into
 one sender per destination, which sends batches in order with the same back-off and attempts
-as the outbox (``worker.py``), and dead-letters a batch that failed them all. A sender waiting for its target holds at most ``--events-queue`` events; beyond that, and
-when the node's queue is full, events are dropped and counted: the log says so
+as the outbox (``worker.py``), and dead-letters a batch that failed them all. A sender
+waiting for its target holds at most ``--events-queue`` events; beyond that, and when the
+node's queue is full, events are dropped and counted: the log says so
 (``event_traffic_dropped``) and the destination's ``delivery.dropped`` counts them. So a slow
 or dead target costs traffic nothing but the events it cannot take. Traffic events are not
 written to the database before they are sent: a crash loses those waiting in memory.
