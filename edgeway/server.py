@@ -205,7 +205,8 @@ def _settle_heap() -> None:
     containers rather than 700, so that a busy node's requests in flight are not promoted to
     the old generation dozens of times a second. Measured at 64 connections through a
     tunnel: full collections of ~80 ms every two or three seconds before, the p99 from
-    55-75 ms to 10-13 ms after (``bench/edge_bench.py``)."""
+    55-75 ms to 9-14 ms after (``bench/edge_bench.py``; freezing alone: 16-27 ms). Memory
+    under abuse is the same either way (``bench/soak.py``: 1.15-1.18x over ten rounds)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(7000, 10, 10)
