@@ -56,13 +56,21 @@ def _addr(addr: tuple[str, int] | None) -> str:
 
 class _Server(uvicorn.Server):
     """uvicorn re-raises SIGINT/SIGTERM after shutting down, so the process would die by the
-    signal; we stop on them ourselves and exit 0 after a clean shutdown."""
+    signal; we stop on them ourselves and exit 0 after a clean shutdown. ``early`` holds the
+    signals that came while the server was starting (caught from its first step): the
+    server stops as soon as it has started."""
+
+    def __init__(self, config: uvicorn.Config, early: list[signal.Signals]) -> None:
+        super().__init__(config)
+        self.early = early
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop, sig)
+        if self.early:
+            self._stop(self.early[0])
         try:
             yield
         finally:
@@ -114,6 +122,10 @@ def _logins(cfg: ServerConfig, platform: Platform, https_port: int) -> LoginGate
 
 
 async def serve(cfg: ServerConfig) -> None:
+    early: list[signal.Signals] = []  # SIGINT/SIGTERM while starting: stop once started
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, early.append, sig)
     db = await open_database(cfg.database_url, cfg.data_dir)
     try:
         token = await bootstrap.first_start(db)
@@ -170,16 +182,16 @@ async def serve(cfg: ServerConfig) -> None:
             platform.agents = _Commands(tunnels, gateway)
         config = uvicorn.Config(build(platform, cfg.cors_origins), log_config=None,
                                 access_log=False, lifespan="off", server_header=False)
+        _settle_heap()  # (before the API listens: clients wait for that port)
         api_socket = listen_socket("management API", cfg.api_host, cfg.api_port,
                                    cfg.reuse_port)
-        server = _Server(config)
+        server = _Server(config, early)
         where = "SQLite " + str(cfg.data_dir / "edgeway.db") if not cfg.database_url \
             else "PostgreSQL"
         log.info("start", api=cfg.settings.public_url,
                  tunnel=f"{cfg.tunnel_host}:{cfg.tunnel_port}", http=_addr(cfg.http_addr),
                  https=_addr(cfg.https_addr), ssh=_addr(cfg.ssh_addr), store=where)
         reporter = asyncio.create_task(_report_suppressed())
-        _settle_heap()
         try:
             await server.serve(sockets=[api_socket])
         finally:

@@ -70,6 +70,36 @@ def test_sigint_is_a_clean_shutdown(tmp_path: Path) -> None:
     assert '"event":"stopped"' in srv.log()
 
 
+def test_a_signal_while_starting_stops_the_server_cleanly_once_started(tmp_path: Path) -> None:
+    """SIGTERM as soon as the first start prints its key (before any listener is up): the
+    server finishes starting, then shuts down cleanly (exit 0), rather than dying by it."""
+    ports = [free_port() for _ in range(5)]
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "edgeway", "serve", "--data-dir", str(tmp_path / "d"),
+           "--acme-directory", "off",
+           *(arg for flag, port in zip(("--api-addr", "--tunnel-addr", "--http-addr",
+                                        "--https-addr", "--ssh-addr"), ports, strict=True)
+             for arg in (flag, f"127.0.0.1:{port}"))]
+    with log.open("w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("First start"):
+                proc.send_signal(signal.SIGTERM)
+                break
+        assert proc.wait(60) == 0, log.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    events = [json.loads(line)["event"] for line in log.read_text().splitlines()
+              if line.startswith("{")]
+    assert "signal" in events and events[-1] == "stopped"
+
+
 def test_log_format_and_level(tmp_path: Path) -> None:
     """logfmt lines instead of JSON; with --log-level warning the info lines are gone."""
     srv = start(tmp_path / "a", None, "--log-format", "logfmt")
