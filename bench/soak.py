@@ -10,9 +10,10 @@ tunnel listener under rounds of abuse. Prints counts and ratios, not timings to 
 2. The tunnel listener: ten rounds of 200 TLS connections each sending 64 KiB of random
    bytes, opening 2,000 streams before authenticating (a SYN flood) or sending one oversized
    frame; then 400 connections that only complete the TLS handshake (closed after the 10 s
-   authentication limit). The server's VmRSS after each round and its ratio to the first
-   round (and to the third: the first rounds fill the allocator's pools), and the number of
-   log lines the abuse produced.
+   authentication limit). The server's VmRSS at the end of each round and once it has
+   settled (unmoved for 2 s: the server hands freed memory back to the system every second or
+   so), the ratio of the settled sizes after the last and the first round (and the third),
+   and the number of log lines the abuse produced.
 
 Run from the repository root:  python -m bench.soak [--rounds N]
 Needs the ngrok SDK (``pip install --ignore-requires-python ngrok==1.7.0``). Takes about two
@@ -35,7 +36,7 @@ from tests.edge import upstream
 from tests.edge.agents import agent
 from tests.edge.test_streams import fetch, session_starts, sessions, tally
 from tests.server import Server, start
-from tests.tunnel.test_abuse import abuse, rss_mib
+from tests.tunnel.test_abuse import abuse, rss_mib, settled_mib
 
 
 async def _held(port: int, host: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -105,19 +106,22 @@ async def abuse_rounds(srv: Server, rounds: int) -> None:
     pid = srv.proc.pid
     lines = len(srv.log().splitlines())
     kinds = ["random", "syn", "big-frame"]
-    sizes = []
+    sizes: list[float] = []
+    ends: list[float] = []
     start_rss = rss_mib(pid)
     for _ in range(rounds):
         waits = await asyncio.gather(*[abuse(srv, kinds[i % 3], ctx) for i in range(200)])
-        sizes.append(rss_mib(pid))
-        print(f"  round {len(sizes):>2}: VmRSS {sizes[-1]:5.0f} MiB, slowest close "
-              f"{max(waits):.2f} s")
+        ends.append(rss_mib(pid))
+        sizes.append(await settled_mib(pid))
+        print(f"  round {len(sizes):>2}: VmRSS {ends[-1]:5.0f} MiB at its end, {sizes[-1]:5.0f} "
+              f"MiB settled; slowest close {max(waits):.2f} s")
     t0 = time.monotonic()
     await asyncio.gather(*[abuse(srv, "handshake-only", ctx) for _ in range(400)])
     print(f"  400 handshake-only connections closed after {time.monotonic() - t0:.1f} s; "
           f"VmRSS {rss_mib(pid):.0f} MiB")
-    print(f"  VmRSS before {start_rss:.0f} MiB; round {rounds} / round 1: "
-          f"{sizes[-1] / sizes[0]:.2f}; round {rounds} / round 3: {sizes[-1] / sizes[2]:.2f}")
+    print(f"  VmRSS before {start_rss:.0f} MiB; settled, round {rounds} / round 1: "
+          f"{sizes[-1] / sizes[0]:.2f}, round {rounds} / round 3: {sizes[-1] / sizes[2]:.2f}; "
+          f"at the rounds' ends, round {rounds} / round 1: {ends[-1] / ends[0]:.2f}")
     events = Counter(json.loads(line)["event"] for line in srv.log().splitlines()[lines:])
     print(f"  log lines during the abuse, by event: {dict(events) or 'none'}")
 

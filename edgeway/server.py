@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 import structlog
 import uvicorn
 
-from edgeway import bootstrap, catalog, ids, logs
+from edgeway import bootstrap, catalog, heap, ids, logs
 from edgeway.acme.manager import CertificateManager
 from edgeway.api.app import build
 from edgeway.api.render import render
@@ -182,7 +181,7 @@ async def serve(cfg: ServerConfig) -> None:
             platform.agents = _Commands(tunnels, gateway)
         config = uvicorn.Config(build(platform, cfg.cors_origins), log_config=None,
                                 access_log=False, lifespan="off", server_header=False)
-        _settle_heap()  # (before the API listens: clients wait for that port)
+        heap.settle()  # (before the API listens: clients wait for that port)
         api_socket = listen_socket("management API", cfg.api_host, cfg.api_port,
                                    cfg.reuse_port)
         server = _Server(config, early)
@@ -191,11 +190,15 @@ async def serve(cfg: ServerConfig) -> None:
         log.info("start", api=cfg.settings.public_url,
                  tunnel=f"{cfg.tunnel_host}:{cfg.tunnel_port}", http=_addr(cfg.http_addr),
                  https=_addr(cfg.https_addr), ssh=_addr(cfg.ssh_addr), store=where)
-        reporter = asyncio.create_task(_report_suppressed())
+        trimmer = heap.trimmer()
+        chores = [asyncio.create_task(_report_suppressed())]
+        if trimmer is not None:
+            chores.append(asyncio.create_task(trimmer.run()))
         try:
             await server.serve(sockets=[api_socket])
         finally:
-            reporter.cancel()
+            for chore in chores:
+                chore.cancel()
             if gateway is not None:
                 await gateway.stop()
             await certificates.stop()
@@ -208,20 +211,6 @@ async def serve(cfg: ServerConfig) -> None:
         await db.close()
         logs.report_suppressed()
         log.info("stopped")
-
-
-def _settle_heap() -> None:
-    """Once started: what start-up made lives as long as the server, so it is moved out of
-    the garbage collector's way (``gc.freeze``) and a full collection scans only what traffic
-    made; and the youngest generation is collected every 7,000 net allocations of
-    containers rather than 700, so that a busy node's requests in flight are not promoted to
-    the old generation dozens of times a second. Measured at 64 connections through a
-    tunnel: full collections of ~80 ms every two or three seconds before, the p99 from
-    55-75 ms to 9-14 ms after (``bench/edge_bench.py``; freezing alone: 16-27 ms). Memory
-    under abuse is the same either way (``bench/soak.py``: 1.15-1.18x over ten rounds)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(7000, 10, 10)
 
 
 async def _report_suppressed(every: float = 5.0) -> None:

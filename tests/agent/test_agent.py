@@ -10,10 +10,11 @@ import select
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -47,6 +48,12 @@ class Agent:
         out = self.proc.stderr.read()
         self.proc.stderr.close()
         return out
+
+
+def _read_lines(stream: IO[str], out: list[str]) -> None:
+    """Append each line of ``stream`` to ``out`` until it ends (a reader thread)."""
+    for line in stream:
+        out.append(line)
 
 
 def write_config(path: Path, srv: Server, token: str, web_port: int, tunnels: str,
@@ -275,6 +282,14 @@ def test_the_console_prints_screens_when_not_on_a_terminal(srv: Server, token: s
                                  "--config", str(cfg)], stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
         a = Agent(proc, f"http://127.0.0.1:{web}")
+        assert proc.stdout is not None
+        out: list[str] = []  # what the console printed so far, read as it comes
+        reader = threading.Thread(target=_read_lines, args=(proc.stdout, out), daemon=True)
+        reader.start()
+
+        def screens() -> list[str]:
+            return "".join(out).split("\n\n")  # one screen per change (not a terminal)
+
         try:
             deadline = time.monotonic() + 20
             url = ""
@@ -285,20 +300,18 @@ def test_the_console_prints_screens_when_not_on_a_terminal(srv: Server, token: s
                     time.sleep(0.1)
             with EdgeClient(srv) as client:
                 assert client.get(url + "/x").status_code == 200
-            while a.api("GET", "/api/tunnels/web").json()["metrics"]["http"]["count"] < 1:
-                assert time.monotonic() < deadline
+            while not any("GET     /x" in s and "200 OK" in s for s in screens()):
+                assert time.monotonic() < deadline, screens()[-1]
                 time.sleep(0.05)
-            time.sleep(0.3)  # (the console draws changes 0.1 s apart)
         finally:
             proc.terminate()
             proc.wait(15)
-        assert proc.stdout is not None
-        screen = proc.stdout.read().split("\n\n")  # one screen per change (not a terminal)
+        reader.join(15)
         proc.stdout.close()
+        screen = screens()
         online = [s for s in screen if re.search(r"Session Status +online", s) and url in s]
         assert online, screen
         assert f"{url} -> http://127.0.0.1:{svc}" in online[-1]
-        assert any("GET     /x" in s and "200 OK" in s for s in screen), screen[-1]
         assert "\x1b" not in "".join(screen)  # plain text
 
 
