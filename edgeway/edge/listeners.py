@@ -35,7 +35,7 @@ from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import StreamClosed
 from edgeway.tunnel.pipes import Pipe, SocketPipe, UpstreamGone, splice
 from edgeway.tunnel.registry import Tunnel
-from edgeway.tunnel.tcp import TcpListener, client_addr
+from edgeway.tunnel.tcp import CLOSE_WAIT, TcpListener, client_addr
 
 log = structlog.get_logger()
 PEEK_TIMEOUT = 10.0
@@ -142,8 +142,11 @@ class PublicListeners:
             server.close()
         if self._tls_socket is not None:
             self._tls_socket.close()
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        if tasks:  # (their ends run before the events stop: traffic events are sent)
+            await asyncio.wait(tasks, timeout=CLOSE_WAIT)
         for listener in self._tcp_edges.values():
             await listener.close()
         self.pool.close()

@@ -149,9 +149,16 @@ class TrafficSink:
 
     async def stop(self, drain: float = 2.0) -> None:
         """Send what is queued, for at most ``drain`` seconds (a target that is down keeps
-        it: those events are lost), then stop."""
+        it: those events are lost), then stop. What is queued is routed by the subscriptions
+        as they are now: a change made just before the stop is read first."""
         for task in self._tasks:
             task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        if self._stale:
+            with contextlib.suppress(DatabaseUnavailable, TimeoutError):
+                await asyncio.wait_for(self._reload(), drain)
         self.route()
         deadline = time.monotonic() + drain
         while any(s.queue for s in self._senders.values()) and time.monotonic() < deadline:

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+CLOSE_WAIT = 2.0  # seconds close() waits for its connections to end
 
 
 def client_addr(peer: tuple[str, int] | None) -> str:
@@ -32,6 +33,7 @@ class TcpListener:
         self._handler = handler
         self._server: asyncio.Server | None = None
         self._clients: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._client, self.host, self.port)
@@ -43,6 +45,11 @@ class TcpListener:
         started = time.time()
         try:
             await self._handler(reader, writer)
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+            # ended by close(): a normal end (on Python 3.11 a connection task that ends
+            # cancelled makes asyncio's streams log an error for it)
         finally:
             self._clients.discard(task)
             if TcpListener.closed is not None:
@@ -52,10 +59,16 @@ class TcpListener:
                 writer.close()
 
     async def close(self) -> None:
+        """Stop listening and end the connections; each end is reported (``closed``) before
+        this returns, so that a server stopping sends their events."""
+        self._closing = True
         if self._server is not None:
             self._server.close()
-        for task in list(self._clients):
+        clients = list(self._clients)
+        for task in clients:
             task.cancel()
+        if clients:
+            await asyncio.wait(clients, timeout=CLOSE_WAIT)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)

@@ -22,16 +22,14 @@ from tests.edge import upstream
 from tests.edge.agents import EdgeClient, agent
 from tests.events.capture import Capture
 from tests.events.conftest import (
-    AWS_ENV,
     delivery,
-    event_args,
     made,
     subscribed,
     wait_for,
     wait_len,
 )
 from tests.events.test_changes import arrived, monitoring
-from tests.server import Server, free_port, start
+from tests.server import Server, free_port
 from tests.sshgw.client import SshUser
 
 if not os.environ.get("CI"):
@@ -78,7 +76,7 @@ def test_http_and_tcp_edges(api: httpx.Client, esrv: Server, cap: Capture, servi
             assert web.get(f"https://{host}/skip").status_code == 200
             r = web.request("POST", f"https://{host}/hello/world", content=b"x" * 1000)
             assert r.status_code == 200 and r.text == "svc /hello/world"
-        sock = _connect(port)
+        sock = tcp_connect(port)
         with sock:
             sock.sendall(b"ping" * 1000)
             got = b""
@@ -152,7 +150,7 @@ def _probe(esrv: Server, host: str, cap: Capture, tags: str) -> bool:
     return bool(by_type(cap, tags, "http_request_complete.v0"))
 
 
-def _connect(port: int) -> socket.socket:
+def tcp_connect(port: int) -> socket.socket:
     deadline = time.monotonic() + 10
     while True:  # the TCP edge's listener comes up with the snapshot
         try:
@@ -219,30 +217,6 @@ def test_a_full_queue_drops_and_counts_while_traffic_goes_on(
         # the queue holds 50 (--events-queue): what it kept in the meantime was delivered or,
         # while the target stayed down beyond the attempts, became dead letters
         assert state["dropped"] >= 150 - 3 * 50
-
-
-def test_a_clean_shutdown_sends_what_is_queued(tmp_path: Path, cap: Capture, moto: str,
-                                               echo_port: int) -> None:
-    tags, port = f"run:{secrets.token_hex(4)}", free_port()
-    srv = start(tmp_path / "srv", None, *event_args(cap, moto), env=AWS_ENV)
-    try:
-        with srv.client() as api:
-            echo = made(api, "/backends/static", {"address": f"127.0.0.1:{echo_port}"})
-            made(api, "/edges/tcp", {"hostports": [f"db.edgeway.localhost:{port}"],
-                                     "backend": {"backend_id": echo["id"]}})
-            dest = made(api, "/event_destinations", {"target": monitoring(tags)})
-            made(api, "/event_subscriptions", {"sources": [{"type": "tcp_connection_closed.v0"}],
-                                               "destination_ids": [dest["id"]]})
-        sock = _connect(port)
-        sock.sendall(b"bye")
-        assert sock.recv(3) == b"bye"
-    finally:  # the shutdown closes the connection, whose event is queued as the server stops
-        assert srv.stop() == 0
-    sock.close()
-    got = wait_len("the event sent on the way out", lambda: by_type(
-        cap, tags, "tcp_connection_closed.v0"), 1, timeout=5)
-    assert got[0]["object"]["conn"]["server_port"] == port
-    assert got[0]["object"]["conn"]["bytes_in"] == 3
 
 
 def test_ssh_gateway_sessions_send_session_events(api: httpx.Client, esrv: Server,
