@@ -84,11 +84,9 @@ class Allocator:
 @dataclass
 class Trimmer:
     """Trims the heap when the resident size grew or the memory in use fell since the last
-    trim; ``trims`` and ``returned`` (bytes) say what it did."""
+    trim."""
 
     allocator: Allocator
-    trims: int = 0
-    returned: int = 0
 
     async def run(self, every: float = EVERY) -> None:
         floor, used = resident(), self.allocator.in_use()
@@ -101,8 +99,6 @@ class Trimmer:
             t0 = time.perf_counter()
             await asyncio.to_thread(self.allocator.trim, 0)
             floor, used = resident(), self.allocator.in_use()
-            self.trims += 1
-            self.returned += max(0, now - floor)
             log.debug("heap_trimmed", returned_mib=round((now - floor) / 2**20, 1),
                       resident_mib=round(floor / 2**20, 1),
                       ms=round((time.perf_counter() - t0) * 1000, 1))
