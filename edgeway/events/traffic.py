@@ -163,7 +163,7 @@ class TrafficSink:
         deadline = time.monotonic() + drain
         while any(s.queue for s in self._senders.values()) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        tasks = [*self._tasks, *(s.task for s in self._senders.values())]
+        tasks = [s.task for s in self._senders.values()]  # (the routing tasks ended above)
         for task in tasks:
             task.cancel()
         for task in tasks:
