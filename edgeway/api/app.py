@@ -69,7 +69,7 @@ def endpoint(handler: Handler) -> Endpoint:
                 raise Forbidden(f"The address {client} is not allowed to call the API by IP "
                                 f"restriction '{r.id}'.", 220)
             caller = await authenticate(request, platform, request.app.state.auth_cache)
-            guards.authorize(caller, request.method, request.url.path)
+            guards.authorize(caller, request.method, request.scope["path"])
             check_version(request)
             return await handler(request, platform, caller)
         except ApiError as err:

@@ -27,8 +27,8 @@ from edgeway.store.repo import Repo
 
 ROLES = ("admin", "operator", "read_only")
 READS = frozenset({"GET", "HEAD"})
-OPERATOR_DENIED = ("/api_keys", "/bot_users", "/service_users")  # (and guarding IP
-# restrictions, below)
+OPERATOR_DENIED = frozenset({"api_keys", "bot_users", "service_users"})  # (and guarding
+# IP restrictions, below)
 GUARDING = ("api", "dashboard")
 KEYS = catalog.BY_COLLECTION["api_keys"]
 MACHINES = tuple(catalog.BY_COLLECTION[c] for c in MACHINE_USERS)
@@ -41,15 +41,18 @@ def role_of(doc: dict[str, Any]) -> str:
 
 
 def authorize(caller: Caller, method: str, path: str) -> None:
-    """Refuse what the caller's role may not do, by method and path alone."""
+    """Refuse what the caller's role may not do, by method and path alone. ``path`` is the
+    one the router matched, read as it reads it: by segments, slashes at either end ignored
+    (so ``//api_keys`` is ``/api_keys`` here as there)."""
     if caller.role == "admin" or method in READS:
         return
     if caller.role == "read_only":
         raise Forbidden(f"This API key's role is read_only: it may read, not {method} "
                         f"{path}.", 260)
-    if any(path == p or path.startswith(p + "/") for p in OPERATOR_DENIED):
-        raise Forbidden(f"This API key's role is operator: managing {path.split('/')[1]} "
-                        "needs an admin key.", 260)
+    collection = path.strip("/").split("/", 1)[0]
+    if collection in OPERATOR_DENIED:
+        raise Forbidden(f"This API key's role is operator: managing {collection} needs an "
+                        "admin key.", 260)
 
 
 async def _guarding_policies(repo: Repo) -> dict[str, str]:
