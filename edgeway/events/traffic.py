@@ -113,11 +113,13 @@ class TrafficSink:
         self._queue: deque[tuple[str, float, tuple[Any, ...]]] = deque()
         self._builds: dict[str, Build] = {}  # event type -> how its object is made
         self._dropped: dict[str, int] = {}  # destination -> dropped from the node's queue
+        self._unrouted: dict[str, int] = {}  # event type -> dropped while the sink was stale
         self._senders: dict[str, Sender] = {}
         self._round: dict[str, list[str]] = {}  # destination -> its events routed this round
         self._routed = 0  # events taken from the queue this round
         self._tasks: list[asyncio.Task[None]] = []
         self._stale = True  # this node changed subscriptions: not reloaded yet
+        self._changes = 0  # changes this node made (a reload that began before one is stale)
         self._refresh = False  # time to look for changes made through other nodes
 
     def wants(self, event_type: str) -> bool:
@@ -131,16 +133,22 @@ class TrafficSink:
         """Queue one traffic event: its object is ``build(record)``, made off the request path
         (never waits; drops, counted, when the queue is full)."""
         if len(self._queue) >= self.options.queue:
-            for route in self.routing.routes(event_type):
-                self._dropped[route.destination_id] = \
-                    self._dropped.get(route.destination_id, 0) + 1
+            if self._stale:  # (counted for the routes of the subscriptions once read)
+                self._unrouted[event_type] = self._unrouted.get(event_type, 0) + 1
+            else:
+                self._count_dropped(event_type, 1)
             return
         self._builds[event_type] = build
         self._queue.append((event_type, time.time(), record))
 
+    def _count_dropped(self, event_type: str, n: int) -> None:
+        for route in self.routing.routes(event_type):
+            self._dropped[route.destination_id] = self._dropped.get(route.destination_id, 0) + n
+
     def changed(self, collection: str) -> None:
         if collection in WATCHED:
             self._stale = True
+            self._changes += 1
 
     async def start(self) -> None:
         await self._reload()
@@ -173,23 +181,38 @@ class TrafficSink:
             await self._report()
 
     async def _reload(self) -> None:
-        self._stale = self._refresh = False  # (a change while this reads marks it again)
+        """The subscriptions and destinations as they are now, both put in place at once.
+        Until then ``wants`` goes on queueing every event (an event that ends while this
+        reads is routed by what it reads), and a change made while it reads (it may not
+        have seen it) leaves the sink stale, to read again."""
+        changes, self._refresh = self._changes, False
         try:
             repo = Repo(self.db.reader())
-            self.routing = await routing.load(repo)
-            self.docs = dict(await repo.all_docs(DESTINATIONS))
+            new = await routing.load(repo)
+            docs = dict(await repo.all_docs(DESTINATIONS))
         except BaseException:
             self._stale = True
             raise
+        self.routing, self.docs = new, docs
+        unrouted, self._unrouted = self._unrouted, {}
+        for event_type, n in unrouted.items():
+            self._count_dropped(event_type, n)
+        if self._changes == changes:
+            self._stale = False
 
     async def _route_every(self) -> None:
         while True:
             await asyncio.sleep(TICK)
-            with contextlib.suppress(DatabaseUnavailable):
-                while self._stale or self._refresh:  # (what was queued meanwhile is
-                    await self._reload()  # routed by the subscriptions as they are now)
-            while self.route(CHUNK):  # (the loop serves traffic between slices)
-                await asyncio.sleep(0)
+            more = reachable = True
+            while more:  # (the loop serves traffic between slices, and may change
+                # subscriptions: what is queued after a change is routed by it)
+                try:
+                    while reachable and (self._stale or self._refresh):
+                        await self._reload()
+                except DatabaseUnavailable:  # (routed as before; read again next round)
+                    reachable = False
+                if more := self.route(CHUNK):
+                    await asyncio.sleep(0)
 
     def route(self, limit: int | None = None) -> bool:
         """The queue (at most ``limit`` events of it) to the destinations' senders, once it
