@@ -22,7 +22,7 @@ from edgeway.agent import webui
 from edgeway.agent.config import ConfigError, TunnelConfig, parse_tunnel
 from edgeway.agent.proxy import LocalTunnel
 from edgeway.agent.requestsapi import EVENTS, REQUESTS, ApiError, Requests
-from edgeway.agent.session import AgentSession, BindFailed, NotConnected
+from edgeway.agent.session import LOST, AgentSession, BindFailed, NotConnected
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -150,6 +150,10 @@ class LocalApi:
             return await self.agent.start_tunnel(config)
         except NotConnected as exc:
             raise ApiError(503, 104, "session not ready", str(exc)) from None
+        except LOST as exc:  # the session dropped during the bind: it reconnects
+            raise ApiError(503, 104, "session not ready", "the tunnel session was lost "
+                           f"while binding ({str(exc) or type(exc).__name__}); retry once "
+                           "it is back online") from None
         except BindFailed as exc:
             raise ApiError(502, 103, "failed to start tunnel", str(exc)) from None
 

@@ -92,10 +92,11 @@ async def run(config: AgentConfig, names: list[str], resolve: dict[str, str],
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
     console.start()
-    tasks.append(asyncio.create_task(console.tick()))
+    ticking = asyncio.create_task(console.tick())
     try:
         await asyncio.wait([tasks[0], asyncio.create_task(stopping.wait())],
                            return_when=asyncio.FIRST_COMPLETED)
+        ticking.cancel()  # (it redraws until the console stops: not a task to wait for)
         await agent.stop()
         if server is not None:
             server.should_exit = True

@@ -44,7 +44,7 @@ RECENT = 20  # HTTP exchanges kept for the console
 LOST = (OSError, ssl.SSLError, TimeoutError, rpc.RPCError, StreamClosed, StreamError,
         asyncio.IncompleteReadError)
 
-__all__ = ["AgentSession", "BindFailed", "LocalTunnel", "NotConnected"]
+__all__ = ["LOST", "AgentSession", "BindFailed", "LocalTunnel", "NotConnected"]
 
 
 class BindFailed(Exception):
@@ -74,6 +74,7 @@ class AgentSession:
         self._online = asyncio.Event()
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._starting: set[str] = set()  # names of tunnels the local API is binding
         self._on_change = on_change or (lambda: None)
         # captured HTTP exchanges (edgeway.agent.inspect); None: inspect_db_size -1
         self.inspector = Store(config.inspect_db_size) if config.inspect_db_size != -1 else None
@@ -134,10 +135,14 @@ class AgentSession:
         """Bind a tunnel now (the local API). BindFailed with the server's reason."""
         if not self._online.is_set() or self._conn is None:
             raise NotConnected("a successful tunnel session has not yet been established")
-        if config.name in self.tunnels:
+        if config.name in self.tunnels or config.name in self._starting:
             raise BindFailed(f"a tunnel named '{config.name}' is already running")
         tunnel = LocalTunnel(config, from_config)
-        await self._bind(self._conn, tunnel)
+        self._starting.add(config.name)  # (a second start of the name while this binds)
+        try:
+            await self._bind(self._conn, tunnel)
+        finally:
+            self._starting.discard(config.name)
         self.tunnels[config.name] = tunnel
         self._on_change()
         return tunnel
@@ -158,11 +163,12 @@ class AgentSession:
     async def _session(self) -> None:
         self._conn, self._authed = None, False
         conn = self._conn = await dial.dial(self.config, self.resolve)
+        tasks: list[asyncio.Task[None]] = []
         try:
             await self._auth(conn)
             self._authed = True
-            beat = asyncio.create_task(self._heartbeat(conn))
-            serve = asyncio.create_task(self._accept(conn))
+            tasks += [asyncio.create_task(self._heartbeat(conn)),
+                      asyncio.create_task(self._accept(conn))]
             for tunnel in list(self.tunnels.values()):
                 if not tunnel.from_config:  # started through the API: not re-bound
                     del self.tunnels[tunnel.config.name]
@@ -173,16 +179,21 @@ class AgentSession:
             self._online.set()
             self._on_change()
             await conn.closed.wait()
-            beat.cancel()
-            serve.cancel()
-        finally:
+        finally:  # (however the session ended: a bind that failed too)
+            for task in tasks:
+                task.cancel()
             await conn.close()
 
     async def _call(self, conn: MuxConnection, kind: int, body: dict[str, Any]
                     ) -> dict[str, Any]:
+        """One RPC on a stream of its own, closed after (the server counts the streams a
+        session holds)."""
         stream = await conn.open_stream()
-        await stream.write(struct.pack(">I", kind) + json.dumps(body).encode())
-        answer = await asyncio.wait_for(rpc.read_message(stream), 15)
+        try:
+            await stream.write(struct.pack(">I", kind) + json.dumps(body).encode())
+            answer = await asyncio.wait_for(rpc.read_message(stream), 15)
+        finally:
+            stream.close()
         return answer
 
     async def _auth(self, conn: MuxConnection) -> None:
@@ -226,18 +237,22 @@ class AgentSession:
 
     async def _heartbeat(self, conn: MuxConnection) -> None:
         """Beat at once, then every interval; no echo within the tolerance ends the session."""
-        stream = await conn.open_stream()
-        await stream.write(struct.pack(">I", StreamType.HEARTBEAT))
         loop = asyncio.get_running_loop()
+        try:
+            stream = await conn.open_stream()
+            await stream.write(struct.pack(">I", StreamType.HEARTBEAT))
+        except (StreamClosed, StreamError):
+            return  # the session is ending
         while True:
             beat = secrets.token_bytes(4)
             sent = loop.time()
-            await stream.write(beat)
             try:
+                await stream.write(beat)
                 echo = await asyncio.wait_for(stream.readexactly(4),
                                               self.config.heartbeat_tolerance)
             except (TimeoutError, asyncio.IncompleteReadError, StreamClosed):
-                log.warning("heartbeat_missed")
+                if not conn.closed.is_set():
+                    log.warning("heartbeat_missed")
                 await conn.close()
                 return
             if echo == beat:
@@ -260,6 +275,7 @@ class AgentSession:
             task.add_done_callback(self._tasks.discard)
 
     async def _stream(self, conn: MuxConnection, stream: MuxStream) -> None:
+        kind = -1
         try:
             kind = await rpc.read_type(stream)
             if kind == StreamType.PROXY:
@@ -276,6 +292,9 @@ class AgentSession:
                 stream.reset()
         except (StreamClosed, StreamError, asyncio.IncompleteReadError, rpc.RPCError):
             stream.reset()
+        finally:
+            if kind != StreamType.PROXY:  # (a command's stream: the server counts them)
+                stream.close()
 
     def _stopped(self, msg: dict[str, Any]) -> None:
         for name, t in list(self.tunnels.items()):

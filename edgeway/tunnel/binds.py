@@ -83,15 +83,34 @@ def _cidrs(values: Any, what: str) -> tuple[ipaddress.IPv4Network | ipaddress.IP
     return tuple(out)
 
 
-def _headers(value: Any) -> HeaderChanges:
-    value = value or {}
+def _object(value: Any, what: str) -> dict[str, Any]:
+    """A member that must be a JSON object (absent or null: an empty one)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BindRefused(f"{what} must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    """A member that must be a JSON array (absent or null: an empty one)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BindRefused(f"{what} must be a JSON array, not {type(value).__name__}")
+    return value
+
+
+def _headers(value: Any, what: str) -> HeaderChanges:
+    value = _object(value, what)
     add: list[tuple[str, str]] = []
-    for item in value.get("add") or []:
+    for item in _list(value.get("add"), f"{what}.Add"):
         name, sep, val = str(item).partition(":")
         if not sep or not name.strip():
             raise BindRefused(f"header '{item}' must be 'Name: value'")
         add.append((name.strip(), val.strip()))
-    return HeaderChanges(tuple(add), tuple(str(n).lower() for n in value.get("remove") or []))
+    return HeaderChanges(tuple(add), tuple(str(n).lower() for n in _list(
+        value.get("remove"), f"{what}.Remove")))
 
 
 def _basic_auth(opts: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -99,7 +118,9 @@ def _basic_auth(opts: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     if opts.get("auth"):  # the older "user:password" option
         user, _, password = str(opts["auth"]).partition(":")
         pairs.append((user, password))
-    for cred in (opts.get("basicauth") or {}).get("credentials") or []:
+    for cred in _list(_object(opts.get("basicauth"), "Opts.BasicAuth").get("credentials"),
+                      "Opts.BasicAuth.Credentials"):
+        cred = _object(cred, "each of Opts.BasicAuth.Credentials")
         if not cred.get("cleartextpassword") and cred.get("hashedpassword"):
             raise BindRefused("basic auth with hashed passwords is not supported; send the "
                               "cleartext password (it travels inside the agent's TLS session)")
@@ -154,20 +175,25 @@ def _refuse_unsupported(opts: dict[str, Any], proto: str, family: str) -> None:
         if opts.get(name) not in (None, "", False, 0):  # an empty object is set
             raise BindRefused(f"{NAMES[name]} on {proto} tunnels is not enforced by this edge "
                               "yet; refusing rather than ignoring it")
-    if int(opts.get("proxyproto") or 0):
+    proxy_proto = opts.get("proxyproto") or 0
+    if not isinstance(proxy_proto, int) or isinstance(proxy_proto, bool):
+        raise BindRefused(f"Opts.ProxyProto must be a number, not {proxy_proto!r}")
+    if proxy_proto:
         raise BindRefused("the PROXY protocol header is not supported by this edge yet")
 
 
 def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> BindRequest:
-    opts = _squash(folded.get("opts") or {})
-    extra = folded.get("extra") or {}
+    """What the Bind ``message`` (``folded``: its keys lower-cased) asks for; BindRefused
+    names what is wrong with it, a member of the wrong JSON type included."""
+    opts = _squash(_object(folded.get("opts"), "Opts"))
+    extra = _object(folded.get("extra"), "Extra")
     proto = str(folded.get("proto") or "")
     if proto not in PROTOS:
         raise BindRefused(f"unknown tunnel protocol '{proto}' (http, https, tcp or tls)")
     family = "http" if proto in ("http", "https") else proto
     _refuse_unsupported(opts, proto, family)
-    restriction = opts.get("iprestriction") or {}
-    request_headers = _headers(opts.get("requestheaders"))
+    restriction = _object(opts.get("iprestriction"), "Opts.IPRestriction")
+    request_headers = _headers(opts.get("requestheaders"), "Opts.RequestHeaders")
     if family == "http" and opts.get("hostheaderrewrite"):
         request_headers = _host_rewrite(request_headers, str(folded.get("forwardsto") or ""))
     return BindRequest(
@@ -175,10 +201,12 @@ def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> 
         domain_of(opts, base_domain) if family != "tcp" else "",
         str(folded.get("forwardsto") or ""), str(extra.get("metadata") or ""),
         _raw_opts(message), pooled=bool(extra.get("poolingenabled")),
-        allow=_cidrs(restriction.get("allowcidrs"), "allow_cidrs"),
-        deny=_cidrs(restriction.get("denycidrs"), "deny_cidrs"),
+        allow=_cidrs(_list(restriction.get("allowcidrs"), "Opts.IPRestriction.AllowCIDRs"),
+                     "allow_cidrs"),
+        deny=_cidrs(_list(restriction.get("denycidrs"), "Opts.IPRestriction.DenyCIDRs"),
+                    "deny_cidrs"),
         request_headers=request_headers,
-        response_headers=_headers(opts.get("responseheaders")),
+        response_headers=_headers(opts.get("responseheaders"), "Opts.ResponseHeaders"),
         basic_auth=_basic_auth(opts) if family == "http" else (),
         compression=family == "http" and opts.get("compression") is not None,
         modules=_modules(opts, family))
@@ -195,9 +223,14 @@ def _oauth(opts: dict[str, Any]) -> dict[str, Any]:
     return {"oauth": {"provider": str(oauth.get("provider") or ""),
                       "client_id": str(oauth.get("clientid") or ""),
                       "client_secret": str(oauth.get("clientsecret") or ""),
-                      "scopes": list(oauth.get("scopes") or []),
-                      "allow_emails": list(oauth.get("allowemails") or []),
-                      "allow_domains": list(oauth.get("allowdomains") or [])}}
+                      **_allowed(oauth, "OAuth")}}
+
+
+def _allowed(option: dict[str, Any], name: str) -> dict[str, list[Any]]:
+    """An OAuth or OIDC option's scopes and allowed e-mails and domains."""
+    return {"scopes": _list(option.get("scopes"), f"Opts.{name}.Scopes"),
+            "allow_emails": _list(option.get("allowemails"), f"Opts.{name}.AllowEmails"),
+            "allow_domains": _list(option.get("allowdomains"), f"Opts.{name}.AllowDomains")}
 
 
 def _modules(opts: dict[str, Any], family: str) -> dict[str, Any]:
@@ -212,17 +245,16 @@ def _modules(opts: dict[str, Any], family: str) -> dict[str, Any]:
         out["oidc"] = {"issuer": str(oidc.get("issuerurl") or ""),
                        "client_id": str(oidc.get("clientid") or ""),
                        "client_secret": str(oidc.get("clientsecret") or ""),
-                       "scopes": list(oidc.get("scopes") or []),
-                       "allow_emails": list(oidc.get("allowemails") or []),
-                       "allow_domains": list(oidc.get("allowdomains") or [])}
+                       **_allowed(oidc, "OIDC")}
     if isinstance(breaker := opts.get("circuitbreaker"), dict):
         out["circuit_breaker"] = {"error_threshold_percentage": _ratio(breaker)}
     if isinstance(hook := opts.get("webhookverification"), dict):
         out["webhook_verification"] = {"provider": str(hook.get("provider") or ""),
                                        "secret": str(hook.get("secret") or "")}
     if isinstance(agents := opts.get("useragentfilter"), dict):
-        out["user_agent_filter"] = {"allow": list(agents.get("allow") or []),
-                                    "deny": list(agents.get("deny") or [])}
+        out["user_agent_filter"] = {
+            "allow": _list(agents.get("allow"), "Opts.UserAgentFilter.Allow"),
+            "deny": _list(agents.get("deny"), "Opts.UserAgentFilter.Deny")}
     if opts.get("websockettcpconverter") is not None:
         out["websocket_tcp_converter"] = {}
     return out

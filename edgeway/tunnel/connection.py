@@ -50,9 +50,13 @@ class AgentConnection:
     tunnels: dict[str, Tunnel] = field(default_factory=dict)
 
     async def stopping(self, tunnel_id: str, message: str, code: int) -> None:
-        """StopTunnel on a stream of its own (no reply)."""
+        """StopTunnel on a stream of its own (no reply; the stream is closed, reset after a
+        while if the agent never closes its half)."""
         with contextlib.suppress(StreamClosed, StreamError):
             stream = await self.conn.open_stream()
-            await stream.write(struct.pack(">I", StreamType.STOP_TUNNEL) + json.dumps(
-                {"Id": tunnel_id, "Message": message,
-                 "ErrorCode": f"ERR_NGROK_{code}"}).encode(), eof=True)
+            try:
+                await stream.write(struct.pack(">I", StreamType.STOP_TUNNEL) + json.dumps(
+                    {"Id": tunnel_id, "Message": message,
+                     "ErrorCode": f"ERR_NGROK_{code}"}).encode(), eof=True)
+            finally:
+                stream.close()

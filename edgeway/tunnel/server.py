@@ -63,6 +63,17 @@ async def _warned(coro: Coroutine[Any, Any, None]) -> None:
         log.warning("tunnel_reload_failed", error=str(exc))
 
 
+def _nanoseconds(extra: dict[str, Any], key: str, default: int) -> float:
+    """A duration the agent gives in nanoseconds (``HeartbeatInterval``), in seconds (at
+    most a day)."""
+    value = extra.get(key) or default
+    if not isinstance(value, int | float) or isinstance(value, bool) \
+            or not 0 <= value <= 86_400e9:
+        raise AuthFailed(f"the Auth message's {key} must be a number of nanoseconds, at most "
+                         "a day's")
+    return value / 1e9
+
+
 class TunnelServer:
     def __init__(self, platform: Platform, tls: TunnelTLS, tcp_host: str = "127.0.0.1",
                  tcp_ports: tuple[int, int] = (20000, 20999), node: str = "",
@@ -206,9 +217,16 @@ class TunnelServer:
                 task.add_done_callback(session.tasks.discard)
         finally:
             watchdog.cancel()
+            # Accepting ends with the connection or with the peer's GOAWAY (it opens no more
+            # streams, and the SDKs close their side right after): the connection ends here
+            # either way, or a peer that sent one, authenticated or not, would hold it open.
+            await session.conn.close()
             await self._ended(session)
 
     async def _stream(self, session: AgentConnection, stream: MuxStream) -> None:
+        """One stream the agent opened: a heartbeat, or an RPC, whose stream is closed once
+        answered (an agent that never closes its half gets it reset after a while), so
+        that RPCs do not use up the session's streams."""
         kind = -1
         try:
             kind = await asyncio.wait_for(rpc.read_type(stream), RPC_TIMEOUT)
@@ -217,7 +235,8 @@ class TunnelServer:
                 return
             async with asyncio.timeout(RPC_TIMEOUT):
                 await self._call(session, stream, kind)
-        except (StreamClosed, asyncio.IncompleteReadError, rpc.RPCError, TimeoutError) as exc:
+        except (StreamClosed, StreamError, asyncio.IncompleteReadError, rpc.RPCError,
+                TimeoutError) as exc:
             if not session.conn.closed.is_set():  # (a session that ends ends its streams)
                 log.info("agent_stream_error", session=session.id,
                          error=str(exc) or type(exc).__name__)
@@ -229,6 +248,11 @@ class TunnelServer:
                     await rpc.reply(stream, {"Version": "3", "ClientId": "", "Error":
                                              "the server cannot reach its database; retry"})
             await session.conn.close()
+        except Exception:  # a fault of ours: logged, and the agent is not left waiting
+            log.exception("agent_rpc_failed", session=session.id, kind=kind)
+            stream.reset()
+        finally:
+            stream.close()
 
     async def _call(self, session: AgentConnection, stream: MuxStream, kind: int) -> None:
         """One RPC the agent opened a stream for (its type read already)."""
@@ -249,11 +273,16 @@ class TunnelServer:
 
     async def _auth(self, session: AgentConnection, stream: MuxStream) -> None:
         req = rpc.folded(await rpc.read_message(stream))
-        extra = req.get("extra") or {}
-        version = next((v for v in req.get("version") or [] if v in PROTOCOL_VERSIONS), "")
+        extra, versions = req.get("extra") or {}, req.get("version") or []
+        version = next((v for v in versions if v in PROTOCOL_VERSIONS), "") \
+            if isinstance(versions, list) else ""
         try:
             if not version:
                 raise AuthFailed("no supported protocol version (this server speaks 3 and 2)")
+            if not isinstance(extra, dict):
+                raise AuthFailed("the Auth message's Extra must be a JSON object")
+            interval = _nanoseconds(extra, "heartbeatinterval", 10_000_000_000)
+            tolerance = _nanoseconds(extra, "heartbeattolerance", 15_000_000_000)
             await self.admission.address(session.peer)
             if self.client_cas and not session.client_cert:
                 raise AuthFailed("this server requires an agent client certificate issued by "
@@ -267,8 +296,6 @@ class TunnelServer:
                                      "Error": rpc.error_text(str(exc), exc.code)})
             await session.conn.close()
             return
-        interval = int(extra.get("heartbeatinterval") or 10_000_000_000) / 1e9
-        tolerance = int(extra.get("heartbeattolerance") or 15_000_000_000) / 1e9
         session.deadline = max(1.0, interval + tolerance)
         session.last_beat = asyncio.get_running_loop().time()
         rules = session.conn.session
@@ -316,6 +343,11 @@ class TunnelServer:
                 return
 
     async def _ended(self, session: AgentConnection) -> None:
+        """The connection is closed: its RPCs in flight see that and finish (a bind is not
+        cancelled half-way, which could leave a port taken or a row behind; within
+        ``RPC_TIMEOUT``, as every RPC), then its tunnels end and its row goes."""
+        if session.tasks:
+            await asyncio.wait(list(session.tasks), timeout=RPC_TIMEOUT)
         for task in list(session.tasks):
             task.cancel()
         # Its ports are free at once when the agent said goodbye (GOAWAY) or its credential
