@@ -120,6 +120,10 @@ def _logins(cfg: ServerConfig, platform: Platform, https_port: int) -> LoginGate
                             cfg.identity, saml.site(host, https_port), https_port)
 
 
+def _stopping_already(sig: signal.Signals) -> None:
+    log.info("signal", signal=sig.name, stopping=True)
+
+
 async def serve(cfg: ServerConfig) -> None:
     early: list[signal.Signals] = []  # SIGINT/SIGTERM while starting: stop once started
     loop = asyncio.get_running_loop()
@@ -158,55 +162,54 @@ async def serve(cfg: ServerConfig) -> None:
         platform.watchers += [router.changed, edge.changed, tunnels.changed]
         edge.http.events = edge.https.events = events.traffic
         TcpListener.closed = TcpEvents(events.traffic, router).closed
-        await events.start()
-        await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
-        await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
-        dns = None
-        if cfg.domains.dns_addr is not None:
-            dns = DnsServer(db, cfg.settings)
-            platform.watchers.append(dns.changed)
-            await dns.start(*cfg.domains.dns_addr, cfg.reuse_port)
-        certificates = CertificateManager(platform, cfg.domains, node_id(cfg.data_dir))
-        if cfg.domains.acme_directory:
-            platform.watchers.append(certificates.changed)
-            certificates.start()
-        platform.agents = tunnels
-        gateway = None
-        if cfg.ssh_addr is not None:
-            gateway = SshGateway(platform, binder, tunnels.node, cfg.data_dir,
-                                 (*cfg.tunnel_names, cfg.ssh_addr[0]), cfg.ssh_host_ca,
-                                 cfg.ssh_keepalive, events.changes)
-            await gateway.start(*cfg.ssh_addr, cfg.reuse_port)
-            platform.watchers.append(gateway.changed)
-            platform.agents = _Commands(tunnels, gateway)
-        config = uvicorn.Config(build(platform, cfg.cors_origins), log_config=None,
-                                access_log=False, lifespan="off", server_header=False)
-        heap.settle()  # (before the API listens: clients wait for that port)
-        api_socket = listen_socket("management API", cfg.api_host, cfg.api_port,
-                                   cfg.reuse_port)
-        server = _Server(config, early)
-        where = "SQLite " + str(cfg.data_dir / "edgeway.db") if not cfg.database_url \
-            else "PostgreSQL"
-        log.info("start", api=cfg.settings.public_url,
-                 tunnel=f"{cfg.tunnel_host}:{cfg.tunnel_port}", http=_addr(cfg.http_addr),
-                 https=_addr(cfg.https_addr), ssh=_addr(cfg.ssh_addr), store=where)
-        trimmer = heap.trimmer()
-        chores = [asyncio.create_task(_report_suppressed())]
-        if trimmer is not None:
-            chores.append(asyncio.create_task(trimmer.run()))
-        try:
-            await server.serve(sockets=[api_socket])
-        finally:
-            for chore in chores:
-                chore.cancel()
-            if gateway is not None:
-                await gateway.stop()
-            await certificates.stop()
-            if dns is not None:
-                await dns.stop()
-            await edge.stop()
-            await tunnels.stop()
-            await events.stop()
+        async with contextlib.AsyncExitStack() as running:  # (stopped in reverse order,
+            await events.start()  # those that started, however the start went)
+            running.push_async_callback(events.stop)
+            await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
+            running.push_async_callback(tunnels.stop)
+            running.push_async_callback(edge.stop)
+            await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
+            if cfg.domains.dns_addr is not None:
+                dns = DnsServer(db, cfg.settings)
+                platform.watchers.append(dns.changed)
+                running.push_async_callback(dns.stop)
+                await dns.start(*cfg.domains.dns_addr, cfg.reuse_port)
+            certificates = CertificateManager(platform, cfg.domains, node)
+            running.push_async_callback(certificates.stop)
+            if cfg.domains.acme_directory:
+                platform.watchers.append(certificates.changed)
+                certificates.start()
+            platform.agents = tunnels
+            if cfg.ssh_addr is not None:
+                gateway = SshGateway(platform, binder, tunnels.node, cfg.data_dir,
+                                     (*cfg.tunnel_names, cfg.ssh_addr[0]), cfg.ssh_host_ca,
+                                     cfg.ssh_keepalive, events.changes)
+                running.push_async_callback(gateway.stop)
+                await gateway.start(*cfg.ssh_addr, cfg.reuse_port)
+                platform.watchers.append(gateway.changed)
+                platform.agents = _Commands(tunnels, gateway)
+            config = uvicorn.Config(build(platform, cfg.cors_origins), log_config=None,
+                                    access_log=False, lifespan="off", server_header=False)
+            heap.settle()  # (before the API listens: clients wait for that port)
+            api_socket = listen_socket("management API", cfg.api_host, cfg.api_port,
+                                       cfg.reuse_port)
+            server = _Server(config, early)
+            where = "SQLite " + str(cfg.data_dir / "edgeway.db") if not cfg.database_url \
+                else "PostgreSQL"
+            log.info("start", api=cfg.settings.public_url,
+                     tunnel=f"{cfg.tunnel_host}:{cfg.tunnel_port}", http=_addr(cfg.http_addr),
+                     https=_addr(cfg.https_addr), ssh=_addr(cfg.ssh_addr), store=where)
+            trimmer = heap.trimmer()
+            chores = [asyncio.create_task(_report_suppressed())]
+            if trimmer is not None:
+                chores.append(asyncio.create_task(trimmer.run()))
+            try:
+                await server.serve(sockets=[api_socket])
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):  # (more while stopping: noted)
+                    loop.add_signal_handler(sig, _stopping_already, sig)
+                for chore in chores:
+                    chore.cancel()
     finally:
         await db.close()
         logs.report_suppressed()

@@ -140,6 +140,11 @@ class GatewayConnection(asyncssh.SSHServer):
         except DatabaseUnavailable:
             self.ssh.disconnect(asyncssh.DISC_SERVICE_NOT_AVAILABLE, NO_DATABASE)
             return
+        if self.conn.closed.is_set():  # gone while the row was written: never registered
+            with contextlib.suppress(Exception):
+                async with self.services.platform.db.write() as tx:
+                    await Repo(tx, self.services.changes()).delete(SESSIONS, sid)
+            return
         self.id = sid
         self.services.connections[sid] = self
         self.services.binder.others[sid] = self
