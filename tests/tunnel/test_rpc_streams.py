@@ -114,23 +114,25 @@ def test_malformed_auth_and_bind_messages_are_answered_with_what_is_wrong(
                 (message, reply)
         agent = await Agent.connect(own_server, token)
         try:
-            for opts, words in (
+            cases: list[tuple[object, str]] = [
                     ([], "Opts must be a JSON object"),
                     ({"Addr": "", "ProxyProto": "v2"}, "Opts.ProxyProto must be a number"),
                     ({"IPRestriction": "10.0.0.0/8"}, "Opts.IPRestriction must be a JSON"),
                     ({"IPRestriction": {"AllowCIDRs": "10.0.0.0/8"}},
-                     "AllowCIDRs must be a JSON array")):
+                     "AllowCIDRs must be a JSON array")]
+            for opts, words in cases:
                 reply = await asyncio.wait_for(agent.rpc(1, {
                     "Id": "", "Proto": "tcp", "Opts": opts, "Extra": {}}), 10)
                 assert reply["URL"] == "" and words in reply["Error"], (opts, reply)
-            for opts, extra, words in (
+            http_cases: list[tuple[object, object, str]] = [
                     ({"BasicAuth": {"Credentials": [7]}}, {},
                      "Credentials must be a JSON object"),
                     ({"RequestHeaders": ["X-A: 1"]}, {},
                      "RequestHeaders must be a JSON object"),
                     ({"OAuth": {"Provider": "google", "Scopes": "email"}}, {},
                      "Opts.OAuth.Scopes must be a JSON array"),
-                    ({}, "x", "Extra must be a JSON object")):
+                    ({}, "x", "Extra must be a JSON object")]
+            for opts, extra, words in http_cases:
                 reply = await asyncio.wait_for(agent.rpc(1, {
                     "Id": "", "Proto": "http", "Opts": opts, "Extra": extra}), 10)
                 assert reply["URL"] == "" and words in reply["Error"], (opts, reply)
