@@ -4,6 +4,7 @@ route's response hooks (an upstream's answer is relayed by ``edge/relay.py``).""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import replace
 from typing import Literal
@@ -31,14 +32,20 @@ DONE: Fate = "done"
 FAILED: Fate = "failed"
 
 
+_UNSPLIT = re.compile(r"[\r\n\0]")
+
+
 def _closes(headers: Headers) -> bool:
     return b"close" in header(headers, b"connection").lower()
 
 
 async def fixed(writer: asyncio.StreamWriter, req: Request | None, answer: Fixed,
                 close: bool = False) -> bool:
-    """Write a local answer; True if the connection may carry another request."""
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
+    """Write a local answer; True if the connection may carry another request. A header
+    value never splits the head, whatever went into it (a line break is a space; what
+    latin-1 cannot say, a "?")."""
+    headers = [(k.encode("latin-1"), _UNSPLIT.sub(" ", v).encode("latin-1", "replace"))
+               for k, v in answer.headers]
     keep = not close and req is not None and req.keep_alive and not req.http10 \
         and req.method != b"CONNECT" and not _closes(headers)
     headers.append((b"Content-Length", b"%d" % len(answer.body)))

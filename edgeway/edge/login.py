@@ -119,9 +119,11 @@ def sign(key: bytes, value: dict[str, Any]) -> str:
 
 
 def unsign(key: bytes, token: str) -> dict[str, Any] | None:
+    """The value ``token`` carries if ``sign`` made it with ``key``, else None (whatever the
+    client sent: a cookie or a query parameter, any characters)."""
     data, _, mac = token.partition(".")
-    want = _b64(hmac.new(key, data.encode(), hashlib.sha256).digest())
-    if not mac or not hmac.compare_digest(mac, want):
+    want = _b64(hmac.new(key, data.encode("utf-8", "replace"), hashlib.sha256).digest())
+    if not mac or not mac.isascii() or not hmac.compare_digest(mac, want):
         return None
     return peek(data)
 
@@ -178,9 +180,12 @@ def refused(title: str, detail: str, status: int = 403) -> Fixed:
 
 
 def local_target(target: Any) -> str:
-    """A path on this host to send the browser back to (never another site)."""
+    """A path on this host to send the browser back to (never another site): printable
+    ASCII only (a browser drops tabs and line breaks from a URL, so ``/<TAB>/evil`` would
+    be ``//evil``; and a line break in a header splits it)."""
     text = str(target or "/")
-    if not text.startswith("/") or text.startswith("//") or "\\" in text:
+    if not text.startswith("/") or text.startswith("//") or "\\" in text \
+            or not text.isascii() or not text.isprintable() or " " in text:
         return "/"
     return text
 

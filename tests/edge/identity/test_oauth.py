@@ -222,3 +222,17 @@ def test_the_sdk_oauth_bind(ids: Identity, service: int) -> None:
             assert ids.search.asked[-1]["redirect_uri"] == f"{own}/.edgeway/oauth/callback"
     finally:
         a.stop()
+
+
+def test_tokens_that_are_not_ascii_get_a_login_not_a_dropped_connection(ids: Identity) -> None:
+    """A signed state or session cookie with characters outside ASCII (anyone can send one)
+    is refused like any forged token (it dropped the connection with a TypeError)."""
+    site = oauth_site(ids, "ascii.example.com", "code_host_a")
+    with Browser(ids.srv) as web:
+        r = web.request("GET", f"{ids.login_site}/.edgeway/oauth/callback?state=x.%C3%A9")
+        assert r.status_code in (400, 403), r.text
+        r = web.request("GET", f"{site}/.edgeway/oauth/callback?state=a.b%E2%82%AC&code=c")
+        assert r.status_code in (400, 403), r.text
+        r = web.request("GET", f"{site}/headers",
+                        headers={"Cookie": b"edgeway.session=e30.\xe9\xe9"})
+        assert r.status_code == 302 and "/login/oauth/authorize" in r.headers["location"]

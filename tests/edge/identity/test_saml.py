@@ -181,3 +181,20 @@ def test_the_nameid_format_and_the_route_host(ids: Identity, idp: Idp) -> None:
             ":emailAddress")
         r = post(web, sp, idp.respond("alice", sp.entity, sp.acs), "/headers")
         assert r.status_code == 403 and "NameID format" in r.text
+
+
+def test_an_idp_initiated_relay_state_stays_on_the_site_and_in_its_header(
+        ids: Identity, idp: Idp, sites: tuple[Sp, Sp]) -> None:
+    """An IdP-initiated login's RelayState (unsigned: whoever posts the form chooses it) that
+    would split the redirect's head, leave the site once a browser drops its tab, or cannot
+    be said in a header sends the browser to the site's root instead."""
+    sp = sites[0]
+    host = sp.site.split("//")[1].split(":")[0]
+    for relay in ("/a\r\nSet-Cookie: planted=1", "/\t/evil.example/x", "/caf\u00e9\u20ac",
+                  "https://evil.example/x", f"{sp.site}/\t/evil.example/x"):
+        with Browser(ids.srv) as web:
+            r = web.request("POST", sp.acs, cross_site=True, data={
+                "SAMLResponse": idp.respond("alice", sp.entity, sp.acs), "RelayState": relay})
+            assert (r.status_code, r.headers["location"]) == (302, "/"), (relay, r.headers)
+            assert web.cookie(host, "planted") is None and "planted" not in r.headers
+            assert web.cookie(host, "edgeway.session") is not None  # (logged in)
