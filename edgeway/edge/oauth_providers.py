@@ -48,7 +48,9 @@ def _enterprise_a(doc: Any) -> Identity:
     return Identity(_text(doc, "id"), _text(doc, "mail") or upn, _text(doc, "displayName"), upn)
 
 
-def _openid(doc: Any) -> Identity:
+def openid_identity(doc: Any) -> Identity:
+    """The user of OpenID Connect claims (an ID token's, or a userinfo answer): the e-mail
+    only if the provider did not say it is unverified."""
     email = _verified(doc)
     return Identity(_text(doc, "sub"), email, _text(doc, "name"),
                     _text(doc, "preferred_username") or email)
@@ -109,12 +111,12 @@ PROVIDERS: dict[str, Provider] = {p.name: p for p in (
         "authorize": "https://accounts.google.com/o/oauth2/v2/auth",
         "token": "https://oauth2.googleapis.com/token",
         "user": "https://openidconnect.googleapis.com/v1/userinfo",
-    }, ("openid", "email", "profile"), _openid),
+    }, ("openid", "email", "profile"), openid_identity),
     Provider("professional_net", "linkedin", {
         "authorize": "https://www.linkedin.com/oauth/v2/authorization",
         "token": "https://www.linkedin.com/oauth/v2/accessToken",
         "user": "https://api.linkedin.com/v2/userinfo",
-    }, ("openid", "profile", "email"), _openid, pkce=False),
+    }, ("openid", "profile", "email"), openid_identity, pkce=False),
     Provider("code_host_b", "gitlab", {
         "authorize": "https://gitlab.com/oauth/authorize",
         "token": "https://gitlab.com/oauth/token",

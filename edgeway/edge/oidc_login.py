@@ -19,9 +19,10 @@ import httpx
 
 from edgeway.edge import login
 from edgeway.edge.hooks import Exchange
-from edgeway.edge.login import LOGIN_TTL, Flow, Gate, Identity, ProviderError
+from edgeway.edge.login import LOGIN_TTL, Flow, Gate, ProviderError
 from edgeway.edge.modules import oidc
 from edgeway.edge.modules.oidc import BadToken, Config
+from edgeway.edge.oauth_providers import openid_identity
 from edgeway.edge.pages import Fixed
 
 if TYPE_CHECKING:
@@ -115,9 +116,7 @@ class OidcFlow(Flow):
                                     str(state.get("n", "")))
         if isinstance(claims, Fixed):
             return claims
-        who = Identity(str(claims["sub"]), str(claims.get("email", "")),
-                       str(claims.get("name", "")),
-                       str(claims.get("preferred_username", "") or claims.get("email", "")))
+        who = openid_identity(claims)  # (an e-mail the provider did not verify is none)
         c = cfg.common
         refusal = self.gate.allowed(who, [("allow_emails/allow_domains",
                                            c.email_allowed(who.email))] if c.email_rules

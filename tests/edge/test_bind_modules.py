@@ -57,9 +57,13 @@ def test_oidc_login_with_allowed_emails_on_an_sdk_endpoint(srv: Server, token: s
                            "oidc": [issuer, "sdk-client", "sdk-secret", ["alice@example.com"]]})
     try:
         (url,) = a.urls
+        # eve claims alice's address, which the provider did not verify
+        r = httpx.put(f"{issuer}/users/eve", json={"email": "alice@example.com",
+                                                   "email_verified": False})
+        assert r.status_code == 204, r.text
         with EdgeClient(srv) as web:
             outcomes = {}
-            for user in ("alice@example.com", "mallory@example.com"):
+            for user in ("alice@example.com", "mallory@example.com", "eve"):
                 web.http.cookies.clear()
                 r = web.get(f"{url}/headers")
                 assert r.status_code == 302, r.text
@@ -77,7 +81,8 @@ def test_oidc_login_with_allowed_emails_on_an_sdk_endpoint(srv: Server, token: s
                     seen = dict(web.get(f"{url}/headers",
                                         headers={"Cookie": session}).json()["headers"])
                     assert seen["edgeway-auth-user-email"] == user
-            assert outcomes == {"alice@example.com": 302, "mallory@example.com": 403}
+            assert outcomes == {"alice@example.com": 302, "mallory@example.com": 403,
+                                "eve": 403}
     finally:
         a.stop()
 

@@ -67,10 +67,13 @@ def test_valid_tokens_give_their_claims(alg: str, kid: str) -> None:
     assert oidc.verify_id_token(token(GOOD, alg, kid), JWKS, CFG, "n1", NOW)["sub"] == "u1"
     listed = {**GOOD, "aud": ["other", "app"]}
     assert oidc.verify_id_token(token(listed, alg, kid), JWKS, CFG, "n1", NOW)["sub"] == "u1"
+    slashed = {**GOOD, "iss": "https://idp.example.com/"}  # (as Auth0 and others write it)
+    assert oidc.verify_id_token(token(slashed, alg, kid), JWKS, CFG, "n1", NOW)["sub"] == "u1"
 
 
 @pytest.mark.parametrize(("claims", "nonce", "words"), [
     ({**GOOD, "iss": "https://evil.example.com"}, "n1", "issued by"),
+    ({**GOOD, "iss": "https://idp.example.com.evil/"}, "n1", "issued by"),
     ({**GOOD, "aud": "someone-else"}, "n1", "not for this client"),
     ({**GOOD, "exp": NOW - 120}, "n1", "expired"),
     (GOOD, "n2", "nonce"),
@@ -103,3 +106,10 @@ def test_signed_values_resist_tampering() -> None:
     assert login.unsign(key, f"{forged}.{mac}") is None
     assert login.unsign(b"x" * 32, value) is None
     assert login.unsign(key, data) is None
+
+
+def test_signed_values_with_characters_outside_ascii_are_refused() -> None:
+    key = b"k" * 32
+    data = login.sign(key, {"sub": "u1"}).partition(".")[0]
+    for forged in (f"{data}.\u00e9", f"{data}.x\u20ac", f"\u00e9{data}.abc"):
+        assert login.unsign(key, forged) is None

@@ -115,7 +115,8 @@ def _verify(head: dict[str, Any], jwks: dict[str, Any], signed: bytes, signature
 
 def _check_claims(claims: dict[str, Any], cfg: Config, nonce: str, now: float) -> None:
     aud = claims.get("aud")
-    if claims.get("iss") != cfg.issuer:
+    if str(claims.get("iss", "")).rstrip("/") != cfg.issuer:  # (as discovery is read:
+        # some providers' issuer ends with a slash, and the configured one never does)
         raise BadToken(f"the ID token was issued by {claims.get('iss')!r}, not {cfg.issuer!r}")
     if cfg.client_id != aud and not (isinstance(aud, list) and cfg.client_id in aud):
         raise BadToken("the ID token is not for this client")
