@@ -45,13 +45,12 @@ KINDS = ("oidc", "oauth", "saml")
 @dataclass(frozen=True)
 class Identity:
     """Who the provider says logged in; ``facts`` are what rules look at (teams,
-    organizations, groups), ``extra`` what the session keeps for later (SAML NameID)."""
+    organizations, groups)."""
     id: str
     email: str = ""
     name: str = ""
     username: str = ""
     facts: tuple[str, ...] = ()
-    extra: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ Endpoints by name: ``authorize`` (the browser is sent there), ``token`` (the cod
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from edgeway.edge.login import Identity
@@ -44,8 +44,13 @@ def _social_a(doc: Any) -> Identity:
 
 
 def _enterprise_a(doc: Any) -> Identity:
+    """A Microsoft account, of any tenant (the ``common`` endpoints). Its e-mail, which the
+    e-mail rules check, is the user principal name: its domain is one the tenant verified.
+    Graph's ``mail`` is not: any tenant's administrator may set it to any address, so it
+    would let another tenant's user pass as ``ceo@your.example``."""
     upn = _text(doc, "userPrincipalName")
-    return Identity(_text(doc, "id"), _text(doc, "mail") or upn, _text(doc, "displayName"), upn)
+    email = upn if "@" in upn and "#EXT#" not in upn.upper() else ""  # (a guest's: none)
+    return Identity(_text(doc, "id"), email, _text(doc, "displayName"), upn)
 
 
 def openid_identity(doc: Any) -> Identity:
@@ -83,7 +88,6 @@ class Provider:
     # extra scopes the team and organization rules need
     rule_scopes: tuple[str, ...] = ()
     user_headers: tuple[tuple[str, str], ...] = ()
-    extra: dict[str, str] = field(default_factory=dict)  # more authorize parameters
 
 
 PROVIDERS: dict[str, Provider] = {p.name: p for p in (
