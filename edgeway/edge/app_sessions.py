@@ -179,7 +179,7 @@ class AppSessions:
             return
         async with self.db.write() as tx:
             repo = Repo(tx)
-            doc = await repo.get(SESSIONS, live.id)
+            doc = await repo.get_for_update(SESSIONS, live.id, self.db.dialect)
             if doc is None:
                 return
             doc["last_active"], doc["seen"] = stamp(now), round(now, 3)
@@ -188,16 +188,20 @@ class AppSessions:
             if user is not None:
                 await repo.replace(USERS, live.user_id, {**user, "last_active": stamp(now)})
 
-    async def checked(self, live: Live, now: float, token: str = "") -> None:
-        """The user passed a re-check at the provider (with a refreshed token, if given)."""
+    async def checked(self, live: Live, now: float, token: str = "", refresh: str = ""
+                      ) -> None:
+        """The user passed a re-check at the provider (with a refreshed token, and the new
+        refresh token of a provider that rotates them, if given)."""
         async with self.db.write() as tx:
             repo = Repo(tx)
-            doc = await repo.get(SESSIONS, live.id)
+            doc = await repo.get_for_update(SESSIONS, live.id, self.db.dialect)
             if doc is None:
                 return
             doc["checked_at"] = int(now)
             if token:
                 doc["token_sealed"] = self.seal(token)
+            if refresh:
+                doc["refresh_sealed"] = self.seal(refresh)
             await repo.replace(SESSIONS, live.id, doc)
 
     async def end(self, sid: str) -> None:

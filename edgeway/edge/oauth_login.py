@@ -208,14 +208,16 @@ class OAuthFlow(Flow):
         facts: list[str] = []
         if cfg.teams:
             for team in await self._listed(cfg, client_id, token, "teams"):
-                org = str((team.get("organization") or {}).get("login", "")).lower()
-                facts += [f"team:{org}/{str(team.get('slug', '')).lower()}",
-                          f"team:{team.get('id')}"]
+                org = team.get("organization") if isinstance(team, dict) else None
+                if isinstance(org, dict):
+                    facts += [f"team:{str(org.get('login', '')).lower()}/"
+                              f"{str(team.get('slug', '')).lower()}", f"team:{team.get('id')}"]
         if cfg.organizations:
             facts += [f"org:{str(o.get('login', '')).lower()}"
-                      for o in await self._listed(cfg, client_id, token, "organizations")]
-        return replace(who, email=str(primary[0]["email"]) if primary else "",
-                       facts=tuple(facts))
+                      for o in await self._listed(cfg, client_id, token, "organizations")
+                      if isinstance(o, dict)]
+        email = primary[0].get("email") if primary else None
+        return replace(who, email=email if isinstance(email, str) else "", facts=tuple(facts))
 
     def due(self, hook: Gate, live: Live, now: float) -> bool:
         interval = self._cfg(hook).check_interval
@@ -227,7 +229,7 @@ class OAuthFlow(Flow):
         sessions = self.gate.sessions
         token = sessions.unseal(str(live.doc.get("token_sealed", "")))
         refresh = sessions.unseal(str(live.doc.get("refresh_sealed", "")))
-        renewed = ""
+        renewed: dict[str, Any] = {}
         try:
             if app is None or not token:
                 raise Revoked("no token")
@@ -236,12 +238,12 @@ class OAuthFlow(Flow):
             except Revoked:
                 if not refresh:
                     raise
-                renewed = str((await self._exchange(cfg, app, {
+                renewed = await self._exchange(cfg, app, {
                     "grant_type": "refresh_token", "refresh_token": refresh})
-                    ).get("access_token") or "")
-                if not renewed:
+                if not isinstance(renewed.get("access_token"), str) \
+                        or not renewed["access_token"]:
                     raise
-                who = await self.identify(cfg, app[0], renewed)
+                who = await self.identify(cfg, app[0], renewed["access_token"])
         except Revoked:
             await sessions.end(live.id)
             return await self.begin(hook, x)
@@ -249,7 +251,10 @@ class OAuthFlow(Flow):
         if refusal is not None:
             await sessions.end(live.id)
             return refusal
-        await sessions.checked(live, time.time(), renewed)
+        # a provider that rotates refresh tokens answers a new one (the old is spent)
+        rotated = renewed.get("refresh_token")
+        await sessions.checked(live, time.time(), str(renewed.get("access_token") or ""),
+                               rotated if isinstance(rotated, str) else "")
         return None
 
 

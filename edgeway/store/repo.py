@@ -59,6 +59,14 @@ class Repo:
         raw = await self.tx.doc_by_id(kind.table, id_)
         return _dec.decode(raw) if raw is not None else None
 
+    async def get_for_update(self, kind: Kind, id_: str, dialect: str) -> dict[str, Any] | None:
+        """``get`` in a write transaction, the row locked until it ends, so that two
+        read-modify-writes of one document do not lose either's change (on PostgreSQL;
+        SQLite's writer holds the whole database already)."""
+        lock = " FOR UPDATE" if dialect == "postgresql" else ""
+        row = await self.tx.fetchone(f"SELECT doc FROM {kind.table} WHERE id = ?{lock}", id_)
+        return _dec.decode(row[0]) if row is not None else None
+
     async def page(self, kind: Kind, before_id: str | None, limit: int) -> list[Item]:
         if before_id is None:
             rows = await self.tx.fetchall(

@@ -75,6 +75,7 @@ class Provider:
         self.refresh: dict[str, str] = {}  # refresh token -> login
         self.asked: list[dict[str, str]] = []  # every authorization request's parameters
         self.token_ttl = 3600.0
+        self.refreshed = 0  # refresh grants answered
         self.page_size = 100
         self.lock = threading.Lock()
 
@@ -149,9 +150,12 @@ class Provider:
         if not self._client_ok(q, basic):
             return {"error": "invalid_client"}
         with self.lock:
-            if q.get("grant_type") == "refresh_token":
-                login = self.refresh.get(q.get("refresh_token", ""))
-                return self._issue(login) if login in self.users else {"error": "invalid_grant"}
+            if q.get("grant_type") == "refresh_token":  # one use each: rotated, as
+                login = self.refresh.pop(q.get("refresh_token", ""), None)  # RFC 9700 asks
+                if login not in self.users:
+                    return {"error": "invalid_grant"}
+                self.refreshed += 1
+                return self._issue(login)
             grant = self.codes.pop(q.get("code", ""), None)  # a code works once
             if grant is None or grant.expires < time.time() or grant.client != q.get(
                     "client_id") or grant.redirect_uri != q.get("redirect_uri"):
