@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger()
 MAX_RESPONSE = 1 << 20  # bytes of a POSTed SAML response
+SETTINGS = 1024  # routes whose python3-saml settings are kept made
 UNSPECIFIED = "urn:oasis:names:tc:SAML:1.1:nameid-format:unspecified"
 # what python3-saml raises on messages that are not SAML (bad base64, deflate or XML)
 MALFORMED = (OneLogin_Saml2_Error, OneLogin_Saml2_ValidationError, ValueError, LxmlError,
@@ -75,15 +76,18 @@ class SamlFlow(Flow):
     def __init__(self, gate: LoginGate, https_port: int) -> None:
         super().__init__(gate)
         self.https_port = https_port
-        self._settings: dict[str, tuple[str, OneLogin_Saml2_Settings]] = {}
+        self._settings: dict[str, tuple[Config, OneLogin_Saml2_Settings]] = {}
 
     def site(self, cfg: Config) -> str:
         return catalog_saml.site(cfg.host, self.https_port)
 
     def settings(self, cfg: Config) -> OneLogin_Saml2_Settings:
-        """The route's python3-saml settings (made once per configuration)."""
-        cached = self._settings.get(cfg.common.key)
-        if cached is not None and cached[0] == cfg.common.realm:
+        """The route's python3-saml settings, made once per configuration (all of it: a
+        module removed and added again has a new signing key), for the ``SETTINGS`` routes
+        used last."""
+        cached = self._settings.pop(cfg.common.key, None)
+        if cached is not None and cached[0] == cfg:
+            self._settings[cfg.common.key] = cached  # (now the last used)
             return cached[1]
         base = self.site(cfg) + cfg.base
         try:
@@ -99,7 +103,9 @@ class SamlFlow(Flow):
                    "singleLogoutService": {"url": base + "/slo",
                                            "binding": C.BINDING_HTTP_REDIRECT},
                    "x509cert": cfg.cert_pem, "privateKey": key}})
-        self._settings[cfg.common.key] = (cfg.common.realm, made)
+        self._settings[cfg.common.key] = (cfg, made)
+        while len(self._settings) > SETTINGS:  # (routes deleted, or not used for long)
+            del self._settings[next(iter(self._settings))]
         return made
 
     def _request(self, cfg: Config, path: str, get: dict[str, str] | None = None,

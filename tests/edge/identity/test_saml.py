@@ -198,3 +198,27 @@ def test_an_idp_initiated_relay_state_stays_on_the_site_and_in_its_header(
             assert (r.status_code, r.headers["location"]) == (302, "/"), (relay, r.headers)
             assert web.cookie(host, "planted") is None and "planted" not in r.headers
             assert web.cookie(host, "edgeway.session") is not None  # (logged in)
+
+
+def test_a_module_added_again_signs_with_its_new_key(ids: Identity, idp: Idp,
+                                                     tmp_path: Path) -> None:
+    """Removing the saml module and adding it again gives the route a new signing key: the
+    metadata the edge serves is signed with it at once (the edge kept using the old one,
+    which an IdP loaded with the new certificate refuses)."""
+    sp = saml_site(ids, idp, "rekey.example.com")
+    module = f"/edges/https/{sp.route['edge_id']}/routes/{sp.route['id']}/saml"
+    with ids.srv.client() as api:
+        before = api.get(module).json()
+        assert api.delete(module).status_code == 204
+        r = api.put(module, json={"idp_metadata": idp.metadata()})
+        assert r.status_code == 200, r.text
+        cert = r.json()["request_signing_certificate_pem"]
+    assert cert != before["request_signing_certificate_pem"]
+    (tmp_path / "sp.crt").write_text(cert)
+    with Browser(ids.srv) as web:
+        (tmp_path / "md.xml").write_text(web.go(sp.entity).text)
+    check = subprocess.run(["xmlsec1", "--verify", "--pubkey-cert-pem", str(tmp_path / "sp.crt"),
+                            "--id-attr:ID", "urn:oasis:names:tc:SAML:2.0:metadata:"
+                            "EntityDescriptor", str(tmp_path / "md.xml")],
+                           capture_output=True, text=True)
+    assert check.returncode == 0 and "OK" in check.stderr, check.stderr
