@@ -12,10 +12,10 @@ import re
 from typing import Any
 
 from edgeway import catalog
-from edgeway.edge.pages import Fixed
+from edgeway.edge.pages import Fixed, page
 from edgeway.pki.platform_ca import ServedCert
 from edgeway.store.acme import AcmeStore
-from edgeway.store.db import Database
+from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
 
 TLS = catalog.BY_COLLECTION["tls_certificates"]
@@ -28,7 +28,11 @@ async def http01(db: Database, method: bytes, target: bytes) -> Fixed | None:
     found = CHALLENGE.fullmatch(target) if method in (b"GET", b"HEAD") else None
     if found is None:
         return None
-    answer = await AcmeStore(db).http_answer(found.group(1).decode())
+    try:
+        answer = await AcmeStore(db).http_answer(found.group(1).decode())
+    except DatabaseUnavailable:  # (the CA asks again: a clear refusal, not a dropped line)
+        return page(503, "Not available", "The platform cannot read its certificate orders "
+                    "right now; try again.", 4017, (("Retry-After", "5"),))
     if answer is None:
         return None
     return Fixed(200, (("Content-Type", "text/plain"),), answer.encode())

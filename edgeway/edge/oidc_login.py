@@ -66,13 +66,13 @@ class OidcFlow(Flow):
             r = await http.get(f"{issuer}/.well-known/openid-configuration")
             r.raise_for_status()
             meta = r.json()
-            if not isinstance(meta, dict) or meta.get("issuer", "").rstrip("/") != issuer:
+            if not isinstance(meta, dict) or str(meta.get("issuer") or "").rstrip("/") != issuer:
                 raise ProviderError(f"{issuer}: its discovery document names another issuer "
                                     f"({meta.get('issuer') if isinstance(meta, dict) else '?'})")
             r = await http.get(meta["jwks_uri"])
             r.raise_for_status()
             jwks = r.json()
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ProviderError(f"{issuer}: {type(exc).__name__}: {exc}") from None
         if not isinstance(jwks, dict):
             raise ProviderError(f"{issuer}: its JWKS is not a JSON object")

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import BACKENDS
@@ -71,6 +72,11 @@ def _check(srv: Server, url: str, link: Link, service: int) -> None:
             assert web.get(first.urls[0] + "/b").status_code == 200
             _wait_log(srv, "edge_snapshot_stale")  # the background reload failed, and said so
             assert web.get(first.urls[0] + "/c").status_code == 200
+            challenge = httpx.get(  # a CA's http-01 request: it cannot be read, and says so
+                f"http://127.0.0.1:{srv.http_port}/.well-known/acme-challenge/{'t' * 43}",
+                headers={"Host": "site.example.com"}, timeout=60)
+            assert challenge.status_code == 503, challenge.text
+            assert challenge.headers["edgeway-error-code"] == "ERR_EDGEWAY_4017"
             refused = _connect(srv, token, forward)
             assert refused.returncode != 0
             assert "the server cannot reach its database; retry" in refused.stderr

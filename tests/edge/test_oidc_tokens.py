@@ -113,3 +113,11 @@ def test_signed_values_with_characters_outside_ascii_are_refused() -> None:
     data = login.sign(key, {"sub": "u1"}).partition(".")[0]
     for forged in (f"{data}.\u00e9", f"{data}.x\u20ac", f"\u00e9{data}.abc"):
         assert login.unsign(key, forged) is None
+
+
+def test_a_jwks_not_as_its_format_says_verifies_nothing_and_raises_nothing_else() -> None:
+    rsa_key = JWKS["keys"][0]
+    for jwks in ({"keys": {"r1": rsa_key}}, {"keys": 7},
+                 {"keys": [{**rsa_key, "e": 65537}]}, {"keys": [{**rsa_key, "n": None}]}):
+        with pytest.raises(oidc.BadToken, match="signature"):
+            oidc.verify_id_token(token(GOOD), jwks, CFG, "n1", NOW)

@@ -102,14 +102,15 @@ def _verify(head: dict[str, Any], jwks: dict[str, Any], signed: bytes, signature
     alg, kid = head.get("alg"), head.get("kid")
     if alg not in ALGORITHMS:
         raise BadToken(f"the ID token's algorithm {alg!r} is not accepted (RS256, ES256)")
-    keys = [k for k in jwks.get("keys", []) if isinstance(k, dict)
+    listed = jwks.get("keys")
+    keys = [k for k in (listed if isinstance(listed, list) else []) if isinstance(k, dict)
             and (kid is None or k.get("kid") == kid) and k.get("use", "sig") == "sig"]
     for jwk in keys:
         try:
             _check_signature(str(alg), jwk, signed, signature)
             return
-        except (InvalidSignature, KeyError, ValueError, BadToken):
-            continue
+        except (InvalidSignature, KeyError, ValueError, TypeError, BadToken):
+            continue  # (a key of another kind, or not as the JWK format says)
     raise BadToken("the ID token's signature does not verify with the provider's keys")
 
 
