@@ -65,13 +65,16 @@ class Common:
     allow_emails: tuple[str, ...] = ()  # lower case
     allow_domains: tuple[str, ...] = ()
 
+    # Cookie names start with ``__Host-``: a browser keeps such a cookie to the host that
+    # set it (Secure, Path=/, no Domain), so a site on a sibling name (another tunnel under
+    # the same domain) cannot plant a session or a login state of its own choosing.
     @property
     def cookie(self) -> str:
-        return self.prefix + "session"
+        return f"__Host-{self.prefix}session"
 
     @property
     def state_cookie(self) -> str:
-        return f"{self.prefix}{self.kind}_state"
+        return f"__Host-{self.prefix}{self.kind}_state"
 
     @property
     def email_rules(self) -> bool:

@@ -45,7 +45,7 @@ def log_in(web: EdgeClient, user: str, target: str = "/headers?x=1"
     web.http.cookies.clear()
     r = web.get(f"https://{HOST}{target}")
     assert r.status_code == 302, r.text
-    state_cookie = cookies(r)["edgeway.oidc_state"]
+    state_cookie = cookies(r)["__Host-edgeway.oidc_state"]
     authorize = r.headers["location"]
     query = parse_qs(urlsplit(authorize).query)
     assert query["redirect_uri"] == [f"https://{HOST}/.edgeway/oidc/callback"]
@@ -56,7 +56,7 @@ def log_in(web: EdgeClient, user: str, target: str = "/headers?x=1"
     assert callback.hostname == HOST
     web.http.cookies.clear()
     r = web.get(f"https://{HOST}{callback.path}?{callback.query}",
-                headers={"Cookie": f"edgeway.oidc_state={state_cookie}"})
+                headers={"Cookie": f"__Host-edgeway.oidc_state={state_cookie}"})
     return r, {**cookies(r), "_callback": f"{callback.path}?{callback.query}"}
 
 
@@ -65,10 +65,10 @@ def test_log_in_then_requests_carry_the_identity(srv: Server) -> None:
     with EdgeClient(srv) as web:
         done, set_ = log_in(web, "alice@example.com")
         assert done.status_code == 302 and done.headers["location"] == "/headers?x=1"
-        session = set_["edgeway.session"]
+        session = set_["__Host-edgeway.session"]
         web.http.cookies.clear()
         r = web.get(f"https://{HOST}/headers?x=1", headers={
-            "Cookie": f"edgeway.session={session}", "Edgeway-Auth-User-Id": "mallory"})
+            "Cookie": f"__Host-edgeway.session={session}", "Edgeway-Auth-User-Id": "mallory"})
         assert r.status_code == 200, r.text
         seen = r.json()["headers"]
         ids = [v for k, v in seen if k == "edgeway-auth-user-id"]
@@ -76,12 +76,13 @@ def test_log_in_then_requests_carry_the_identity(srv: Server) -> None:
         assert ["edgeway-auth-user-email", "alice@example.com"] in seen
         web.http.cookies.clear()
         tampered = session[:-2] + ("AA" if not session.endswith("AA") else "BB")
-        r = web.get(f"https://{HOST}/headers", headers={"Cookie": f"edgeway.session={tampered}"})
+        r = web.get(f"https://{HOST}/headers",
+                    headers={"Cookie": f"__Host-edgeway.session={tampered}"})
         assert r.status_code == 302  # back to the provider
         web.http.cookies.clear()
         r = web.get(f"https://{HOST}/.edgeway/oidc/logout",
-                    headers={"Cookie": f"edgeway.session={session}"})
-        assert r.status_code == 200 and "edgeway.session=;" in r.headers["set-cookie"]
+                    headers={"Cookie": f"__Host-edgeway.session={session}"})
+        assert r.status_code == 200 and "__Host-edgeway.session=;" in r.headers["set-cookie"]
         assert "Max-Age=0" in r.headers["set-cookie"]
 
 
@@ -99,7 +100,7 @@ def test_a_callback_from_another_browser_or_replayed_is_refused(srv: Server) -> 
 def test_sessions_end_after_the_maximum_duration(srv: Server) -> None:
     with EdgeClient(srv) as web:
         _, set_ = log_in(web, "carol@example.com")
-        session = {"Cookie": f"edgeway.session={set_['edgeway.session']}"}
+        session = {"Cookie": f"__Host-edgeway.session={set_['__Host-edgeway.session']}"}
         web.http.cookies.clear()
         assert web.get(f"https://{HOST}/headers", headers=session).status_code == 200
         time.sleep(5)  # maximum_duration is 4 s

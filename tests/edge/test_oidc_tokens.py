@@ -58,7 +58,7 @@ def token(claims: dict[str, Any], alg: str = "RS256", kid: str = "r1",
 
 def test_config_defaults() -> None:
     assert CFG.issuer == "https://idp.example.com" and CFG.scopes == ("openid", "email")
-    assert CFG.common.cookie == "edgeway.session" and CFG.common.maximum == DEFAULT_MAXIMUM
+    assert CFG.common.cookie == "__Host-edgeway.session" and CFG.common.maximum == DEFAULT_MAXIMUM
     assert CFG.common.inactivity == 0 and not CFG.common.options_passthrough
 
 

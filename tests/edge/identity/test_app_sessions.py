@@ -15,7 +15,7 @@ from tests.edge.identity.test_oauth import identity, log_in, oauth_site
 
 
 def sid(web: Browser, host: str) -> str:
-    cookie = web.cookie(host, "edgeway.session")
+    cookie = web.cookie(host, "__Host-edgeway.session")
     assert cookie is not None
     payload = login.peek(cookie)
     assert payload is not None

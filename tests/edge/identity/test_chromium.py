@@ -60,7 +60,8 @@ def test_oauth_and_saml_logins_in_chromium(ids: Identity, idp: Idp, chromium: Br
         assert seen(page) == {"edgeway-auth-user-id": "1", "edgeway-auth-user-name": "Alice",
                               "edgeway-auth-user-email": "alice@acme.example"}
         cookies = {c["name"]: c for c in context.cookies(oauth)}
-        assert cookies["edgeway.session"]["httpOnly"] and cookies["edgeway.session"]["secure"]
+        session = cookies["__Host-edgeway.session"]  # (kept by the browser: the prefix's rules
+        assert session["httpOnly"] and session["secure"]  # are met)
 
         page.goto(f"{sp.site}/headers")
         assert page.url.startswith(idp.base)  # at the IdP, with a signed AuthnRequest

@@ -71,7 +71,7 @@ def test_code_host_a_teams_organizations_and_the_original_url(ids: Identity) -> 
         r = log_in(web, f"{site}/headers", "carol")
         assert r.status_code == 403 and r.headers["edgeway-error-code"] == "ERR_EDGEWAY_4015"
         assert "not allowed by teams or organizations" in r.text
-        assert web.cookie("gh.example.com", "edgeway.session") is None
+        assert web.cookie("gh.example.com", "__Host-edgeway.session") is None
 
 
 def test_email_rules(ids: Identity) -> None:
@@ -96,11 +96,11 @@ def test_a_callback_from_another_browser_or_a_used_code_is_refused(ids: Identity
         callback = web.direct.post(action, data=fields | {"login": "alice"}).headers["location"]
         r = other.go(callback)  # not the browser that started it: no state cookie
         assert r.status_code == 400 and r.headers["edgeway-error-code"] == "ERR_EDGEWAY_4015"
-        state = web.cookie("state.example.com", "edgeway.oauth_state")
+        state = web.cookie("state.example.com", "__Host-edgeway.oauth_state")
         assert web.go(callback).status_code == 200  # the right browser
-        assert web.cookie("state.example.com", "edgeway.oauth_state") is None  # (spent)
+        assert web.cookie("state.example.com", "__Host-edgeway.oauth_state") is None  # (spent)
         with Browser(ids.srv) as replay:  # the same answer again, with the state cookie
-            replay.jar["state.example.com"] = {"edgeway.oauth_state": (str(state), "lax")}
+            replay.jar["state.example.com"] = {"__Host-edgeway.oauth_state": (str(state), "lax")}
             r = replay.go(callback)
             assert r.status_code == 403 and "did not exchange the code" in r.text
 
@@ -157,7 +157,8 @@ def test_logout_ends_the_session(ids: Identity) -> None:
     with Browser(ids.srv) as web:
         assert log_in(web, f"{site}/headers", "alice").status_code == 200
         r = web.go(f"{site}/.edgeway/oauth/logout")
-        assert r.status_code == 200 and web.cookie("out.example.com", "edgeway.session") is None
+        assert r.status_code == 200
+        assert web.cookie("out.example.com", "__Host-edgeway.session") is None
         assert web.request("GET", f"{site}/headers").status_code == 302
 
 
@@ -239,5 +240,5 @@ def test_tokens_that_are_not_ascii_get_a_login_not_a_dropped_connection(ids: Ide
         r = web.request("GET", f"{site}/.edgeway/oauth/callback?state=a.b%E2%82%AC&code=c")
         assert r.status_code in (400, 403), r.text
         r = web.request("GET", f"{site}/headers",
-                        headers={"Cookie": b"edgeway.session=e30.\xe9\xe9"})
+                        headers={"Cookie": b"__Host-edgeway.session=e30.\xe9\xe9"})
         assert r.status_code == 302 and "/login/oauth/authorize" in r.headers["location"]

@@ -127,7 +127,8 @@ def test_refused_assertions(ids: Identity, idp: Idp, sites: tuple[Sp, Sp]) -> No
         with Browser(ids.srv) as web:
             r = post(web, where, response, "/headers")
             refusals[name] = (r.status_code, r.text)
-            assert web.cookie(where.site.split("//")[1].split(":")[0], "edgeway.session") is None
+            where_host = where.site.split("//")[1].split(":")[0]
+            assert web.cookie(where_host, "__Host-edgeway.session") is None
     assert all(status in (400, 403) for status, _ in refusals.values()), refusals
     assert "used before" in refusals["replayed"][1]
     assert "Signature validation failed" in refusals["tampered"][1] or \
@@ -197,7 +198,7 @@ def test_an_idp_initiated_relay_state_stays_on_the_site_and_in_its_header(
                 "SAMLResponse": idp.respond("alice", sp.entity, sp.acs), "RelayState": relay})
             assert (r.status_code, r.headers["location"]) == (302, "/"), (relay, r.headers)
             assert web.cookie(host, "planted") is None and "planted" not in r.headers
-            assert web.cookie(host, "edgeway.session") is not None  # (logged in)
+            assert web.cookie(host, "__Host-edgeway.session") is not None  # (logged in)
 
 
 def test_a_module_added_again_signs_with_its_new_key(ids: Identity, idp: Idp,
