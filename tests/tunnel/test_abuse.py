@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeway.tunnel.muxado import frames
+from edgeway.tunnel.muxado import frames, receive
 from edgeway.tunnel.muxado.aio import MuxConnection
 from edgeway.tunnel.muxado.events import ConnectionLost, StreamOpened
 from edgeway.tunnel.muxado.frames import ErrorCode
@@ -194,3 +194,25 @@ def test_a_flood_of_failing_rpcs_is_logged_in_bounded_lines(own_server: Server) 
     held = sum(x["counts"].get("agent_stream_error", 0) for x in lines
                if x["event"] == "log_suppressed") + sum(x.get("suppressed", 0) for x in errors)
     assert len(errors) + held == 600
+
+
+def test_a_peer_that_does_not_read_cannot_pile_up_refusals() -> None:
+    """After authentication a session refuses streams beyond its limit without ending: each
+    refusal is an RST to send. A peer that goes on opening streams while not reading those
+    answers (the output is not taken) is ended once they would pile up; one that reads them
+    is not."""
+    limit = receive.MAX_REFUSED_UNSENT
+    reading = Session(client=False)
+    reading.max_peer_streams = 1
+    for start in range(3, 6 * limit, 2 * 512):
+        events = reading.receive(b"".join(frames.encode(frames.data(sid, b"", syn=True))
+                                          for sid in range(start, start + 2 * 512, 2)))
+        assert not any(isinstance(e, ConnectionLost) for e in events)
+        assert reading.data_to_send()  # the RSTs, taken
+    assert reading.refused > 2 * limit and not reading.closed
+    deaf = Session(client=False)
+    deaf.max_peer_streams = 1
+    events = deaf.receive(b"".join(frames.encode(frames.data(sid, b"", syn=True))
+                                   for sid in range(3, 3 + 2 * (limit + 10), 2)))
+    assert isinstance(events[-1], ConnectionLost) and deaf.closed
+    assert events[-1].code == ErrorCode.ENHANCE_YOUR_CALM

@@ -48,6 +48,7 @@ class SessionCore:
         self._peer_streams = 0
         self.max_refused: int | None = None  # set: refusing more ends the session
         self.refused = 0
+        self.refused_unsent = 0  # refusals (RSTs) queued since the output was last taken
         self._streams: dict[int, StreamState] = {}
         self._next_id = 3 if client else 2
         self._last_peer_id = 0

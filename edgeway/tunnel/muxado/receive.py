@@ -30,6 +30,9 @@ from edgeway.tunnel.muxado.frames import (
 )
 
 _U32_AT = U32.unpack_from
+# Streams refused (an RST each) while the output was not taken, at most: the peer is not
+# reading our answers, and would make them pile up in memory (about 50 KiB of them).
+MAX_REFUSED_UNSENT = 4096
 
 
 class Receiver(SessionCore):
@@ -147,9 +150,14 @@ class Receiver(SessionCore):
         if self.peer_gone or len(self._streams) >= self.max_streams \
                 or self._peer_streams >= self.max_peer_streams:
             self.refused += 1
+            self.refused_unsent += 1
             if self.max_refused is not None and self.refused > self.max_refused:
                 raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM,
                                     f"more than {self.max_refused} streams refused")
+            if self.refused_unsent > MAX_REFUSED_UNSENT:  # (a peer that does not read what
+                raise ProtocolError(  # we answer cannot make us queue without bound)
+                    ErrorCode.ENHANCE_YOUR_CALM, f"more than {MAX_REFUSED_UNSENT} streams "
+                    "refused while the answers to them were not read")
             self._emit(frames.rst(stream_id, ErrorCode.STREAM_REFUSED))
             return
         self._peer_streams += 1

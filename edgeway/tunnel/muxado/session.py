@@ -124,7 +124,7 @@ class Session(Receiver):
         """The bytes to send as the pieces they were queued in (headers, payloads as given to
         ``send``), for a caller that writes them without joining."""
         out, self._out = self._out, []
-        self._out_data = 0
+        self._out_data = self.refused_unsent = 0
         return out
 
     def is_open(self, stream_id: int) -> bool:
