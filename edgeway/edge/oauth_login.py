@@ -16,20 +16,20 @@ team, loses access within that bound.
 
 from __future__ import annotations
 
-import secrets
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs
 
 import httpx
 
 from edgeway.config import IdentityOptions
 from edgeway.edge import login
 from edgeway.edge.app_sessions import Live
+from edgeway.edge.code_flow import CodeFlow, to_provider
 from edgeway.edge.h1 import Request
 from edgeway.edge.hooks import Exchange
-from edgeway.edge.login import LOGIN_TTL, Flow, Gate, Identity, ProviderError
+from edgeway.edge.login import Answer, Gate, Identity, ProviderError
 from edgeway.edge.modules import oauth
 from edgeway.edge.modules.oauth import CALLBACK, Config
 from edgeway.edge.pages import Fixed, page
@@ -53,8 +53,8 @@ def _tokens(r: httpx.Response) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-class OAuthFlow(Flow):
-    kind = "oauth"
+class OAuthFlow(CodeFlow):
+    kind, callback = "oauth", CALLBACK
 
     def __init__(self, gate: LoginGate, options: IdentityOptions, login_site: str) -> None:
         super().__init__(gate)
@@ -90,9 +90,6 @@ class OAuthFlow(Flow):
                                  "started here, or came too late; start again.", 400)
         return login.redirect(f"https://{state['h']}{CALLBACK}?{query}")
 
-    async def own(self, hook: Gate, x: Exchange, path: str) -> Fixed | None:
-        return await self._callback(hook, x) if path == CALLBACK else None
-
     async def begin(self, hook: Gate, x: Exchange) -> Fixed:
         cfg = self._cfg(hook)
         host = login.site_host(x.req.headers)
@@ -101,26 +98,20 @@ class OAuthFlow(Flow):
             return page(503, "Login unavailable", f"This site logs in with {cfg.provider.name} "
                         "through the platform's managed OAuth application, which this server "
                         "does not have (--oauth-apps).", 4008)
-        browser, nonce = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
-        state = login.sign(self.gate.key, {"k": cfg.common.key, "b": browser, "n": nonce,
-                                           "h": host, "x": int(time.time()) + LOGIN_TTL,
-                                           "r": x.req.target.decode("latin-1")})
-        params = {"response_type": "code", "client_id": app[0], "redirect_uri": app[2],
-                  "scope": " ".join(cfg.requested), "state": state}
-        if cfg.provider.pkce:
-            verifier = login.pkce_verifier(self.gate.key, browser, nonce)
-            params |= {"code_challenge": login.pkce_challenge(verifier),
-                       "code_challenge_method": "S256"}
-        authorize = self.endpoint(cfg, "authorize")
-        sep = "&" if "?" in authorize else "?"
-        return login.redirect(authorize + sep + urlencode(params), login.set_cookie(
-            cfg.common.state_cookie, browser, LOGIN_TTL))
 
-    async def _callback(self, hook: Gate, x: Exchange) -> Fixed:
+        def params(browser: str, nonce: str) -> dict[str, str]:
+            out = {"response_type": "code", "client_id": app[0], "redirect_uri": app[2],
+                   "scope": " ".join(cfg.requested)}
+            if cfg.provider.pkce:
+                verifier = login.pkce_verifier(self.gate.key, browser, nonce)
+                out |= {"code_challenge": login.pkce_challenge(verifier),
+                        "code_challenge_method": "S256"}
+            return out
+        return to_provider(self.gate.key, cfg.common, x, self.endpoint(cfg, "authorize"),
+                           params, h=host)
+
+    async def answered(self, hook: Gate, x: Exchange, answer: Answer) -> Fixed:
         cfg = self._cfg(hook)
-        answer = login.callback(self.gate.key, cfg.common, x.req.target, x.req.headers)
-        if isinstance(answer, Fixed):
-            return answer
         one, state = answer.one, answer.state
         app = self._app(cfg, login.site_host(x.req.headers))
         if app is None:

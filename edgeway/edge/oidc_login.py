@@ -10,16 +10,15 @@ failed is asked again after a few seconds, not by every request.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
 
 import httpx
 
 from edgeway.edge import login
+from edgeway.edge.code_flow import CodeFlow, to_provider
 from edgeway.edge.hooks import Exchange
-from edgeway.edge.login import LOGIN_TTL, Flow, Gate, ProviderError
+from edgeway.edge.login import Answer, Gate, ProviderError
 from edgeway.edge.modules import oidc
 from edgeway.edge.modules.oidc import BadToken, Config
 from edgeway.edge.oauth_providers import openid_identity
@@ -32,8 +31,8 @@ METADATA_TTL = 3600.0
 RETRY_AFTER = 5.0  # seconds before a provider that failed is asked again
 
 
-class OidcFlow(Flow):
-    kind = "oidc"
+class OidcFlow(CodeFlow):
+    kind, callback = "oidc", oidc.CALLBACK
 
     def __init__(self, gate: LoginGate) -> None:
         super().__init__(gate)
@@ -83,33 +82,21 @@ class OidcFlow(Flow):
         assert isinstance(hook, oidc.Login)
         return hook.config
 
-    async def own(self, hook: Gate, x: Exchange, path: str) -> Fixed | None:
-        return await self._callback(hook, x) if path == oidc.CALLBACK else None
-
     async def begin(self, hook: Gate, x: Exchange) -> Fixed:
         cfg = self._cfg(hook)
         meta, _ = await self._provider(cfg.issuer)
         host = login.site_host(x.req.headers)
-        browser, nonce = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
-        state = login.sign(self.gate.key, {"k": cfg.common.key, "b": browser, "n": nonce,
-                                           "x": int(time.time()) + LOGIN_TTL,
-                                           "r": x.req.target.decode("latin-1")})
-        query = urlencode({"response_type": "code", "client_id": cfg.client_id,
-                           "redirect_uri": f"https://{host}{oidc.CALLBACK}",
-                           "scope": " ".join(cfg.scopes), "state": state, "nonce": nonce})
         endpoint = str(meta.get("authorization_endpoint", ""))
         if not endpoint.startswith(("https://", "http://")):
             raise ProviderError(f"{cfg.issuer}: its discovery document has no "
                                 "authorization_endpoint")
-        sep = "&" if "?" in endpoint else "?"
-        return login.redirect(endpoint + sep + query, login.set_cookie(
-            cfg.common.state_cookie, browser, LOGIN_TTL))
+        return to_provider(self.gate.key, cfg.common, x, endpoint, lambda _b, nonce: {
+            "response_type": "code", "client_id": cfg.client_id,
+            "redirect_uri": f"https://{host}{oidc.CALLBACK}", "scope": " ".join(cfg.scopes),
+            "nonce": nonce})
 
-    async def _callback(self, hook: Gate, x: Exchange) -> Fixed:
+    async def answered(self, hook: Gate, x: Exchange, answer: Answer) -> Fixed:
         cfg = self._cfg(hook)
-        answer = login.callback(self.gate.key, cfg.common, x.req.target, x.req.headers)
-        if isinstance(answer, Fixed):
-            return answer
         one, state = answer.one, answer.state
         host = login.site_host(x.req.headers)
         claims = await self._claims(cfg, one("code"), f"https://{host}{oidc.CALLBACK}",
