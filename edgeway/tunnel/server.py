@@ -21,7 +21,7 @@ from edgeway.platform import Platform
 from edgeway.restrictions import KINDS as RESTRICTION_KINDS
 from edgeway.store.db import DatabaseUnavailable
 from edgeway.store.repo import Changes, Repo
-from edgeway.tunnel import commands, records, rpc
+from edgeway.tunnel import commands, records, revocation, rpc
 from edgeway.tunnel.admission import Admission, AuthFailed
 from edgeway.tunnel.binder import Binder
 from edgeway.tunnel.connection import AgentConnection
@@ -153,34 +153,7 @@ class TunnelServer:
     async def recheck(self) -> None:
         """End the sessions whose credential (or its bot user) was deleted or deactivated;
         apply a changed ACL to the others."""
-        by_credential: dict[str, list[AgentConnection]] = {}
-        for session in list(self.sessions.values()):
-            try:
-                await self.admission.address(session.peer)
-            except AuthFailed as exc:
-                await self._revoke(session, str(exc))
-                continue
-            by_credential.setdefault(session.credential, []).append(session)
-        for credential, sessions in by_credential.items():
-            try:
-                acl = await self.admission.still_valid(credential)
-            except AuthFailed as exc:
-                for session in sessions:
-                    await self._revoke(session, str(exc))
-                continue
-            for session in sessions:
-                if session.acl != acl:
-                    await self.binder.reauthorize(session, acl)
-
-    async def _revoke(self, session: AgentConnection, reason: str) -> None:
-        """End a session that may no longer be held: its tunnels first (their ports and
-        names are free, and refuse traffic, by the time the agent sees the end), then its
-        connection."""
-        log.info("agent_session_revoked", session=session.id, reason=reason)
-        session.revoked = True
-        for tunnel_id in list(session.tunnels):
-            await self.binder.drop(session, tunnel_id, clean=True)
-        await session.conn.close()
+        await revocation.recheck(self.admission, self.binder, list(self.sessions.values()))
 
     async def _recheck_every(self, seconds: float) -> None:
         """Writes made through another node's API reach this one's sessions too."""
