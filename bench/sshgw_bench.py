@@ -30,11 +30,8 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -43,19 +40,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import httpx  # noqa: E402
-
-from bench.api_bench import BenchError, cpu_seconds, note, pin  # noqa: E402
-from bench.edge_bench import (  # noqa: E402
-    Agent,
-    Children,
-    bench_http,
-    bulk,
-    port_of,
-    upstream,
-)
+from bench.api_bench import BenchError, note  # noqa: E402
+from bench.common import Children, bench_bulk, bench_main, edgeway_run  # noqa: E402
+from bench.common import parse_args as common_args  # noqa: E402
+from bench.edge_bench import Agent, bench_http, port_of, upstream  # noqa: E402
 from bench.edge_bench import Report as Rows  # noqa: E402
-from tests.server import Server, free_port, start  # noqa: E402
+from tests.server import Server, free_port  # noqa: E402
 
 SSHD = "/usr/sbin/sshd"
 
@@ -73,16 +63,6 @@ def descendants(pid: int) -> list[int]:
             for child in (task / "children").read_text().split():
                 out += [int(child), *descendants(int(child))]
     return out
-
-
-def wait_port(port: int, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        time.sleep(0.05)
-    raise BenchError(f"{what} is not listening on {port}")
 
 
 class OpenSsh:
@@ -104,7 +84,7 @@ class OpenSsh:
             "GatewayPorts no", "LogLevel ERROR", ""]))
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation directory
         self.sshd = children.start("sshd", [SSHD, "-D", "-e", "-f", str(tmp / "sshd_config")])
-        wait_port(self.sshd_port, "sshd")
+        children.wait_port(self.sshd_port, "sshd")
 
     def command(self, port: int, *args: str) -> list[str]:
         out = ["ssh", "-F", "/dev/null", "-p", str(port), "-i", str(self.key),
@@ -134,7 +114,7 @@ def openssh_forward(children: Children, ssh: OpenSsh, name: str, up: int) -> int
     user = pwd.getpwuid(os.getuid()).pw_name
     children.start(name, ssh.command(ssh.sshd_port, "-N", "-R", f"{port}:127.0.0.1:{up}",
                                      f"{user}@127.0.0.1"))
-    wait_port(port, f"sshd's forward for {name}")
+    children.wait_port(port, f"sshd's forward for {name}")
     return port
 
 
@@ -146,29 +126,12 @@ def session_pid(ssh: OpenSsh) -> int:
     return max(pids)
 
 
-def bench_bulk(paths: dict[str, tuple[int, int]], args: argparse.Namespace, report: Report
-               ) -> None:
-    total = args.bulk_mib << 20
-    for path, (port, pid) in paths.items():
-        for way in ("up", "down"):
-            bulk(port, min(total, 16 << 20), way == "down")  # warm-up
-            runs = []
-            for _ in range(max(args.repeat, 1)):
-                cpu, t0 = cpu_seconds(pid), time.monotonic()
-                rate = bulk(port, total, way == "down")
-                runs.append((rate, (cpu_seconds(pid) - cpu) / (time.monotonic() - t0)))
-            report.bulk[path, way] = max(runs)
-            note(f"[bulk] {path} {way}: {report.bulk[path, way][0]:,.0f} MB/s")
-
-
 def run(tmp: Path, args: argparse.Namespace, report: Report) -> None:
-    children = Children(tmp, args.server_cpus)
-    server: Server | None = None
-    try:
+    with edgeway_run(tmp, args) as procs:
+        children = procs.children
         http_up, http_pid = upstream(children, "http")
         bulk_up, bulk_pid = upstream(children, "bulk")
-        server = start(tmp / "edgeway")
-        pin(server.proc.pid, args.server_cpus)
+        server = procs.serve()
         ssh_dir = tmp / "ssh"
         ssh_dir.mkdir()
         ssh = OpenSsh(ssh_dir, children, args.cipher)
@@ -186,8 +149,8 @@ def run(tmp: Path, args: argparse.Namespace, report: Report) -> None:
                                         "tcp"))
         plain_tcp = openssh_forward(children, ssh, "ssh-openssh-tcp", bulk_up)
         bench_bulk({"direct": (bulk_up, bulk_pid), "agent": (agent_tcp, edge),
-                    "gateway": (gw_tcp, edge),
-                    "openssh": (plain_tcp, session_pid(ssh))}, args, report)
+                    "gateway": (gw_tcp, edge), "openssh": (plain_tcp, session_pid(ssh))},
+                   args, 16 << 20, report.bulk)
         report.ciphers = {"gateway": ssh.cipher_of("ssh-gateway-tcp"),
                           "openssh": ssh.cipher_of("ssh-openssh-tcp")}
         children.stop("ssh-openssh-tcp")
@@ -203,13 +166,6 @@ def run(tmp: Path, args: argparse.Namespace, report: Report) -> None:
         port = openssh_forward(children, ssh, "ssh-openssh-http", http_up)
         bench_http(report, "openssh", f"http://127.0.0.1:{port}/", None, session_pid(ssh),
                    tmp, args)
-    except BenchError as exc:
-        tail = "".join(server.log().splitlines(keepends=True)[-20:]) if server else ""
-        raise BenchError(f"{exc}\n--- edgeway serve log (last lines) ---\n{tail}") from None
-    finally:
-        children.stop_all()
-        if server is not None:
-            server.stop()
 
 
 def print_report(report: Report) -> None:
@@ -237,17 +193,15 @@ def print_report(report: Report) -> None:
           "time over the run's wall time.")
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--duration", type=int, default=5, help="seconds per measured wrk run")
-    p.add_argument("--warmup", type=int, default=2, help="seconds of warm-up per wrk run")
-    p.add_argument("--repeat", type=int, default=1, help="measured runs per row, best kept")
-    p.add_argument("--bulk-mib", type=int, default=512, help="MiB per TCP bulk run each way")
+def own_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cipher", default=None,
                    help="the cipher the ssh clients ask for (default: OpenSSH's choice)")
-    p.add_argument("--quick", action="store_true", help="2 s wrk runs, 128 MiB bulk")
-    p.add_argument("--no-pin", action="store_true", help="no CPU pinning")
-    args = p.parse_args()
+
+
+def main() -> int:
+    args = common_args(__doc__, own_args, bulk_mib=512,
+                       repeat_help="measured runs per row, best kept",
+                       quick_help="2 s wrk runs, 128 MiB bulk", no_pin_help="no CPU pinning")
     missing = [tool for tool in ("wrk", "node", "ssh", "ssh-keygen") if not shutil.which(tool)]
     if not os.path.exists(SSHD):
         missing.append(SSHD)
@@ -258,32 +212,8 @@ def main() -> int:
     if missing:
         note(f"sshgw_bench needs {', '.join(missing)}")
         return 2
-    if args.quick:
-        args.duration, args.warmup, args.bulk_mib = 2, 1, min(args.bulk_mib, 128)
-    cpus = sorted(os.sched_getaffinity(0))
-    pinned = not args.no_pin and len(cpus) >= 2
-    args.server_cpus, args.wrk_cpus = ({cpus[-1]}, {cpus[0]}) if pinned else (None, None)
-    report, t0, load = Report(), time.monotonic(), os.getloadavg()[0]
-    try:
-        if pinned:
-            os.sched_setaffinity(0, args.wrk_cpus)
-        with tempfile.TemporaryDirectory(prefix="edgeway-sshgw-bench-") as tmp:
-            run(Path(tmp), args, report)
-    except (BenchError, RuntimeError, httpx.HTTPError, OSError,
-            subprocess.TimeoutExpired) as exc:
-        print_report(report)
-        note(f"\nBENCHMARK FAILED: {exc}")
-        return 1
-    finally:
-        os.sched_setaffinity(0, cpus)
-    where = (f"server side on CPU {cpus[-1]}, wrk and the bulk client on CPU {cpus[0]}"
-             if pinned else "no CPU pinning")
-    print(f"\nwrk -t1 --latency -d{args.duration}s (+{args.warmup}s warm-up) per row, best of "
-          f"{max(args.repeat, 1)}; TCP bulk {args.bulk_mib} MiB each way (MB = 10^6 bytes); "
-          f"{where}; {time.monotonic() - t0:.0f}s in all; load average {load:.2f} at start, "
-          f"{os.getloadavg()[0]:.2f} at end\n")
-    print_report(report)
-    return 0
+    return bench_main(args, Report(), run, print_report, quick_mib=128,
+                      tmp_prefix="edgeway-sshgw-bench-")
 
 
 if __name__ == "__main__":
