@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,7 @@ from edgeway.agent.configcheck import DEFAULT_INSPECT_DB_SIZE
 from edgeway.agent.inspect import Tap
 from tests.edge.agents import EdgeClient
 from tests.server import Server, free_port
+from tests.stub_http import StubHandler, serving
 
 if TYPE_CHECKING:
     from tests.agent.test_agent import Agent
@@ -208,34 +208,20 @@ def counting_upstream() -> Iterator[tuple[int, dict[str, int]]]:
     seen: dict[str, int] = {}
     lock = threading.Lock()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(StubHandler):
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = self.body()
             with lock:
                 seen[self.path] = count = seen.get(self.path, 0) + 1
             out = f"{self.command} {self.path} #{count} {body.decode()}".encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
+            self.send(200, {"Content-Type": "text/plain"}, out)
 
         do_POST = do_GET
 
-        def log_message(self, *_args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as server:
         yield server.server_address[1], seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def captures(a: Agent, query: str = "", count: int = 0) -> list[dict[str, Any]]:

@@ -9,10 +9,8 @@ import base64
 import contextlib
 import json
 import ssl
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
 from edgeway.edge.modules import sns
+from tests import stub_http
 from tests.edge import tls_upstream, upstream
 from tests.edge.agents import EdgeClient
 from tests.edge.test_edges import made, route
@@ -88,26 +87,14 @@ def serving(pem: bytes, directory: Path) -> Iterator[tuple[int, Path]]:
     """An HTTPS service on localhost answering every GET with ``pem``: (port, its cert)."""
     cert, keyfile = tls_upstream.self_signed("localhost", directory)
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(stub_http.StubHandler):
         def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(pem)))
-            self.end_headers()
-            self.wfile.write(pem)
+            self.send(200, {}, pem)
 
-        def log_message(self, *_args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, keyfile)
-    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
+    with stub_http.serving(Handler, tls=context) as httpd:
         yield httpd.server_address[1], cert
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def test_sns_deliveries_through_the_edge(tmp_path: Path,

@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from tests.edge.agents import EdgeClient
 from tests.server import Server
+from tests.stub_http import StubHandler, serving
 from tests.vendor.peers import PEERS, need
 
 SCRIPT = """
@@ -39,27 +38,15 @@ const fs = require('fs');
 """
 
 
-class _Failing(BaseHTTPRequestHandler):
+class _Failing(StubHandler):
     def do_GET(self) -> None:
-        status = 500 if self.path.startswith("/fail") else 200
-        self.send_response(status)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *_args: object) -> None:
-        pass
+        self.send(500 if self.path.startswith("/fail") else 200, {}, b"ok")
 
 
 @contextmanager
 def _failing() -> Iterator[int]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
+    with serving(_Failing) as httpd:
         yield httpd.server_address[1]
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def test_circuit_breaker_from_the_node_sdk(server: Server) -> None:

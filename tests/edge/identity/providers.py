@@ -25,11 +25,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import urlencode
 
 from tests.server import free_port
+from tests.stub_http import Answer, StubHandler, serving
 
 PATHS = {
     "code_host_a": {"authorize": "/login/oauth/authorize",
@@ -101,7 +101,7 @@ class Provider:
 
     # -- protocol --------------------------------------------------------------------------
 
-    def authorize_form(self, q: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    def authorize_form(self, q: dict[str, str]) -> Answer:
         known = self.clients.get(q.get("client_id", ""))
         if known is None or not any(q.get("redirect_uri", "").startswith(c)
                                     for c in known[1]):
@@ -114,7 +114,7 @@ class Provider:
                 '</label><button type="submit">Sign in</button></form>')
         return 200, {"Content-Type": "text/html"}, page.encode()
 
-    def authorize(self, q: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    def authorize(self, q: dict[str, str]) -> Answer:
         known = self.clients.get(q.get("client_id", ""))
         if known is None or not any(q.get("redirect_uri", "").startswith(c)
                                     for c in known[1]) or q.get("login") not in self.users:
@@ -191,54 +191,41 @@ class Provider:
         return [{"login": org} for org in user.orgs]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def log_message(self, *_args: Any) -> None:
-        pass
-
-    def _send(self, status: int, headers: dict[str, str], body: bytes) -> None:
-        self.send_response(status)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class _Handler(StubHandler):
+    provider: Provider  # (set by serving)
 
     def _json(self, value: Any, status: int = 200, extra: dict[str, str] | None = None
               ) -> None:
-        self._send(status, {"Content-Type": "application/json", **(extra or {})},
-                   json.dumps(value).encode())
+        self.send(status, {"Content-Type": "application/json", **(extra or {})},
+                  json.dumps(value).encode())
 
     def do_GET(self) -> None:
-        p = self.server.provider
-        parts = urlsplit(self.path)
-        q = {k: v[0] for k, v in parse_qs(parts.query).items()}
-        if parts.path == PATHS[p.style]["authorize"]:
-            self._send(*p.authorize_form(q))
+        p = self.provider
+        path, q = self.query()
+        if path == PATHS[p.style]["authorize"]:
+            self.send(*p.authorize_form(q))
             return
         user = p.bearer(self.headers.get("Authorization", ""))
-        if user is None or parts.path not in PATHS[p.style].values():
+        if user is None or path not in PATHS[p.style].values():
             self._json({"message": "Bad credentials"}, 401)
             return
-        items = p.api(parts.path, user)
+        items = p.api(path, user)
         if isinstance(items, list):  # paged as GitHub pages
             size = min(int(q.get("per_page", "30")), p.page_size)
             page = int(q.get("page", "1"))
             chunk = items[(page - 1) * size:page * size]
-            extra = {"Link": f'<{p.url}{parts.path}?per_page={size}&page={page + 1}>; '
+            extra = {"Link": f'<{p.url}{path}?per_page={size}&page={page + 1}>; '
                              'rel="next"'} if page * size < len(items) else {}
             self._json(chunk, extra=extra)
             return
         self._json(items)
 
     def do_POST(self) -> None:
-        p = self.server.provider
-        length = int(self.headers.get("Content-Length", "0"))
-        q = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
-        path = urlsplit(self.path).path
+        p = self.provider
+        q = self.form()
+        path, _ = self.query()
         if path == PATHS[p.style]["authorize"]:
-            self._send(*p.authorize(q))
+            self.send(*p.authorize(q))
         elif path == PATHS[p.style]["token"]:
             auth = self.headers.get("Authorization", "")
             answer = p.token(q, auth[6:] if auth.startswith("Basic ") else "")
@@ -246,29 +233,14 @@ class _Handler(BaseHTTPRequestHandler):
             if "json" in self.headers.get("Accept", ""):
                 self._json(answer, status)
             else:
-                self._send(status, {"Content-Type": "application/x-www-form-urlencoded"},
-                           urlencode(answer).encode())
+                self.send(status, {"Content-Type": "application/x-www-form-urlencoded"},
+                          urlencode(answer).encode())
         else:
-            self._send(404, {}, b"")
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, provider: Provider) -> None:
-        super().__init__(("127.0.0.1", provider.port), _Handler)
-        self.provider = provider
+            self.send(404, {}, b"")
 
 
 @contextmanager
 def running(style: str) -> Iterator[Provider]:
     provider = Provider(style)
-    server = _Server(provider)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_Handler, provider.port, provider=provider):
         yield provider
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)

@@ -14,15 +14,12 @@ or to tamper with.
 from __future__ import annotations
 
 import base64
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -36,6 +33,7 @@ from saml2.server import Server
 from saml2.sigver import verify_redirect_signature
 
 from tests.server import free_port
+from tests.stub_http import Answer, StubHandler, serving
 
 RSA_SHA256 = "http://www.w3.org/2001/04/xmldsig-more#rsa-sha256"
 SHA256 = "http://www.w3.org/2001/04/xmlenc#sha256"
@@ -125,7 +123,7 @@ class Idp:
 
     # -- endpoints -------------------------------------------------------------------------
 
-    def sso(self, q: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    def sso(self, q: dict[str, str]) -> Answer:
         assert self.server is not None
         request = self.server.parse_authn_request(q["SAMLRequest"], BINDING_HTTP_REDIRECT)
         issuer = request.message.issuer.text
@@ -147,7 +145,7 @@ class Idp:
             f'{fields}<input name="login"><button type="submit">Sign in</button>'
             "</form>").encode()
 
-    def sso_post(self, q: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    def sso_post(self, q: dict[str, str]) -> Answer:
         assert self.server is not None
         if q.get("login") not in self.users:
             return 403, {}, b"unknown user"
@@ -156,7 +154,7 @@ class Idp:
         response = self.respond(q["login"], q["issuer"], acs, q["id"])
         return 200, {"Content-Type": "text/html"}, self.form_page(acs, response, q["relay"])
 
-    def slo(self, q: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    def slo(self, q: dict[str, str]) -> Answer:
         assert self.server is not None
         if "SAMLResponse" in q:  # the SP's answer to a logout this IdP started
             answer = self.server.parse_logout_request_response(q["SAMLResponse"],
@@ -178,49 +176,28 @@ class Idp:
         return 302, {"Location": str(dict(args["headers"])["Location"])}, b""
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def log_message(self, *_args: Any) -> None:
-        pass
-
-    def _send(self, status: int, headers: dict[str, str], body: bytes) -> None:
-        self.send_response(status)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class _Handler(StubHandler):
+    idp: Idp  # (set by serving)
 
     def do_GET(self) -> None:
-        idp = self.server.idp
-        parts = urlsplit(self.path)
-        q = {k: v[0] for k, v in parse_qs(parts.query).items()}
-        if parts.path == "/metadata":
-            self._send(200, {"Content-Type": "application/samlmetadata+xml"},
-                       idp.metadata().encode())
-        elif parts.path == "/sso":
-            self._send(*idp.sso(q))
-        elif parts.path == "/slo":
-            self._send(*idp.slo(q))
+        idp = self.idp
+        path, q = self.query()
+        if path == "/metadata":
+            self.send(200, {"Content-Type": "application/samlmetadata+xml"},
+                      idp.metadata().encode())
+        elif path == "/sso":
+            self.send(*idp.sso(q))
+        elif path == "/slo":
+            self.send(*idp.slo(q))
         else:
-            self._send(404, {}, b"")
+            self.send(404, {}, b"")
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length", "0"))
-        q = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
-        if urlsplit(self.path).path == "/sso":
-            self._send(*self.server.idp.sso_post(q))
+        q = self.form()
+        if self.query()[0] == "/sso":
+            self.send(*self.idp.sso_post(q))
         else:
-            self._send(404, {}, b"")
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, idp: Idp, port: int) -> None:
-        super().__init__(("127.0.0.1", port), _Handler)
-        self.idp = idp
+            self.send(404, {}, b"")
 
 
 def _keys(where: Path) -> None:
@@ -243,12 +220,5 @@ def running(where: Path) -> Iterator[Idp]:
     _keys(where)
     port = free_port()
     idp = Idp(f"http://127.0.0.1:{port}", where)
-    server = _Server(idp, port)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_Handler, port, idp=idp):
         yield idp
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
