@@ -1,8 +1,10 @@
 """What a job leaves in the store: the resource's ``certificate_management_status``, and an
 issued certificate as a ``tls_certificates`` resource (``issued_at`` set, key sealed like
 every TLS key) that a reserved domain's ``certificate_id`` points at (an agent ingress's is
-kept in its job). The certificate it replaces, if the platform issued it, is deleted. Each
-write checks that the resource still has the policy the job ran for."""
+kept in its job). The certificate it replaces, if the platform issued it, is deleted once
+nothing refers to it (another reserved domain may have been given it: a wildcard's
+certificate serves its subdomains). Each write checks that the resource still has the policy
+the job ran for."""
 
 from __future__ import annotations
 
@@ -32,6 +34,15 @@ def _tls_doc(platform: Platform, chain: str, key: bytes, names: list[str]) -> di
     return doc
 
 
+async def _drop_issued(repo: Repo, cert_id: str) -> bool:
+    """(In a write transaction.) Delete a certificate the platform issued, unless a resource
+    still refers to it; whether it was deleted."""
+    doc = await repo.get(TLS, cert_id)
+    if doc is None or not doc.get("issued_at") or await repo.links_to(cert_id):
+        return False
+    return await repo.delete(TLS, cert_id)
+
+
 class Results:
     def __init__(self, platform: Platform) -> None:
         self.platform = platform
@@ -51,12 +62,9 @@ class Results:
     async def forget(self, cert_id: str) -> None:
         """Delete a certificate the platform issued once nothing refers to it any more."""
         async with self.platform.db.write() as tx:
-            repo = Repo(tx)
-            doc = await repo.get(TLS, cert_id)
-            if doc is None or not doc.get("issued_at") or await repo.links_to(cert_id):
-                return
-            await repo.delete(TLS, cert_id)
-        self.platform.changed("tls_certificates")
+            dropped = await _drop_issued(Repo(tx), cert_id)
+        if dropped:
+            self.platform.changed("tls_certificates")
 
     async def certificate(self, kind: Kind, id_: str, policy: dict[str, Any],
                           job: dict[str, Any], chain: str, key: bytes,
@@ -82,9 +90,8 @@ class Results:
                 await repo.set_links(kind, id_, [("certificate_id", cert_id)])
             doc["certificate_management_status"] = shown
             await repo.replace(kind, id_, doc)
-            previous = await repo.get(TLS, old) if old else None
-            if previous is not None and previous.get("issued_at"):
-                await repo.delete(TLS, str(old))
+            if old:
+                await _drop_issued(repo, str(old))
         for collection in (kind.collection, "tls_certificates", "managed_certificates"):
             self.platform.changed(collection)
         return {"certificate_id": cert_id, "not_after": not_after, "issued": issued}

@@ -199,7 +199,9 @@ async def _verify_reserved(doc: dict[str, Any], ctx: Context, fetch: Fetch,
         old is None or not old.get("certificate_management_policy"))
     if cert_id and (cert_id != before or policy_new):
         cert = await fetch("tls_certificates", cert_id)
-        assert cert is not None  # (the reference was checked)
+        if cert is None:  # (a stored reference is not checked again: it may dangle)
+            raise Invalid("certificate_id", f"the certificate '{cert_id}' does not exist any "
+                          "more; set certificate_id to null or to another certificate", 215)
         if cert.get("issued_at") is None and doc.get("certificate_management_policy"):
             raise Invalid("certificate_id", "an uploaded certificate and a certificate "
                           "management policy exclude each other: set "
