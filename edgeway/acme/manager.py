@@ -139,12 +139,9 @@ class CertificateManager:
                                     int(retries))
             return
         issued = await self.results.certificate(kind, id_, policy, job, chain, key,
-                                                self.cfg.acme_renew_before)
-        if issued is not None:
+                                                self.cfg.acme_renew_before, self.node)
+        if issued is not None:  # (stored with the job, released: an ingress's is found there)
             log.info("acme_certificate_issued", id=id_, names=job["names"])
-            await self.store.finish(id_, self.node, {**job, **issued, "attempts": 0},
-                                    int(self._due(issued)))
-            self.platform.changed("managed_certificates")  # (an ingress's is found there)
 
     async def _order(self, id_: str, job: dict[str, Any],
                      doc: dict[str, Any]) -> issue.Order:

@@ -4,21 +4,26 @@ every TLS key) that a reserved domain's ``certificate_id`` points at (an agent i
 kept in its job). The certificate it replaces, if the platform issued it, is deleted once
 nothing refers to it (another reserved domain may have been given it: a wildcard's
 certificate serves its subdomains). Each write checks that the resource still has the policy
-the job ran for."""
+the job ran for; the certificate is stored in one transaction with its job row, and only
+while this node still holds the job (a node whose lease ran out stores nothing: the job is
+another node's now)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
+import structlog
 from cryptography import x509
 
 from edgeway import catalog, ids
 from edgeway.acme import status
 from edgeway.catalog.model import Context, Kind
 from edgeway.platform import Platform
+from edgeway.store import acme as acme_store
 from edgeway.store.repo import Repo
 
+log = structlog.get_logger()
 TLS = catalog.BY_COLLECTION["tls_certificates"]
 
 
@@ -41,6 +46,10 @@ async def _drop_issued(repo: Repo, cert_id: str) -> bool:
     if doc is None or not doc.get("issued_at") or await repo.links_to(cert_id):
         return False
     return await repo.delete(TLS, cert_id)
+
+
+class _ClaimLost(Exception):
+    """The job is no longer this node's: the transaction is rolled back."""
 
 
 class Results:
@@ -67,31 +76,42 @@ class Results:
             self.platform.changed("tls_certificates")
 
     async def certificate(self, kind: Kind, id_: str, policy: dict[str, Any],
-                          job: dict[str, Any], chain: str, key: bytes,
-                          renew_before: float) -> dict[str, Any] | None:
-        """Store the certificate; the job members that describe it (None: the resource
-        lost its policy meanwhile, nothing was stored)."""
+                          job: dict[str, Any], chain: str, key: bytes, renew_before: float,
+                          node: str) -> dict[str, Any] | None:
+        """Store the certificate, and the job's outcome (the members that describe it; the
+        job released, due at its renewal) in the same transaction, while ``node`` holds the
+        job. Those members, or None when nothing was stored: the resource lost its policy
+        meanwhile, or the job is not this node's any more."""
         leaf = x509.load_pem_x509_certificate(chain.encode())
         issued = status.now()
         not_after = leaf.not_valid_after_utc.timestamp()
         cert_doc = _tls_doc(self.platform, chain, key, job["names"])
         cert_id = ids.new_id(TLS.prefix)
-        shown = status.status(status.renewal(not_after, issued, renew_before), None)
-        async with self.platform.db.write() as tx:
-            repo = Repo(tx)
-            doc = await repo.get(kind, id_)
-            if doc is None or doc.get("certificate_management_policy") != policy:
-                return None
-            await repo.insert(TLS, cert_id, cert_doc)
-            old = doc.get("certificate_id") if kind.collection == "reserved_domains" \
-                else job.get("certificate_id")
-            if kind.collection == "reserved_domains":
-                doc["certificate_id"] = cert_id
-                await repo.set_links(kind, id_, [("certificate_id", cert_id)])
-            doc["certificate_management_status"] = shown
-            await repo.replace(kind, id_, doc)
-            if old:
-                await _drop_issued(repo, str(old))
+        renews = status.renewal(not_after, issued, renew_before)
+        shown = status.status(renews, None)
+        outcome = {"certificate_id": cert_id, "not_after": not_after, "issued": issued}
+        try:
+            async with self.platform.db.write() as tx:
+                repo = Repo(tx)
+                doc = await repo.get(kind, id_)
+                if doc is None or doc.get("certificate_management_policy") != policy:
+                    return None
+                await repo.insert(TLS, cert_id, cert_doc)
+                old = doc.get("certificate_id") if kind.collection == "reserved_domains" \
+                    else job.get("certificate_id")
+                if kind.collection == "reserved_domains":
+                    doc["certificate_id"] = cert_id
+                    await repo.set_links(kind, id_, [("certificate_id", cert_id)])
+                doc["certificate_management_status"] = shown
+                await repo.replace(kind, id_, doc)
+                if old:
+                    await _drop_issued(repo, str(old))
+                settled = {**job, **outcome, "attempts": 0}
+                if not await acme_store.settle(tx, id_, node, settled, int(renews)):
+                    raise _ClaimLost
+        except _ClaimLost:
+            log.warning("acme_claim_lost", id=id_, node=node, stored=False)
+            return None
         for collection in (kind.collection, "tls_certificates", "managed_certificates"):
             self.platform.changed(collection)
-        return {"certificate_id": cert_id, "not_after": not_after, "issued": issued}
+        return outcome

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from edgeway.store.db import Database, UniqueViolation
+from edgeway.store.db import Database, Tx, UniqueViolation
 from edgeway.store.repo import Repo
 
 _enc = msgspec.json.Encoder()
@@ -21,6 +21,15 @@ _dec = msgspec.json.Decoder(dict[str, Any])
 
 def now() -> int:
     return int(time.time())
+
+
+async def settle(tx: Tx, id_: str, node: str, doc: dict[str, Any], due: int) -> bool:
+    """(In a write transaction.) Record a job's outcome and release it, if ``node`` still
+    holds it; whether it did (a node whose lease ran out lost the job to another)."""
+    changed: int = await tx.execute(
+        "UPDATE managed_certificates SET doc = ?, due = ?, claimed_by = '', claimed_until = 0 "
+        "WHERE id = ? AND claimed_by = ?", _enc.encode(doc).decode(), due, id_, node)
+    return changed == 1
 
 
 class AcmeStore:
@@ -121,12 +130,11 @@ class AcmeStore:
                     won.append(str(id_))
         return won
 
-    async def finish(self, id_: str, node: str, doc: dict[str, Any], due: int) -> None:
-        """Record the job's outcome and release it, if this node still holds it."""
+    async def finish(self, id_: str, node: str, doc: dict[str, Any], due: int) -> bool:
+        """Record the job's outcome and release it, if this node still holds it (whether it
+        did)."""
         async with self.db.write() as tx:
-            await tx.execute("UPDATE managed_certificates SET doc = ?, due = ?, "
-                             "claimed_by = '', claimed_until = 0 WHERE id = ? AND claimed_by = ?",
-                             _enc.encode(doc).decode(), due, id_, node)
+            return await settle(tx, id_, node, doc, due)
 
     async def reschedule(self, id_: str, due: int, doc: dict[str, Any] | None = None) -> None:
         async with self.db.write() as tx:

@@ -29,6 +29,8 @@ class Resolver:
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
         self.cnames: dict[str, str] = {}  # the user's zone: name -> CNAME target
+        self.no_txt: set[str] = set()  # names whose TXT records are not seen (yet)
+        self.servfail: set[str] = set()  # names every question about fails (SERVFAIL)
 
     def cname(self, name: str) -> str | None:
         """The user's CNAME for ``name``, or a wildcard's one label up."""
@@ -44,6 +46,11 @@ class Resolver:
         response.flags |= dns.flags.RA
         question = query.question[0]
         name = question.name.to_text(omit_final_dot=True).lower()
+        if name in self.servfail:
+            response.set_rcode(dns.rcode.SERVFAIL)
+            return response
+        if name in self.no_txt and question.rdtype == dns.rdatatype.TXT:
+            return response  # (no answer: as before a record has propagated)
         seen = 0
         while (target := self.cname(name)) is not None and seen < 8:
             response.answer.append(dns.rrset.from_text(name + ".", 60, "IN", "CNAME",
