@@ -135,8 +135,8 @@ class CertificateManager:
                 await self.store.forget_account(self._slot())
             await self.results.status(kind, id_, policy, status.status(renews, status.job(
                 failure.msg, started, failure.code, retries)))
-            await self.store.finish(id_, self.node, {**job, "attempts": attempts},
-                                    int(retries))
+            await self.store.finish(id_, self.node, {**job, "attempts": attempts,
+                                                     "error_code": failure.code}, int(retries))
             return
         issued = await self.results.certificate(kind, id_, policy, job, chain, key,
                                                 self.cfg.acme_renew_before, self.node)

@@ -106,7 +106,7 @@ class Results:
                 await repo.replace(kind, id_, doc)
                 if old:
                     await _drop_issued(repo, str(old))
-                settled = {**job, **outcome, "attempts": 0}
+                settled = {**job, **outcome, "attempts": 0, "error_code": None}
                 if not await acme_store.settle(tx, id_, node, settled, int(renews)):
                     raise _ClaimLost
         except _ClaimLost:

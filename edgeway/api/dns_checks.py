@@ -1,7 +1,9 @@
 """``GET /reserved_domains/{id}/dns_check`` and ``GET /agent_ingresses/{id}/dns_check``: the
 records the user was told to create, resolved now (``dns.check``), each ok, missing or
 wrong with the expected and the found values. When all are ok and the certificate order
-failed before, it is tried again at once instead of at its retry time."""
+failed on the user's DNS before (``DNS_ERROR``), it is tried again at once instead of at its
+retry time: at most once per first retry interval (a minute), whoever asks (reading is open
+to every key), so that checks cannot defeat the back-off the CA's rate limits call for."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from edgeway import catalog
+from edgeway.acme.status import FIRST_RETRY
 from edgeway.api import validate
 from edgeway.api.http import body_bytes, json_response
 from edgeway.api.platform import Caller
@@ -68,7 +71,7 @@ def dns_check(collection: str) -> Callable[[Request, Platform, Caller], Awaitabl
             raise ApiError(f"The DNS check could not resolve: {exc}", 9002, status=502) \
                 from None
         if all(r.status == "ok" for r in records) and \
-                await AcmeStore(platform.db).retry_now(id_):  # the user fixed it: go on
+                await AcmeStore(platform.db).retry_now(id_, FIRST_RETRY):  # (fixed: go on)
             platform.changed("managed_certificates")
         out = {"id": id_, "domain": doc["domain"],
                "checked_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

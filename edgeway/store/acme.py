@@ -89,16 +89,25 @@ class AcmeStore:
         rows = await self.db.reader().fetchall("SELECT id, doc FROM managed_certificates")
         return {str(r[0]): _dec.decode(r[1]) for r in rows}
 
-    async def retry_now(self, id_: str) -> bool:
-        """A job that failed (and waits for its retry) is tried again at once."""
+    async def retry_now(self, id_: str, every: int) -> bool:
+        """A job whose last order failed on the user's DNS (``DNS_ERROR``, what a DNS check
+        can see fixed) and waits for its retry is tried again at once; at most once every
+        ``every`` seconds (``retried_at`` in its doc), so that asking does not defeat the
+        back-off. Whether it was."""
         row = await self.db.reader().fetchone(
             "SELECT doc FROM managed_certificates WHERE id = ?", id_)
-        if row is None or not _dec.decode(str(row[0])).get("attempts"):
+        if row is None:
             return False
-        async with self.db.write() as tx:
-            changed: int = await tx.execute("UPDATE managed_certificates SET due = ? "
-                                            "WHERE id = ? AND claimed_until < ?",
-                                            now(), id_, now())
+        t, raw = now(), str(row[0])
+        doc = _dec.decode(raw)
+        if not doc.get("attempts") or doc.get("error_code") != "DNS_ERROR" \
+                or t - int(doc.get("retried_at") or 0) < every:
+            return False
+        async with self.db.write() as tx:  # (unless the job changed or was claimed meanwhile)
+            changed: int = await tx.execute(
+                "UPDATE managed_certificates SET due = ?, doc = ? "
+                "WHERE id = ? AND claimed_until < ? AND doc = ?",
+                t, _enc.encode({**doc, "retried_at": t}).decode(), id_, t, raw)
         return changed == 1
 
     async def add_job(self, id_: str, doc: dict[str, Any]) -> None:

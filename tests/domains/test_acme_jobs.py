@@ -5,11 +5,12 @@ when the failure was the user's DNS, and not more often than the first retry's b
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from tests.domains import db
 from tests.domains.conftest import Domains
-from tests.domains.test_acme import rd, until
+from tests.domains.test_acme import issued, rd, until
 
 
 def job(domains: Domains, id_: str) -> dict[str, Any]:
@@ -53,5 +54,50 @@ def test_an_order_whose_job_another_node_took_stores_nothing(domains: Domains) -
     assert after == before
     row = job(domains, made["id"])
     assert row["claimed_by"] == "node-b" and "certificate_id" not in row["doc"]
+    with domains.server.client() as api:
+        assert api.delete(f"/reserved_domains/{made['id']}").status_code == 204
+
+
+def test_a_dns_check_retries_only_a_dns_failure_and_once_a_minute(domains: Domains) -> None:
+    name = "plain.retry.acme.example"
+    with domains.server.client() as api:
+        made = api.post("/reserved_domains", json={
+            "domain": name, "certificate_management_policy": None}).json()
+        reader = api.post("/api_keys", json={"role": "read_only"}).json()["token"]
+        domains.resolver.cnames[name] = made["cname_target"]
+        domains.resolver.servfail.add(name)  # the DNS check cannot resolve: not the user's DNS
+        api.patch(f"/reserved_domains/{made['id']}", json={
+            "certificate_management_policy": {"authority": "letsencrypt"}})
+    try:
+        until(lambda: job(domains, made["id"]), lambda j: j["doc"].get("attempts") == 1
+              and j["claimed_by"] == "")
+        shown = rd(domains, made["id"])["certificate_management_status"]["provisioning_job"]
+        assert shown["error_code"] == "INTERNAL_ERROR", shown
+    finally:
+        domains.resolver.servfail.discard(name)
+
+    def check() -> dict[str, Any]:
+        """A DNS check by a read-only key (every record ok now); the job row after it."""
+        with domains.server.client(reader) as api:
+            r = api.get(f"/reserved_domains/{made['id']}/dns_check")
+            assert r.status_code == 200 and r.json()["ok"] is True, r.text
+        return job(domains, made["id"])
+
+    # not a DNS failure: the order waits for its retry (a minute after the failure)
+    row = check()
+    assert row["due"] > time.time() + 30 and "retried_at" not in row["doc"]
+    # a DNS failure retried a moment ago: not again within the first retry's minute
+    doc = {**row["doc"], "error_code": "DNS_ERROR", "retried_at": int(time.time()) - 5}
+    assert db.execute(domains.server, "UPDATE managed_certificates SET doc = ? WHERE id = ?",
+                      json.dumps(doc), made["id"]) == 1
+    assert check() == {**row, "doc": doc}
+    # a minute later it is: the order goes on at once, and succeeds
+    doc["retried_at"] = asked = int(time.time()) - 61
+    assert db.execute(domains.server, "UPDATE managed_certificates SET doc = ? WHERE id = ?",
+                      json.dumps(doc), made["id"]) == 1
+    assert check()["doc"]["retried_at"] > asked + 60
+    until(lambda: rd(domains, made["id"]), issued)
+    settled = job(domains, made["id"])["doc"]
+    assert settled["attempts"] == 0 and settled["error_code"] is None
     with domains.server.client() as api:
         assert api.delete(f"/reserved_domains/{made['id']}").status_code == 204
