@@ -88,34 +88,51 @@ def mentions(body: bytes) -> bool:
     return any(n in body for n in _NAMES)
 
 
-def _walk(value: Any, parent: str, table: Mapping[tuple[str, str], str], inbound: bool,
-          path: str) -> Any:
-    """``value`` with its members renamed by ``table``; ``parent`` (in Edgeway's names) holds
-    it. Inbound, one of Edgeway's own names that the vendor's dialect spells otherwise is
-    ``Unknown``."""
-    if isinstance(value, list):
-        return [_walk(v, parent, table, inbound, f"{path}[{i}]") for i, v in enumerate(value)]
-    if not isinstance(value, dict):
-        return value
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        if inbound and (parent, key) in VENDOR.out:
-            raise Unknown(f"{path}.{key}".lstrip("."))
-        name = table.get((parent, key), key)
-        out[name] = _walk(item, name if inbound else key, table, inbound, f"{path}.{key}")
-    return out
+def _walk(value: Any, table: Mapping[tuple[str, str], str], inbound: bool) -> Any:
+    """``value`` with its members renamed by ``table``. Inbound, one of Edgeway's own names
+    that the vendor's dialect spells otherwise is ``Unknown`` (the first in document order).
+
+    A loop over a stack of what is left to copy, not a recursion: a body nested a thousand
+    levels deep (1 KB of brackets) is walked like any other, never a ``RecursionError``."""
+    root: list[Any] = [None]
+    # (value, its parent member in Edgeway's names, its path, the copy it goes in, where;
+    # and, for a member of an object, the (parent, name) to refuse as Edgeway's own)
+    todo: list[tuple[Any, str, str, Any, Any, tuple[str, str] | None]] = [
+        (value, "", "", root, 0, None)]
+    while todo:
+        item, parent, path, into, at, member = todo.pop()
+        if member is not None and inbound and member in VENDOR.out:
+            raise Unknown(path.lstrip("."))
+        if isinstance(item, list):
+            copy: list[Any] = [None] * len(item)
+            into[at] = copy
+            todo += [(item[i], parent, f"{path}[{i}]" if inbound else "", copy, i, None)
+                     for i in range(len(item) - 1, -1, -1)]
+        elif isinstance(item, dict):
+            out: dict[str, Any] = {}
+            into[at] = out
+            members = []
+            for key, v in item.items():
+                name = table.get((parent, key), key)
+                out[name] = None  # (members keep their order)
+                members.append((v, name if inbound else key, f"{path}.{key}" if inbound
+                                else "", out, name, (parent, key)))
+            todo += reversed(members)
+        else:
+            into[at] = item
+    return root[0]
 
 
 def inbound(value: Any) -> Any:
     """A request body in the vendor's names, in Edgeway's; ``Unknown`` for one of Edgeway's
     own names where the vendor's is expected."""
-    return _walk(value, "", VENDOR.back, True, "")
+    return _walk(value, VENDOR.back, True)
 
 
 def outbound(value: Any, dialect: Dialect | None = None) -> Any:
     """A response body in ``dialect``'s names (the current one by default)."""
     dialect = dialect or current()
-    return value if dialect.native else _walk(value, "", dialect.out, False, "")
+    return value if dialect.native else _walk(value, dialect.out, False)
 
 
 def member_path(path: str, dialect: Dialect) -> str:

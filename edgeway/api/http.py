@@ -140,6 +140,13 @@ def decode_error(exc: msgspec.ValidationError | msgspec.DecodeError,
     return Invalid(path, msg[0].lower() + msg[1:], codes.get(top, 215))
 
 
+def too_deep() -> ApiError:
+    """A body nested deeper than the JSON decoder goes (about a thousand levels; no member of
+    this API nests more than a few)."""
+    return ApiError("The request body is not valid here: its arrays and objects are nested "
+                    "too deeply (no request member nests more than a few levels).", 213)
+
+
 def _from_dialect(body: bytes) -> bytes:
     """A body in the vendor's dialect, in Edgeway's names (unchanged when it cannot hold a
     name that differs, or is not JSON: decoding then says why)."""
@@ -149,6 +156,8 @@ def _from_dialect(body: bytes) -> bytes:
         return _enc.encode(dialect.inbound(msgspec.json.decode(body)))
     except msgspec.DecodeError:
         return body
+    except RecursionError:  # (msgspec's decoder and encoder recurse)
+        raise too_deep() from None
     except dialect.Unknown as exc:
         err = _Spelled(str(exc), "unknown member", 214)
         err.msg = f"Unknown request member '{exc}'."
@@ -162,5 +171,7 @@ def decode(body: bytes, shape: type[msgspec.Struct], codes: dict[str, int]) -> d
         value = msgspec.json.decode(body or b"{}", type=shape)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise decode_error(exc, list(shape.__struct_fields__), codes) from None
+    except RecursionError:
+        raise too_deep() from None
     out: dict[str, Any] = msgspec.to_builtins(value)
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from tests.conftest import CORS_ORIGIN
 from tests.server import Server
@@ -78,6 +79,31 @@ def test_body_rules(api: httpx.Client) -> None:
     ok = api.post("/ip_policies", content=b'{"description":"utf8"}',
                   headers={"Content-Type": "application/json; charset=utf-8"})
     assert ok.status_code == 201
+
+
+@pytest.mark.parametrize("version", ["Edgeway-Version", "Ngrok-Version"])
+def test_a_deeply_nested_body_is_a_400(server: Server, version: str) -> None:
+    """The vendor's dialect renames members in a walk over the body (it holds a name it
+    renames, "github"): a wrong member a few hundred levels deep is named, a body too deep to
+    decode is refused as such. Edgeway's own dialect decodes into the expected shape, which
+    stops at the first wrong member."""
+    vendor = version == "Ngrok-Version"
+    headers = {version: "2", "Authorization": f"Bearer {server.token}",
+               "Content-Type": "application/json"}
+    with httpx.Client(base_url=server.base_url, headers=headers) as c:
+        for depth in (500, 100_000):
+            body = b'{"description":' + b"[" * depth + b"]" * depth + b',"x":"github"}'
+            r = c.post("/ip_policies", content=body)
+            assert r.status_code == 400, (depth, r.text)
+            got = r.json()
+            if vendor and depth > 500:
+                assert got["error_code"] == "ERR_NGROK_213"
+                assert got["msg"] == ("The request body is not valid here: its arrays and "
+                                      "objects are nested too deeply (no request member nests "
+                                      "more than a few levels).")
+            else:
+                assert got["error_code"] == ("ERR_NGROK_215" if vendor else "ERR_EDGEWAY_215")
+                assert got["details"]["member"] == "description", got
 
 
 def test_no_body_means_an_empty_object(api: httpx.Client) -> None:

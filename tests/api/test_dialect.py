@@ -3,6 +3,8 @@ own names refused in the vendor's dialect, member paths and error bodies in its 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from edgeway.api import dialect
@@ -49,3 +51,14 @@ def test_error_bodies_in_the_vendor_words() -> None:
     assert out["msg"] == ("Invalid value for 'target.datadog.api_key': must not be empty; "
                           "one of firehose, log_group_arn, github")
     assert dialect.member_path("sources[0].type", dialect.VENDOR) == "sources[0].type"
+
+
+def test_any_depth_is_walked_without_recursion() -> None:
+    deep: list[Any] = []
+    body = {"target": {"monitoring": {"tags": deep}}}
+    for _ in range(100_000):
+        deep.append([])
+        deep = deep[0]
+    vendor = dialect.outbound(body, dialect.VENDOR)
+    assert list(vendor["target"]["datadog"]) == ["ddtags"]
+    assert list(dialect.inbound(vendor)["target"]["monitoring"]) == ["tags"]
