@@ -200,6 +200,7 @@ def test_user_agent_filter_patterns_compile(api: httpx.Client, route_url: str) -
     ('{"on_http_request": [{"actions": [{"type": "add-headers", "config": '
      '{"headers": {"x": "${req.method ==}"}}}]}]}', "config.headers.x"),
     ('{"on_http_request": [{"actions": [{"type": "log"}], "when": 1}]}', "rule is an object"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
 ])
 def test_traffic_policy_says_which_rule_and_why(api: httpx.Client, route_url: str,
                                                 policy: str, words: str) -> None:

@@ -114,6 +114,13 @@ def _rule(member: str, phase: str, rule: Any) -> None:
 
 
 def check_policy(member: str, text: str, on: On) -> None:
+    try:
+        _check_policy(member, text, on)
+    except RecursionError:  # (the JSON and YAML parsers and the checks recurse)
+        raise Invalid(member, "its lists and objects are nested too deeply", 215) from None
+
+
+def _check_policy(member: str, text: str, on: On) -> None:
     doc = parse(member, text)
     if not isinstance(doc, dict):
         raise Invalid(member, "must be an object whose keys are phases", 215)
