@@ -41,6 +41,9 @@ def domain_name(member: str, value: str, *, wildcard: bool = False, code: int = 
                       "labels", code)
     if labels[-1].isdigit():
         raise Invalid(member, f"'{value}' is not a domain name: the last label is numeric", code)
+    if star and len(ascii_name) > 251:
+        raise Invalid(member, f"'{value}' is too long: a domain name has at most 253 "
+                      "characters, '*.' included", code)
     return ("*." if star else "") + ascii_name
 
 

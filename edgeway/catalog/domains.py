@@ -139,6 +139,10 @@ AGENT_INGRESSES = Kind(
 )
 
 
+CHALLENGE = "_acme-challenge."
+MAX_WILDCARD = 253 - len(CHALLENGE)  # (the name after '*.': its challenge record's must fit)
+
+
 def _reserved_domain(value: str, ctx: Context) -> str:
     name = checks.domain_name("domain", value, wildcard=True)
     if _owned_by_platform(name, ctx):
@@ -147,6 +151,11 @@ def _reserved_domain(value: str, ctx: Context) -> str:
                           f"not under the platform domain '{ctx.settings.base_domain}'", 448)
         if name == ctx.settings.base_domain:
             raise Invalid("domain", f"'{name}' is the platform's base domain itself", 448)
+    elif name.startswith("*.") and len(name) - 2 > MAX_WILDCARD:
+        raise Invalid("domain", f"'{name}' is too long for a wildcard domain: the name after "
+                      f"'*.' may have at most {MAX_WILDCARD} characters (it has {len(name) - 2})"
+                      f", so that its certificate's {CHALLENGE}<name> record fits in a domain "
+                      "name's 253", 448)
     return name
 
 

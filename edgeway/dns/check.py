@@ -71,15 +71,31 @@ def resolver_for(servers: tuple[tuple[str, int], ...]) -> dns.asyncresolver.Reso
     return res
 
 
-async def _values(res: dns.asyncresolver.Resolver, name: str, rdtype: str) -> list[str]:
+class Unresolvable(Exception):
+    """A name no resolver can be asked about (dnspython refused it: over 255 octets on the
+    wire, an empty label): that record cannot exist."""
+
+
+async def _answer(res: dns.asyncresolver.Resolver, name: str,
+                  rdtype: str) -> dns.resolver.Answer | None:
+    """The resolver's answer (None: NXDOMAIN); ``ResolverFailed`` when it gave none,
+    ``Unresolvable`` for a name that cannot be asked."""
     try:
-        answer = await res.resolve(name, rdtype, raise_on_no_answer=False,
-                                   lifetime=TIMEOUT, search=False)
+        return await res.resolve(name, rdtype, raise_on_no_answer=False, lifetime=TIMEOUT,
+                                 search=False)
     except dns.resolver.NXDOMAIN:
-        return []
+        return None
     except (dns.exception.Timeout, dns.resolver.NoNameservers) as exc:
         raise ResolverFailed(f"the resolver gave no answer for {name} {rdtype}: {exc}") \
             from None
+    except dns.exception.DNSException as exc:  # (NameTooLong, EmptyLabel, YXDOMAIN, ...)
+        raise Unresolvable(f"{name} cannot be looked up: {exc}") from None
+
+
+async def _values(res: dns.asyncresolver.Resolver, name: str, rdtype: str) -> list[str]:
+    answer = await _answer(res, name, rdtype)
+    if answer is None:
+        return []
     want = dns.rdatatype.from_text(rdtype)
     return sorted({rd.to_text().rstrip(".").lower() for rrset in answer.response.answer
                    if rrset.rdtype == want and rrset.name == answer.qname for rd in rrset})
@@ -88,12 +104,11 @@ async def _values(res: dns.asyncresolver.Resolver, name: str, rdtype: str) -> li
 async def txt(res: dns.asyncresolver.Resolver, name: str) -> list[str]:
     """The TXT values of ``name`` (each record's strings joined)."""
     try:
-        answer = await res.resolve(name, "TXT", raise_on_no_answer=False, lifetime=TIMEOUT,
-                                   search=False)
-    except dns.resolver.NXDOMAIN:
+        answer = await _answer(res, name, "TXT")
+    except Unresolvable:
         return []
-    except (dns.exception.Timeout, dns.resolver.NoNameservers) as exc:
-        raise ResolverFailed(f"the resolver gave no answer for {name} TXT: {exc}") from None
+    if answer is None:
+        return []
     return [b"".join(rd.strings).decode() for rrset in answer.response.answer
             if rrset.rdtype == dns.rdatatype.TXT for rd in rrset]
 
@@ -103,18 +118,23 @@ async def addresses(res: dns.asyncresolver.Resolver, name: str) -> list[str]:
     out: list[str] = []
     for rdtype in ("A", "AAAA"):
         try:
-            answer = await res.resolve(name, rdtype, raise_on_no_answer=False,
-                                       lifetime=TIMEOUT, search=False)
-        except dns.resolver.NXDOMAIN:
-            continue
-        except (dns.exception.Timeout, dns.resolver.NoNameservers) as exc:
-            raise ResolverFailed(f"the resolver gave no answer for {name} {rdtype}: {exc}") \
-                from None
-        out += [rd.to_text() for rd in answer.rrset or ()]
+            answer = await _answer(res, name, rdtype)
+        except Unresolvable:
+            return []
+        if answer is not None:
+            out += [rd.to_text() for rd in answer.rrset or ()]
     return out
 
 
 async def _check(res: dns.asyncresolver.Resolver, rec: Record, ips: tuple[str, ...]) -> None:
+    try:
+        await _compare(res, rec, ips)
+    except Unresolvable as exc:
+        rec.found, rec.status, rec.msg = [], "wrong", str(exc)
+
+
+async def _compare(res: dns.asyncresolver.Resolver, rec: Record,
+                   ips: tuple[str, ...]) -> None:
     rec.found = await _values(res, rec.name, rec.type)
     if rec.found and (sorted(rec.found) == sorted(rec.expected)):
         rec.status, rec.msg = "ok", ""

@@ -8,6 +8,7 @@ import uuid
 import httpx
 import pytest
 
+from tests.domains.names import long_name
 from tests.server import Server, start
 
 REGIONS = ["us", "us-cal-1", "eu", "au", "ap", "jp", "sa", "in"]
@@ -87,6 +88,32 @@ def test_wildcard_reserved_domain(api: httpx.Client) -> None:
     assert body["certificate_management_status"]["renews_at"] is None
     assert body["certificate"] is None and body["resolves_to"] == []
     assert body["http_endpoint_configuration"] is None
+
+
+def test_a_wildcard_whose_challenge_name_cannot_exist_is_refused(api: httpx.Client) -> None:
+    """A wildcard's certificate needs _acme-challenge.<the name after '*.'>, a domain name
+    too: at most 253 characters (a plain name may use all 253)."""
+    suffix = site()
+    for length, status in ((237, 201), (238, 400), (251, 400)):
+        rest = long_name(length, suffix)
+        r = api.post("/reserved_domains", json={"domain": f"*.{rest}"})
+        assert r.status_code == status, (length, r.text)
+        if status == 400:
+            body = r.json()
+            assert body["error_code"] == "ERR_EDGEWAY_448"
+            assert body["details"]["member"] == "domain"
+            assert body["msg"] == (f"Invalid value for 'domain': '*.{rest}' is too long for a "
+                                   "wildcard domain: the name after '*.' may have at most 237 "
+                                   f"characters (it has {length}), so that its certificate's "
+                                   "_acme-challenge.<name> record fits in a domain name's 253")
+    rest = long_name(252, suffix)
+    r = api.post("/reserved_domains", json={"domain": f"*.{rest}"})
+    assert r.status_code == 400 and r.json()["msg"] == (
+        f"Invalid value for 'domain': '*.{rest}' is too long: a domain name has at most 253 "
+        "characters, '*.' included")
+    r = api.post("/reserved_domains", json={"domain": long_name(253, suffix),
+                                            "certificate_management_policy": None})
+    assert r.status_code == 201, r.text
 
 
 def test_plain_and_platform_domains(api: httpx.Client) -> None:

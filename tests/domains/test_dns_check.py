@@ -4,9 +4,12 @@ reported ok, missing or wrong with the expected and found values."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from tests.domains import db
 from tests.domains.conftest import BASE, Domains
+from tests.domains.names import long_name
 
 
 def check(domains: Domains, path: str) -> dict[str, Any]:
@@ -72,3 +75,25 @@ def test_names_in_the_platform_zones_need_nothing_and_ingress_ns(domains: Domain
     report = check(domains, f"/agent_ingresses/{ingress['id']}")
     assert report["ok"] is True
     assert report["records"][0]["found"] == sorted(ingress["ns_targets"])
+
+
+def test_a_name_too_long_to_look_up_is_reported_not_a_500(domains: Domains) -> None:
+    """A wildcard whose _acme-challenge name is past DNS's limit (an earlier version stored
+    such names; they are refused now): its record is reported wrong, saying why."""
+    rest = long_name(240, "long.check.example")
+    with domains.server.client() as api:
+        rd = api.post("/reserved_domains", json={"domain": "*.long.check.example",
+                                                 "certificate_management_policy": None}).json()
+        [(stored,)] = db.rows(domains.server, "SELECT doc FROM reserved_domains WHERE id = ?",
+                              rd["id"])
+        assert db.execute(domains.server, "UPDATE reserved_domains SET doc = ? WHERE id = ?",
+                          json.dumps({**json.loads(stored), "domain": f"*.{rest}"}),
+                          rd["id"]) == 1
+    report = check(domains, f"/reserved_domains/{rd['id']}")
+    assert report["ok"] is False and report["domain"] == f"*.{rest}"
+    wild, acme = report["records"]
+    assert (wild["name"], wild["status"]) == (f"*.{rest}", "missing")
+    assert acme["name"] == f"_acme-challenge.{rest}" and acme["status"] == "wrong"
+    assert acme["msg"].startswith(f"_acme-challenge.{rest} cannot be looked up: "), acme
+    with domains.server.client() as api:
+        assert api.delete(f"/reserved_domains/{rd['id']}").status_code == 204
