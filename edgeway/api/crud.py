@@ -15,12 +15,13 @@ from edgeway.api import guards, hostports, present, validate
 from edgeway.api.http import body_bytes, decode, json_response, no_content
 from edgeway.api.platform import Caller
 from edgeway.api.render import render
-from edgeway.catalog.model import Context, Fetch, Kind
+from edgeway.catalog.model import Context, Kind
 from edgeway.catalog.shapes import shapes
 from edgeway.errors import Conflict, NotFound
 from edgeway.events.changes import ChangeLog, actor
 from edgeway.platform import Platform
 from edgeway.store.db import Tx, UniqueViolation
+from edgeway.store.fetch import Fetcher
 from edgeway.store.repo import Repo
 
 
@@ -55,21 +56,6 @@ def _client(request: Request) -> str | None:
 
 def _unique_error(kind: Kind, doc: dict[str, Any]) -> Conflict:
     return Conflict(kind.unique_msg.format(**doc), kind.unique_code)
-
-
-class _Fetcher:
-    def __init__(self, repo: Repo) -> None:
-        self.repo = repo
-
-    async def __call__(self, collection: str, id_: str) -> dict[str, Any] | None:
-        return await self.repo.get(catalog.BY_COLLECTION[collection], id_)
-
-    async def all(self, collection: str) -> list[tuple[str, dict[str, Any]]]:
-        return await self.repo.all_docs(catalog.BY_COLLECTION[collection])
-
-
-def _fetcher(repo: Repo) -> Fetch:
-    return _Fetcher(repo)
 
 
 def _path_members(request: Request, kind: Kind) -> dict[str, str]:
@@ -120,9 +106,9 @@ async def create(request: Request, platform: Platform, caller: Caller, kind: Kin
         await guards.before(repo, caller, kind, None, doc)
         links = await validate.links(repo, kind, doc, None)
         if kind.verify:
-            await kind.verify(doc, ctx, _fetcher(repo), None)
+            await kind.verify(doc, ctx, Fetcher(repo), None)
         if kind.resolve:
-            doc.update(await kind.resolve(doc, ctx, _fetcher(repo)))
+            doc.update(await kind.resolve(doc, ctx, Fetcher(repo)))
             links = await validate.links(repo, kind, doc, None)  # (it may fill references)
         try:
             await repo.insert(kind, id_, doc, ids.token_hash(token) if token else None)
@@ -155,7 +141,7 @@ async def apply(repo: Repo, kind: Kind, id_: str, old: dict[str, Any],
         doc.update(await asyncio.to_thread(kind.derive, doc, ctx, old))
     links = await validate.links(repo, kind, doc, old, id_)
     if kind.verify:
-        await kind.verify(doc, ctx, _fetcher(repo), old)
+        await kind.verify(doc, ctx, Fetcher(repo), old)
     try:
         await repo.replace(kind, id_, doc)
     except UniqueViolation:

@@ -11,6 +11,7 @@ from edgeway.api import events
 from edgeway.api.render import render
 from edgeway.catalog.model import Kind, ref
 from edgeway.catalog.modules import saml
+from edgeway.store.fetch import Fetcher
 from edgeway.store.repo import Item, Repo
 
 ROUTES = "edges/https/routes"
@@ -55,6 +56,9 @@ async def _sites(repo: Repo, kind: Kind, items: list[Item], https_port: int
 
 async def many(repo: Repo, kind: Kind, items: list[Item], public_url: str,
                token: str | None = None, https_port: int = 443) -> list[dict[str, Any]]:
+    if kind.refresh is not None and items:
+        docs = await kind.refresh([it.doc for it in items], Fetcher(repo))
+        items = [Item(it.id, doc) for it, doc in zip(items, docs, strict=True)]
     sites = await _sites(repo, kind, items, https_port)
     out = [render(kind, it.id, it.doc, public_url, token, sites.get(it.id, ""))
            for it in items]

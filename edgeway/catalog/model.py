@@ -92,6 +92,9 @@ Resolve = Callable[[dict[str, Any], Context, Fetch], Awaitable[dict[str, Any]]]
 # and update inside the write transaction after the reference checks, for rules that read
 # other stored resources (e.g. an uploaded certificate must cover the domain)
 Verify = Callable[[dict[str, Any], Context, Fetch, dict[str, Any] | None], Awaitable[None]]
+# (stored documents, fetch) -> the same documents as they are rendered now: members copied
+# from other resources read again (a secret's ``vault_name``: its vault may have been renamed)
+Refresh = Callable[[list[dict[str, Any]], Fetch], Awaitable[list[dict[str, Any]]]]
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,7 @@ class Kind:
     derive: Derive | None = None
     resolve: Resolve | None = None
     verify: Verify | None = None
+    refresh: Refresh | None = None
     secret: bool = False
     not_found_code: int | None = None
     describe: str = ""

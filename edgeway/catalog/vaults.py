@@ -76,6 +76,18 @@ async def _vault(doc: dict[str, Any], _ctx: Context, fetch: Fetch) -> dict[str, 
     raise Invalid("vault_name", f"no vault is named '{doc.get('vault_name')}'", 380)
 
 
+async def _vault_names(docs: list[dict[str, Any]], fetch: Fetch) -> list[dict[str, Any]]:
+    """Secrets as rendered: ``vault_name`` is their vault's name now (the stored copy, made
+    on create, goes stale when the vault is renamed)."""
+    names: dict[str, str] = {}
+    for vault_id in sorted({str(d.get("vault_id") or "") for d in docs} - {""}):
+        vault = await fetch("vaults", vault_id)
+        if vault is not None:
+            names[vault_id] = str(vault.get("name", ""))
+    return [{**d, "vault_name": names[str(d.get("vault_id"))]}
+            if str(d.get("vault_id")) in names else d for d in docs]
+
+
 def _one_vault(doc: dict[str, Any], _ctx: Context) -> None:
     if not doc.get("vault_id") and not doc.get("vault_name"):
         raise Invalid("vault_id", "is required: the vault's id (or its name, vault_name)",
@@ -111,7 +123,7 @@ SECRETS = Kind(
         Field("last_updated_by", str, "who changed it last", create="no", default="",
               out_type=Ref | None, present=_identity),
     ),
-    check=_one_vault, derive=_seal, resolve=_vault,
+    check=_one_vault, derive=_seal, resolve=_vault, refresh=_vault_names,
 )
 
 KINDS = (VAULTS, SECRETS)

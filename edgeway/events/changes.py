@@ -19,6 +19,7 @@ from edgeway.catalog.event_types import change_type
 from edgeway.catalog.model import Kind
 from edgeway.events import envelope, routing
 from edgeway.store import outbox
+from edgeway.store.fetch import Fetcher
 from edgeway.store.repo import Repo
 
 Render = Callable[[Kind, str, dict[str, Any], str], dict[str, Any]]
@@ -53,6 +54,8 @@ class ChangeLog:
             self._routing = await routing.load(repo)  # (as this transaction changed them)
         if not self._routing.wants(type_):
             return
+        if kind.refresh is not None:  # (members read from other resources, as the API does)
+            doc = (await kind.refresh([doc], Fetcher(repo)))[0]
         obj = self.render(kind, id_, doc, self.public_url)
         dests = self._routing.destinations(type_, {"obj": obj, "actor": self.actor})
         if not dests:

@@ -102,6 +102,22 @@ def test_filters_pick_changes_and_unsubscribed_types_stay_home(api: httpx.Client
         assert {e["event_type"] for e in last} == {"ip_policy_created.v0"}
 
 
+def test_a_secret_event_names_its_vault_as_it_is_now(api: httpx.Client, cap: Capture) -> None:
+    """In the event's object and in the subscription's filter, after a rename."""
+    tags, old, new = f"run:{secrets.token_hex(4)}", f"v-{secrets.token_hex(4)}", \
+        f"w-{secrets.token_hex(4)}"
+    vault = made(api, "/vaults", {"name": old})
+    secret = made(api, "/vault_secrets", {"vault_id": vault["id"], "name": "s", "value": "x"})
+    sources = [{"type": "secret_updated.v0", "filter": f'obj.vault_name == "{new}"'}]
+    with subscribed(api, monitoring(tags), sources):
+        assert api.patch(f"/vaults/{vault['id']}", json={"name": new}).status_code == 200
+        shown = api.patch(f"/vault_secrets/{secret['id']}", json={"metadata": "m"}).json()
+        [entry] = wait_len("the event", lambda: arrived(cap, tags), 1)
+        assert entry["event"]["object"] == shown and shown["vault_name"] == new
+    assert api.delete(f"/vault_secrets/{secret['id']}").status_code == 204
+    assert api.delete(f"/vaults/{vault['id']}").status_code == 204
+
+
 def test_api_keys_made_by_the_command_line_have_their_event(esrv: Server, api: httpx.Client,
                                                            cap: Capture) -> None:
     tags = f"run:{secrets.token_hex(4)}"
