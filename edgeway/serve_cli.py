@@ -89,10 +89,10 @@ def _tunnel_options(serve: argparse.ArgumentParser) -> None:
                             "(default: %(default)s)")
     serve.add_argument("--tcp-ports", default=env("TCP_PORTS", "20000-20999"),
                        help="port range for TCP tunnels (default: %(default)s)")
-    serve.add_argument("--tcp-grace", type=float, default=float(env("TCP_GRACE") or 120),
-                       metavar="SECONDS",
+    serve.add_argument("--tcp-grace", type=float, default=env("TCP_GRACE") or "120",
+                       metavar="SECONDS",  # (argparse converts the default as it does -x)
                        help="how long a TCP tunnel whose agent dropped keeps its port for the "
-                            "agent's reconnect (default: %(default)g)")
+                            "agent's reconnect (default: %(default)s)")
 
 
 def _public_options(serve: argparse.ArgumentParser) -> None:

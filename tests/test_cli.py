@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -17,9 +18,9 @@ from tests.conftest import BACKENDS
 from tests.server import free_port, fresh_pg_database, start
 
 
-def edgeway(*args: str) -> subprocess.CompletedProcess[str]:
+def edgeway(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "edgeway", *args], capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture(params=BACKENDS)
@@ -141,6 +142,31 @@ def test_bad_options_fail_clearly(tmp_path: Path, args: list[str], words: str) -
     r = edgeway("serve", "--data-dir", str(tmp_path), *args)
     assert r.returncode == 2
     assert words in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(("option", "value", "kind", "out_of_range"), [
+    ("--events-queue", "1e5", "int", "5 must be 10 to 10000000"),
+    ("--events-attempts", "ten", "int", "0 must be 1 to 1000"),
+    ("--events-retry", "1s", "float", "0 must be 0.01 to 300 seconds"),
+    ("--ssh-keepalive", "15s", "float", "0 must be 1 to 3600 seconds"),
+    ("--tcp-grace", "2m", "float", "-1 must be 0 to 86400 seconds"),
+])
+def test_a_bad_number_in_the_environment_is_an_error_of_serve_alone(
+        tmp_path: Path, option: str, value: str, kind: str, out_of_range: str) -> None:
+    env = {"EDGEWAY_" + option[2:].upper().replace("-", "_"): value}
+    r = edgeway("serve", "--data-dir", str(tmp_path), env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"argument {option}: invalid {kind} value: '{value}'" in r.stderr
+    # the command line wins over the variable (this value is out of range: said so)
+    given = out_of_range.split()[0]
+    r = edgeway("serve", "--data-dir", str(tmp_path), f"{option}={given}", env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"{option} {out_of_range}" in r.stderr, r.stderr
+    # the other commands do not read it
+    r = edgeway("--version", env=env)
+    assert r.returncode == 0 and r.stdout.startswith("edgeway "), r.stderr
+    r = edgeway("ca", "export", "--data-dir", str(tmp_path / "none"), env=env)
+    assert r.returncode == 2 and "is not a data directory" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize(("apps", "words"), [

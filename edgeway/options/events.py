@@ -27,16 +27,17 @@ def add(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--events-ca-file", type=Path, default=env("EVENTS_CA_FILE"),
                        help="PEM CA certificates trusted for HTTPS event targets besides "
                             "the system's")
-    serve.add_argument("--events-retry", type=float, default=float(env("EVENTS_RETRY") or
-                                                                   d.retry), metavar="SECONDS",
+    # (string defaults: argparse converts them as it does the command line's, so a bad
+    # EDGEWAY_EVENTS_* value is reported by `serve` alone, naming its option)
+    serve.add_argument("--events-retry", type=float,
+                       default=env("EVENTS_RETRY") or f"{d.retry:g}", metavar="SECONDS",
                        help="back-off before the first retry of a failed delivery, doubled "
-                            "each time up to 300 (default: %(default)g)")
-    serve.add_argument("--events-attempts", type=int, default=int(env("EVENTS_ATTEMPTS") or
-                                                                  d.attempts),
+                            "each time up to 300 (default: %(default)s)")
+    serve.add_argument("--events-attempts", type=int,
+                       default=env("EVENTS_ATTEMPTS") or str(d.attempts),
                        help="attempts before events become dead letters (default: "
                             "%(default)s)")
-    serve.add_argument("--events-queue", type=int, default=int(env("EVENTS_QUEUE") or
-                                                               d.queue),
+    serve.add_argument("--events-queue", type=int, default=env("EVENTS_QUEUE") or str(d.queue),
                        help="traffic events waiting per node and per destination; more are "
                             "dropped and counted (default: %(default)s)")
 

@@ -15,10 +15,10 @@ def add(serve: argparse.ArgumentParser) -> None:
                        help="an SSH certificate authority (/ssh_certificate_authorities) that "
                             "signs the gateway's host key, for clients trusting "
                             "@cert-authority (default: none, the bare key)")
-    serve.add_argument("--ssh-keepalive", type=float,
-                       default=float(env("SSH_KEEPALIVE") or 15), metavar="SECONDS",
+    serve.add_argument("--ssh-keepalive", type=float,  # (argparse converts the default too)
+                       default=env("SSH_KEEPALIVE") or "15", metavar="SECONDS",
                        help="seconds between keep-alives to SSH clients; three unanswered "
-                            "end the session (default: %(default)g)")
+                            "end the session (default: %(default)s)")
 
 
 def parse(args: argparse.Namespace) -> tuple[tuple[str, int] | None, str, float]:
