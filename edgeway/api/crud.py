@@ -100,6 +100,27 @@ async def create(request: Request, platform: Platform, caller: Caller, kind: Kin
     doc["created_at"] = ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ")
     id_ = ids.new_id(kind.prefix)
     token = ids.new_token(id_) if kind.secret else None
+    for left in range(kind.repick, -1, -1):
+        try:
+            shown = await _insert(request, platform, caller, kind, ctx, id_, token, dict(doc),
+                                  flags.get("force", False), left)
+        except _Taken:  # (a create running at the same time took what resolve picked)
+            continue
+        break
+    platform.changed(kind.collection)
+    return json_response(201, shown)
+
+
+class _Taken(Exception):
+    """The unique value ``resolve`` picked was taken meanwhile: pick again."""
+
+
+async def _insert(request: Request, platform: Platform, caller: Caller, kind: Kind,
+                  ctx: Context, id_: str, token: str | None, doc: dict[str, Any], force: bool,
+                  repicks: int) -> dict[str, Any]:
+    """One transaction of a create; the resource as shown. ``_Taken`` while ``repicks`` are
+    left and a unique key refuses the insert (PostgreSQL runs creates side by side: two can
+    pick the same free value)."""
     async with platform.db.write() as tx:
         repo = writing(tx, platform, caller)
         await _parents_exist(repo, kind, _path_members(request, kind))
@@ -113,13 +134,17 @@ async def create(request: Request, platform: Platform, caller: Caller, kind: Kin
         try:
             await repo.insert(kind, id_, doc, ids.token_hash(token) if token else None)
         except UniqueViolation:
-            raise _unique_error(kind, doc) from None
+            if repicks:
+                raise _Taken from None
+            err = _unique_error(kind, doc)
+            if kind.repick:
+                err.msg += (f"; creates running at the same time took what was picked "
+                            f"{kind.repick + 1} times in a row: try again")
+            raise err from None
         await repo.set_links(kind, id_, links + await hostports.bind(repo, kind, id_, doc))
-        await guards.after(repo, caller, kind, _client(request), flags.get("force", False))
-        shown = await present.one(repo, kind, id_, doc, platform.settings.public_url, token,
-                                  platform.settings.https_port)
-    platform.changed(kind.collection)
-    return json_response(201, shown)
+        await guards.after(repo, caller, kind, _client(request), force)
+        return await present.one(repo, kind, id_, doc, platform.settings.public_url, token,
+                                 platform.settings.https_port)
 
 
 async def get(request: Request, platform: Platform, caller: Caller, kind: Kind) -> Response:

@@ -1,7 +1,9 @@
 """Reserved TCP addresses: a ``host:port`` of the agent TCP range (``--tcp-host``,
 ``--tcp-ports``) held for the account. The platform picks the port, one no other reservation
 holds and no live tunnel uses; the tunnel listener never hands it out as a generated port, and
-a TCP bind asking for it (``Addr``, the agents' ``remote_addr``) takes it."""
+a TCP bind asking for it (``Addr``, the agents' ``remote_addr``) takes it. Creates that run
+at once (PostgreSQL runs them side by side) may pick the same port: the one whose insert the
+unique key refuses picks again (``repick``)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from edgeway.catalog.model import Context, Fetch, Field, Kind, standard
 from edgeway.errors import Invalid
 
 NONE_FREE = 509
+PICKS = 10  # picks again when creates running at the same time chose the same port
 DEFAULT_PORTS = (20000, 20999)  # --tcp-ports' default
 
 
@@ -54,7 +57,7 @@ RESERVED_ADDRS = Kind(
         Field("region", str, "region of the address; default: the platform's first",
               default="", check=_region),
     ),
-    resolve=_pick,
+    resolve=_pick, repick=PICKS,
 )
 
 KINDS = (RESERVED_ADDRS,)

@@ -202,6 +202,9 @@ class Kind:
     resolve: Resolve | None = None
     verify: Verify | None = None
     refresh: Refresh | None = None
+    # times a create runs again (``resolve`` picking again) when a unique key refuses what
+    # ``resolve`` picked: a create running at the same time took it (PostgreSQL)
+    repick: int = 0
     secret: bool = False
     not_found_code: int | None = None
     describe: str = ""
