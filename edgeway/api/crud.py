@@ -67,10 +67,7 @@ async def _parents_exist(repo: Repo, kind: Kind, members: dict[str, str]) -> Non
     for name, value in members.items():
         link = kind.field(name).link
         assert link is not None
-        parent = catalog.BY_COLLECTION[link.kinds[0]]
-        validate.id_in_path(parent, value)
-        if await repo.get(parent, value) is None:
-            raise NotFound(f"{parent.title} '{value}' was not found.", parent.not_found_code)
+        await validate.found(repo, catalog.BY_COLLECTION[link.kinds[0]], value)
 
 
 async def load(repo: Repo, request: Request, kind: Kind) -> tuple[str, dict[str, Any]]:

@@ -21,7 +21,7 @@ from edgeway.api import validate
 from edgeway.api.http import body_bytes, json_response
 from edgeway.api.platform import Caller
 from edgeway.dns import check
-from edgeway.errors import ApiError, NotFound
+from edgeway.errors import ApiError
 from edgeway.platform import Platform
 from edgeway.store.acme import AcmeStore
 from edgeway.store.repo import Repo
@@ -54,11 +54,9 @@ def dns_check(collection: str) -> Callable[[Request, Platform, Caller], Awaitabl
 
     async def run(request: Request, platform: Platform, _c: Caller) -> Response:
         await body_bytes(request, False)
-        id_ = validate.id_in_path(kind, request.path_params["id"])
+        id_ = request.path_params["id"]
         repo = Repo(platform.db.reader())
-        doc = await repo.get(kind, id_)
-        if doc is None:
-            raise NotFound(f"{kind.title} '{id_}' was not found.", kind.not_found_code)
+        doc = await validate.found(repo, kind, id_)
         settings = platform.settings
         if kind is INGRESSES:
             records = check.ingress_records(doc)

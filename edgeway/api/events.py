@@ -22,7 +22,7 @@ from edgeway.api.http import body_bytes, decode, json_response
 from edgeway.api.listing import MAX_PAGE
 from edgeway.api.platform import Caller
 from edgeway.config import EventsConfig
-from edgeway.errors import ApiError, NotFound
+from edgeway.errors import ApiError
 from edgeway.events.targets import Clients, Targets, verify
 from edgeway.platform import Platform
 from edgeway.store import outbox
@@ -92,11 +92,7 @@ async def present(repo: Repo, shown: list[dict[str, Any]]) -> None:
 
 
 async def _destination(platform: Platform, dest_id: str) -> dict[str, Any]:
-    validate.id_in_path(DESTINATIONS, dest_id)
-    doc = await Repo(platform.db.reader()).get(DESTINATIONS, dest_id)
-    if doc is None:
-        raise NotFound(f"EventDestination '{dest_id}' was not found.")
-    return doc
+    return await validate.found(Repo(platform.db.reader()), DESTINATIONS, dest_id)
 
 
 def _page(request: Request) -> tuple[str | None, int]:

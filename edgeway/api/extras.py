@@ -35,12 +35,10 @@ class _Empty(msgspec.Struct, forbid_unknown_fields=True):
 
 async def _mutate(platform: Platform, caller: Caller, kind: catalog.Kind, id_: str,
                   change: Callable[[dict[str, Any]], Any]) -> Any:
-    validate.id_in_path(kind, id_)
+    validate.id_in_path(kind, id_)  # (before a write transaction begins)
     async with platform.db.write() as tx:
         repo = writing(tx, platform, caller)
-        doc = await repo.get(kind, id_)
-        if doc is None:
-            raise NotFound(f"{kind.title} '{id_}' was not found.", kind.not_found_code)
+        doc = await validate.found(repo, kind, id_)
         result = change(doc)
         await repo.replace(kind, id_, doc)
         await repo.set_links(kind, id_, await validate.links(repo, kind, doc, doc, id_))
@@ -77,11 +75,7 @@ def _base(platform: Platform, sub_id: str) -> str:
 
 
 async def _subscription(platform: Platform, sub_id: str) -> dict[str, Any]:
-    validate.id_in_path(SUBSCRIPTIONS, sub_id)
-    doc = await Repo(platform.db.reader()).get(SUBSCRIPTIONS, sub_id)
-    if doc is None:
-        raise NotFound(f"EventSubscription '{sub_id}' was not found.")
-    return doc
+    return await validate.found(Repo(platform.db.reader()), SUBSCRIPTIONS, sub_id)
 
 
 def _find(doc: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -180,8 +174,7 @@ async def vault_secrets(request: Request, platform: Platform, _caller: Caller) -
         raise ApiError("The query parameter 'filter' is not supported here; filter "
                        "GET /vault_secrets instead.", 231)
     repo = Repo(platform.db.reader())
-    if await repo.get(VAULTS, vault_id) is None:
-        raise NotFound(f"Vault '{vault_id}' was not found.", VAULTS.not_found_code)
+    await validate.found(repo, VAULTS, vault_id)
     rows = sorted(await repo.docs_where(SECRETS, "vault_id", [vault_id]), reverse=True)
     items = [Item(id_, doc) for id_, doc in rows if q.before is None or id_ < q.before]
     base = platform.settings.public_url

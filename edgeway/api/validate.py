@@ -11,7 +11,7 @@ from typing import Any
 from edgeway import catalog, ids
 from edgeway.catalog import checks
 from edgeway.catalog.model import Context, Field, Kind
-from edgeway.errors import Invalid
+from edgeway.errors import Invalid, NotFound
 from edgeway.store.repo import Repo
 
 
@@ -44,6 +44,15 @@ def id_in_path(kind: Kind, value: str) -> str:
         raise Invalid("", f"'{value}' is not a valid {kind.title} id: expected an ID with a "
                       f"prefix of '{kind.prefix}_' followed by 27 letters and digits", 227)
     return value
+
+
+async def found(repo: Repo, kind: Kind, id_: str) -> dict[str, Any]:
+    """The stored resource a path names: its id checked (400), then read (404 if gone)."""
+    id_in_path(kind, id_)
+    doc = await repo.get(kind, id_)
+    if doc is None:
+        raise NotFound(f"{kind.title} '{id_}' was not found.", kind.not_found_code)
+    return doc
 
 
 def refs(f: Field, value: Any) -> list[tuple[str, str]]:
