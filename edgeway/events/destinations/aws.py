@@ -5,16 +5,19 @@ name in an ARN and error classification (boto3's blocking calls run on the targe
 pool, ``destinations.call``). ``--events-aws-endpoint-url`` sends
 every service to one endpoint; otherwise boto3 honours the standard ``AWS_ENDPOINT_URL`` and
 ``AWS_ENDPOINT_URL_<SERVICE>`` variables.
+
+``StreamBatch`` is the batch put of the two stream targets (``firehose``, ``kinesis``), which
+differ only in names and in the shape of a record.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from edgeway.events.destinations import Clients, DeliveryError
+from edgeway.events.destinations import Clients, DeliveryError, call
 
 PERMANENT_CODES = frozenset({
     "AccessDenied", "AccessDeniedException", "UnrecognizedClientException",
@@ -91,3 +94,56 @@ class Access:
                     aws_access_key_id=key, aws_secret_access_key=secret,
                     aws_session_token=token, config=self._config())
             return self._clients[service]
+
+
+class StreamBatch:
+    """One put of a batch of records, one per event, into the stream the destination's ARN
+    names. When the service refuses some records (a partial failure: throttling), the batch
+    is sent again from the first one refused (those before it arrived); an answer counting
+    refusals without marking any record sends it all again."""
+
+    kind: str  # the target member
+    max_batch = 500  # records per call (both services)
+    max_bytes: int
+    label: str  # the service, in messages
+    service: str  # boto3's
+    operation: str  # the API call, in the answer; boto3's method is ``method``
+    method: str
+    arn_member: str  # the member holding the stream's ARN, and the marker before its name
+    arn_marker: str
+    name_member: str  # the call's member naming the stream
+    failed_key: str  # the answer's count of refused records, and its list of results
+    results_key: str
+
+    def __init__(self, body: dict[str, Any], secret: Callable[[str], str],
+                 clients: Clients) -> None:
+        region, self.name = arn_parts(body[self.arn_member], self.arn_marker)
+        self.access = Access(body["auth"], secret, region, clients)
+
+    def record(self, event: str) -> dict[str, Any]:
+        """The record of one event (its envelope's JSON text)."""
+        raise NotImplementedError
+
+    def _put(self, events: Sequence[str]) -> dict[str, Any]:
+        put = getattr(self.access.client(self.service), self.method)
+        answer: dict[str, Any] = put(**{self.name_member: self.name,
+                                        "Records": [self.record(e) for e in events]})
+        return answer
+
+    async def send(self, events: Sequence[str]) -> str:
+        try:
+            answer = await call(self._put, events)
+        except Exception as exc:
+            raise failure(self.label, exc) from None
+        failed = int(answer.get(self.failed_key, 0))
+        if failed:
+            results = answer.get(self.results_key, [])
+            first = next((i for i, r in enumerate(results) if r.get("ErrorCode")), None)
+            if first is None:
+                raise DeliveryError(f"{self.label} refused {failed} of {len(events)} records "
+                                    f"without marking which ({self.failed_key} {failed}, no "
+                                    "ErrorCode in its answer): all are sent again")
+            raise DeliveryError(f"{self.label} refused {failed} of {len(events)} records: "
+                                f"{results[first].get('ErrorCode')}: "
+                                f"{results[first].get('ErrorMessage', '')}", accepted=first)
+        return f"{self.operation}: {len(events)} records, {self.failed_key} 0"

@@ -5,39 +5,19 @@ sent again from the first one refused (those before it arrived)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
-from edgeway.events.destinations import Clients, DeliveryError, call
-from edgeway.events.destinations.aws import Access, arn_parts, failure
+from edgeway.events.destinations.aws import StreamBatch
 
 
-class Firehose:
+class Firehose(StreamBatch):
     kind = "delivery_stream"
-    max_batch = 500
     max_bytes = 3_500_000
+    label, service, operation, method = "Firehose", "firehose", "PutRecordBatch", \
+        "put_record_batch"
+    arn_member, arn_marker, name_member = "delivery_stream_arn", "deliverystream/", \
+        "DeliveryStreamName"
+    failed_key, results_key = "FailedPutCount", "RequestResponses"
 
-    def __init__(self, body: dict[str, Any], secret: Callable[[str], str],
-                 clients: Clients) -> None:
-        region, self.name = arn_parts(body["delivery_stream_arn"], "deliverystream/")
-        self.access = Access(body["auth"], secret, region, clients)
-
-    def _put(self, events: Sequence[str]) -> dict[str, Any]:
-        answer: dict[str, Any] = self.access.client("firehose").put_record_batch(
-            DeliveryStreamName=self.name,
-            Records=[{"Data": e.encode() + b"\n"} for e in events])
-        return answer
-
-    async def send(self, events: Sequence[str]) -> str:
-        try:
-            answer = await call(self._put, events)
-        except Exception as exc:
-            raise failure("Firehose", exc) from None
-        failed = int(answer.get("FailedPutCount", 0))
-        if failed:
-            results = answer.get("RequestResponses", [])
-            first = next(i for i, r in enumerate(results) if r.get("ErrorCode"))
-            raise DeliveryError(f"Firehose refused {failed} of {len(events)} records: "
-                                f"{results[first].get('ErrorCode')}: "
-                                f"{results[first].get('ErrorMessage', '')}", accepted=first)
-        return f"PutRecordBatch: {len(events)} records, FailedPutCount 0"
+    def record(self, event: str) -> dict[str, Any]:
+        return {"Data": event.encode() + b"\n"}

@@ -5,39 +5,18 @@ one refused."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
-from edgeway.events.destinations import Clients, DeliveryError, call, event_id
-from edgeway.events.destinations.aws import Access, arn_parts, failure
+from edgeway.events.destinations import event_id
+from edgeway.events.destinations.aws import StreamBatch
 
 
-class Kinesis:
+class Kinesis(StreamBatch):
     kind = "data_stream"
-    max_batch = 500
     max_bytes = 4_500_000
+    label, service, operation, method = "Kinesis", "kinesis", "PutRecords", "put_records"
+    arn_member, arn_marker, name_member = "stream_arn", "stream/", "StreamName"
+    failed_key, results_key = "FailedRecordCount", "Records"
 
-    def __init__(self, body: dict[str, Any], secret: Callable[[str], str],
-                 clients: Clients) -> None:
-        region, self.name = arn_parts(body["stream_arn"], "stream/")
-        self.access = Access(body["auth"], secret, region, clients)
-
-    def _put(self, events: Sequence[str]) -> dict[str, Any]:
-        answer: dict[str, Any] = self.access.client("kinesis").put_records(
-            StreamName=self.name,
-            Records=[{"Data": e.encode(), "PartitionKey": event_id(e)} for e in events])
-        return answer
-
-    async def send(self, events: Sequence[str]) -> str:
-        try:
-            answer = await call(self._put, events)
-        except Exception as exc:
-            raise failure("Kinesis", exc) from None
-        failed = int(answer.get("FailedRecordCount", 0))
-        if failed:
-            results = answer.get("Records", [])
-            first = next(i for i, r in enumerate(results) if r.get("ErrorCode"))
-            raise DeliveryError(f"Kinesis refused {failed} of {len(events)} records: "
-                                f"{results[first].get('ErrorCode')}: "
-                                f"{results[first].get('ErrorMessage', '')}", accepted=first)
-        return f"PutRecords: {len(events)} records, FailedRecordCount 0"
+    def record(self, event: str) -> dict[str, Any]:
+        return {"Data": event.encode(), "PartitionKey": event_id(event)}
