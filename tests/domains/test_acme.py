@@ -21,6 +21,9 @@ from tests.domains.tlsprobe import presented
 from tests.server import start
 
 TIMEOUT = 30
+# The manager runs one order at a time, and an order waits up to 30 s for its challenge to
+# show in DNS: a job queued behind another test's order may start that much later.
+QUEUED = 3 * TIMEOUT
 
 
 def rd(domains: Domains, id_: str) -> dict[str, Any]:
@@ -51,7 +54,7 @@ def when(text: str) -> float:
 
 
 def manage(domains: Domains, domain: str, cname: str | None = None,
-           acme_cname: bool = False) -> dict[str, Any]:
+           acme_cname: bool = False, timeout: float = TIMEOUT) -> dict[str, Any]:
     """Reserve without a policy, create the user's records, then turn management on."""
     with domains.server.client() as api:
         made = api.post("/reserved_domains", json={
@@ -65,7 +68,7 @@ def manage(domains: Domains, domain: str, cname: str | None = None,
         r = api.patch(f"/reserved_domains/{made['id']}", json={
             "certificate_management_policy": {"authority": "letsencrypt"}})
         assert r.status_code == 200, r.text
-    return until(lambda: rd(domains, made["id"]), issued)
+    return until(lambda: rd(domains, made["id"]), issued, timeout)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.domains import db
 from tests.domains.conftest import Domains
-from tests.domains.test_acme import issued, rd, until
+from tests.domains.test_acme import QUEUED, issued, rd, until
 
 
 def job(domains: Domains, id_: str) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def test_an_order_whose_job_another_node_took_stores_nothing(domains: Domains) -
             "certificate_management_policy": {"authority": "letsencrypt"}})
         assert r.status_code == 200, r.text
     try:
-        until(lambda: {"n": challenges(domains, made["id"])}, lambda d: d["n"] > 0)
+        until(lambda: {"n": challenges(domains, made["id"])}, lambda d: d["n"] > 0, QUEUED)
         # the lease ran out and another node claimed the job while the order went on
         assert db.execute(domains.server, "UPDATE managed_certificates SET claimed_by = ? "
                           "WHERE id = ? AND claimed_by <> ''", "node-b", made["id"]) == 1
@@ -70,7 +70,7 @@ def test_a_dns_check_retries_only_a_dns_failure_and_once_a_minute(domains: Domai
             "certificate_management_policy": {"authority": "letsencrypt"}})
     try:
         until(lambda: job(domains, made["id"]), lambda j: j["doc"].get("attempts") == 1
-              and j["claimed_by"] == "")
+              and j["claimed_by"] == "", QUEUED)
         shown = rd(domains, made["id"])["certificate_management_status"]["provisioning_job"]
         assert shown["error_code"] == "INTERNAL_ERROR", shown
     finally:
@@ -96,7 +96,7 @@ def test_a_dns_check_retries_only_a_dns_failure_and_once_a_minute(domains: Domai
     assert db.execute(domains.server, "UPDATE managed_certificates SET doc = ? WHERE id = ?",
                       json.dumps(doc), made["id"]) == 1
     assert check()["doc"]["retried_at"] > asked + 60
-    until(lambda: rd(domains, made["id"]), issued)
+    until(lambda: rd(domains, made["id"]), issued, QUEUED)
     settled = job(domains, made["id"])["doc"]
     assert settled["attempts"] == 0 and settled["error_code"] is None
     with domains.server.client() as api:

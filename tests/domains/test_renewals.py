@@ -8,12 +8,12 @@ import time
 
 from tests.domains import db
 from tests.domains.conftest import Domains
-from tests.domains.test_acme import issued, manage, rd, until
+from tests.domains.test_acme import QUEUED, issued, manage, rd, until
 from tests.domains.tlsprobe import UploadCA, presented
 
 
 def test_a_renewal_keeps_the_certificate_another_domain_uses(domains: Domains) -> None:
-    wild = manage(domains, "*.share.acme.example", acme_cname=True)
+    wild = manage(domains, "*.share.acme.example", acme_cname=True, timeout=QUEUED)
     shared = wild["certificate"]["id"]
     with domains.server.client() as api:
         r = api.post("/reserved_domains", json={
@@ -27,7 +27,7 @@ def test_a_renewal_keeps_the_certificate_another_domain_uses(domains: Domains) -
                                               "private_key_type": "rsa"}})
         assert r.status_code == 200, r.text
     renewed = until(lambda: rd(domains, wild["id"]), lambda d: issued(d) and
-                    d["certificate"]["id"] != shared, timeout=60)
+                    d["certificate"]["id"] != shared, timeout=QUEUED)
     with domains.server.client() as api:
         assert api.get(f"/tls_certificates/{shared}").status_code == 200
         assert api.get(f"/reserved_domains/{www['id']}").json()["certificate"]["id"] == shared
@@ -45,7 +45,7 @@ def test_a_renewal_keeps_the_certificate_another_domain_uses(domains: Domains) -
         assert api.delete(f"/tls_certificates/{shared}").status_code == 204
         assert api.delete(f"/reserved_domains/{wild['id']}").status_code == 204
         until(lambda: {"status": api.get(renewed["certificate"]["uri"]).status_code},
-              lambda d: d["status"] == 404)
+              lambda d: d["status"] == 404, QUEUED)
 
 
 def test_a_reference_to_a_deleted_certificate_is_a_400(domains: Domains) -> None:
