@@ -125,7 +125,9 @@ def test_an_event_after_a_change_in_the_middle_of_a_round_is_routed_by_it(
                 sink.route = sliced  # type: ignore[method-assign]
                 for n in range(3 * CHUNK):  # a round of several slices
                     sink.emit(TCP, tcp_object, record(f"198.51.100.{n % 200}"))
-                while slices < 2:
+                deadline = time.monotonic() + 30
+                while slices < 2:  # (the sink routes every 0.2 s)
+                    assert time.monotonic() < deadline, "the queue was not routed"
                     await asyncio.sleep(0.01)
             with_sink(srv, cap, body)
         got = wait_len("the event after the change", lambda: sorted(

@@ -73,11 +73,11 @@ def test_a_peers_goaway_ends_its_connection(own_server: Server) -> None:
         r, w = await asyncio.open_connection("localhost", own_server.tunnel_port,
                                              ssl=_context(own_server))
         w.write(frames.encode(frames.goaway(0, ErrorCode.NONE)))
-        assert await asyncio.wait_for(r.read(), 5) is not None  # (the server's end: EOF)
+        assert await asyncio.wait_for(r.read(), 30) is not None  # (the server's end: EOF)
         w.close()
         agent = await Agent.connect(own_server, token)
         agent.writer.write(frames.encode(frames.goaway(0, ErrorCode.NONE)))
-        await asyncio.wait_for(agent.conn.closed.wait(), 5)
+        await asyncio.wait_for(agent.conn.closed.wait(), 30)
         agent.writer.close()
 
     asyncio.run(main())
