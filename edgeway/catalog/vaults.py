@@ -23,8 +23,16 @@ def _name(value: str, _ctx: Context) -> str:
     return value
 
 
+STAMPS = frozenset({"updated_at", "created_by", "last_updated_by"})
+
+
 def _stamps(doc: dict[str, Any], ctx: Context, old: dict[str, Any] | None) -> dict[str, Any]:
-    """When and by whom it was made and last changed (the caller's user or bot id)."""
+    """When and by whom it was made and last changed (the caller's user or bot id); an
+    update that changes nothing changes neither (a secret's new value, even the same text,
+    is a change: only its sealed form is kept)."""
+    if old is not None and all(doc.get(k) == old.get(k) for k in doc.keys() | old.keys()
+                               if k not in STAMPS):
+        return {}
     out = {"updated_at": ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
            "last_updated_by": ctx.caller_id}
     if old is None:

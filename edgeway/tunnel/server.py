@@ -202,7 +202,11 @@ class TunnelServer:
         that RPCs do not use up the session's streams."""
         kind = -1
         try:
-            kind = await asyncio.wait_for(rpc.read_type(stream), RPC_TIMEOUT)
+            # (asyncio.timeout, not wait_for: the task wait_for makes would hold the error
+            # that ends it, whose traceback holds that task: a cycle with the connection in
+            # it, freed only by a full collection, which an idle server may not run for long)
+            async with asyncio.timeout(RPC_TIMEOUT):
+                kind = await rpc.read_type(stream)
             if kind == StreamType.HEARTBEAT:
                 await self._heartbeat(session, stream)
                 return

@@ -1,9 +1,11 @@
 """Vaults and secrets: a secret shows its vault's name as it is now, a rename included, in
-every answer and in the list filter."""
+every answer and in the list filter; an update that changes nothing keeps when and by whom
+they were last changed."""
 
 from __future__ import annotations
 
 import secrets
+import time
 
 import httpx
 
@@ -37,4 +39,30 @@ def test_a_vault_renamed_is_named_so_by_its_secrets(api: httpx.Client) -> None:
     assert three["vault"]["id"] == vault["id"] and three["vault_name"] == new
     for id_ in (*ids, three["id"]):
         assert api.delete(f"/vault_secrets/{id_}").status_code == 204
+    assert api.delete(f"/vaults/{vault['id']}").status_code == 204
+
+
+def _next_second() -> None:
+    """Until the clock's second changes (stamps are to the second)."""
+    second = int(time.time())
+    while int(time.time()) == second:
+        time.sleep(0.02)
+
+
+def test_an_update_that_changes_nothing_keeps_the_stamps(api: httpx.Client) -> None:
+    vault = api.post("/vaults", json={"name": f"s-{secrets.token_hex(4)}"}).json()
+    secret = api.post("/vault_secrets", json={"vault_id": vault["id"], "name": "k",
+                                              "value": "v"}).json()
+    for path, made, same, other in (
+            (f"/vaults/{vault['id']}", vault, {"name": vault["name"]}, {"name": "renamed"}),
+            (f"/vault_secrets/{secret['id']}", secret, {"name": "k"}, {"value": "v"})):
+        for body in ({}, same):
+            _next_second()
+            r = api.patch(path, json=body)
+            assert r.status_code == 200 and r.json()["updated_at"] == made["updated_at"], \
+                (body, r.text)
+        _next_second()
+        r = api.patch(path, json=other)  # (a secret's value, even the same, is a change)
+        assert r.status_code == 200 and r.json()["updated_at"] > made["updated_at"], r.text
+    assert api.delete(f"/vault_secrets/{secret['id']}").status_code == 204
     assert api.delete(f"/vaults/{vault['id']}").status_code == 204

@@ -15,15 +15,21 @@ import struct
 import time
 import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from edgeway.catalog.model import Settings
+from edgeway.pki import platform_ca, seal
+from edgeway.platform import Platform
+from edgeway.store.migrate import open_database
+from edgeway.tunnel import server as tunnel_server
 from edgeway.tunnel.muxado import frames, receive
 from edgeway.tunnel.muxado.aio import MuxConnection
 from edgeway.tunnel.muxado.events import ConnectionLost, StreamOpened
 from edgeway.tunnel.muxado.frames import ErrorCode
 from edgeway.tunnel.muxado.session import Session
-from edgeway.tunnel.server import AUTH_TIMEOUT, PRE_AUTH_FRAME, PRE_AUTH_STREAMS
+from edgeway.tunnel.server import AUTH_TIMEOUT, PRE_AUTH_FRAME, PRE_AUTH_STREAMS, TunnelServer
 from tests.edge.tls_upstream import localhost_contexts
 from tests.server import Server
 from tests.tunnel.test_aio import run
@@ -216,3 +222,56 @@ def test_a_peer_that_does_not_read_cannot_pile_up_refusals() -> None:
                                    for sid in range(3, 3 + 2 * (limit + 10), 2)))
     assert isinstance(events[-1], ConnectionLost) and deaf.closed
     assert events[-1].code == ErrorCode.ENHANCE_YOUR_CALM
+
+
+def test_the_tunnel_listener_frees_ended_connections_without_the_cycle_collector(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listener's own handling (streams opened before authenticating, then a flood that
+    ends the connection) leaves no reference cycle holding the connection: the server runs
+    the cycle collector rarely (``heap.settle``), and an idle one may not run it for long,
+    so a cycle kept every junk connection's buffers (an error caught from ``wait_for`` held
+    the task that held it)."""
+    made: list[weakref.ref[MuxConnection]] = []
+
+    class Watched(MuxConnection):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            made.append(weakref.ref(self))
+
+    monkeypatch.setattr(tunnel_server, "MuxConnection", Watched)
+
+    async def main() -> None:
+        db = await open_database(None, tmp_path)
+        sealer = seal.load(tmp_path)
+        tls = platform_ca.ensure(tmp_path, sealer, ["localhost"])
+        tunnels = TunnelServer(Platform(Settings(), db, sealer), tls)
+        await tunnels.start("127.0.0.1", 0)
+        assert tunnels._server is not None
+        port = tunnels._server.sockets[0].getsockname()[1]
+        ctx = ssl.create_default_context(cafile=str(tls.ca_pem))
+        gc.disable()
+        try:
+            for kind in ("syn", "random", "big-frame"):
+                r, w = await asyncio.open_connection("localhost", port, ssl=ctx)
+                if kind == "syn":  # streams that wait for their type, then too many
+                    w.write(b"".join(frames.encode(frames.data(sid, b"", syn=True))
+                                     for sid in range(3, 3 + 2 * (PRE_AUTH_STREAMS + 10), 2)))
+                elif kind == "random":
+                    w.write(os.urandom(65536))
+                else:
+                    w.write(frames.encode(frames.data(3, b"\0" * (PRE_AUTH_FRAME + 1),
+                                                      syn=True)))
+                with contextlib.suppress(ConnectionError, ssl.SSLError):
+                    await asyncio.wait_for(r.read(), 30)
+                w.close()
+            deadline = time.monotonic() + 10
+            while any(ref() is not None for ref in made):
+                assert time.monotonic() < deadline, [gc.get_referrers(ref()) for ref in made
+                                                     if ref() is not None][:1]
+                await asyncio.sleep(0.01)
+            assert len(made) == 3
+        finally:
+            gc.enable()
+            await tunnels.stop()
+            await db.close()
+    asyncio.run(main())

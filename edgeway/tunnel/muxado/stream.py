@@ -133,11 +133,13 @@ class MuxStream:
         await self.write(b"", eof=True)
 
     def reset(self, code: ErrorCode = ErrorCode.STREAM_CANCELLED) -> None:
-        """Abort the stream (FIN and RST): pending data is dropped, both directions end."""
+        """Abort the stream (FIN and RST): pending data is dropped, both directions end. On
+        a connection that ended there is nothing to send, nor to wait for."""
         conn = self._conn
-        if conn.session.reset(self.id, code):
-            conn.linger()
-        conn.kick()
+        if not conn.closed.is_set():
+            if conn.session.reset(self.id, code):
+                conn.linger()
+            conn.kick()
         self._fail(code)
         conn.forget(self.id)
 
@@ -147,8 +149,8 @@ class MuxStream:
         a peer that never sends one gets the stream reset after ``CLOSE_TIMEOUT``."""
         conn = self._conn
         session = conn.session
-        if not session.is_open(self.id) or self._closing is not None:
-            return
+        if conn.closed.is_set() or not session.is_open(self.id) or self._closing is not None:
+            return  # (an ended connection sends nothing more: no timer may hold it)
         if self._chunks:
             session.consumed(self.id, sum(len(c) for c in self._chunks))
             self._chunks.clear()
