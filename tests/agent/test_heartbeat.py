@@ -1,0 +1,39 @@
+"""The session latency the agent reports (``/api/status``, the console) is the heartbeat's
+round trip as measured, to the nanosecond: a loopback round trip is well under a millisecond,
+and on uvloop a clock of whole milliseconds read it as 0 (the console showed "-")."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tests.agent.test_agent import run_agent
+from tests.server import Server, free_port
+
+
+def test_the_session_latency_is_the_measured_round_trip(srv: Server, tmp_path: Path) -> None:
+    with srv.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+    web = free_port()
+    cfg = tmp_path / "a.yml"
+    cfg.write_text(f"version: 2\nauthtoken: {token}\n"
+                   f"server_addr: localhost:{srv.tunnel_port}\n"
+                   f"root_cas: {srv.data_dir / 'ca.pem'}\nweb_addr: 127.0.0.1:{web}\n"
+                   "heartbeat_interval: 20ms\nheartbeat_tolerance: 5s\n")
+    a = run_agent("--none", "--config", str(cfg), web_port=web)
+    try:
+        # A beat every 20 ms; a clock of whole milliseconds gives nothing but multiples of
+        # 1,000,000 ns (give or take the float's last digit), 0 most often.
+        seen: list[int] = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            ns = a.api("GET", "/api/status").json()["session"]["legs"][0]["latency"]
+            seen.append(ns)
+            if 1_000 < ns % 1_000_000 < 999_000:
+                break
+            time.sleep(0.03)
+        assert 1_000 < seen[-1] % 1_000_000 < 999_000, \
+            f"every latency read was whole milliseconds: {sorted(set(seen))}"
+        assert seen[-1] < 5 * 10**9  # (the tolerance: a slower echo ends the session)
+    finally:
+        a.stop()
