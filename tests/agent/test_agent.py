@@ -57,11 +57,11 @@ def _read_lines(stream: IO[str], out: list[str]) -> None:
 
 
 def write_config(path: Path, srv: Server, token: str, web_port: int, tunnels: str,
-                 server_addr: str = "") -> Path:
+                 server_addr: str = "", heartbeat: str = "1s") -> Path:
     path.write_text(f"version: 2\nauthtoken: {token}\n"
                     f"server_addr: {server_addr or f'localhost:{srv.tunnel_port}'}\n"
                     f"root_cas: {srv.data_dir / 'ca.pem'}\nweb_addr: 127.0.0.1:{web_port}\n"
-                    f"heartbeat_interval: 1s\nheartbeat_tolerance: 2s\n" + tunnels)
+                    f"heartbeat_interval: {heartbeat}\nheartbeat_tolerance: 2s\n" + tunnels)
     return path
 
 
