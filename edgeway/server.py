@@ -35,7 +35,6 @@ from edgeway.store.db import Database
 from edgeway.store.migrate import open_database
 from edgeway.store.repo import Repo
 from edgeway.tunnel.server import TunnelServer
-from edgeway.tunnel.tcp import TcpListener
 
 log = structlog.get_logger()
 
@@ -161,7 +160,7 @@ async def serve(cfg: ServerConfig) -> None:
                                SnsVerifier(cfg.sns_cert_hosts or sns.CERT_HOSTS))
         platform.watchers += [router.changed, edge.changed, tunnels.changed]
         edge.http.events = edge.https.events = events.traffic
-        TcpListener.closed = TcpEvents(events.traffic, router).closed
+        binder.tcp.closed = edge.tcp_closed = TcpEvents(events.traffic, router).closed
         async with contextlib.AsyncExitStack() as running:  # (stopped in reverse order,
             await events.start()  # those that started, however the start went)
             running.push_async_callback(events.stop)

@@ -35,7 +35,7 @@ from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import StreamClosed
 from edgeway.tunnel.pipes import Pipe, SocketPipe, UpstreamGone, splice
 from edgeway.tunnel.registry import Tunnel
-from edgeway.tunnel.tcp import CLOSE_WAIT, TcpListener, client_addr
+from edgeway.tunnel.tcp import CLOSE_WAIT, Closed, TcpListener, client_addr
 
 log = structlog.get_logger()
 PEEK_TIMEOUT = 10.0
@@ -113,6 +113,7 @@ class PublicListeners:
         self._tls_socket: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._tcp_edges: dict[int, TcpListener] = {}
+        self.tcp_closed: Closed | None = None  # set by the server: each connection's end
         self._watch: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
 
@@ -280,7 +281,8 @@ class PublicListeners:
         for port in set(self._tcp_edges) - wanted:
             await self._tcp_edges.pop(port).close()
         for port in wanted - set(self._tcp_edges):
-            listener = TcpListener(self.tcp_host, port, partial(self._tcp_edge_client, port))
+            listener = TcpListener(self.tcp_host, port, partial(self._tcp_edge_client, port),
+                                   closed=self.tcp_closed)
             try:
                 await listener.start()
             except OSError as exc:

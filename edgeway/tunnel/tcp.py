@@ -7,9 +7,11 @@ import contextlib
 import ipaddress
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import Any
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+# told of each connection as it ends (listener, peer, socket, start time): traffic events
+Closed = Callable[["TcpListener", tuple[str, int], Any, float], None]
 CLOSE_WAIT = 2.0  # seconds close() waits for its connections to end
 
 
@@ -25,12 +27,10 @@ class TcpListener:
     """A public TCP listener whose connections go to ``handler``; closing it also ends the
     connections it accepted."""
 
-    # told of each connection as it ends (listener, peer, socket, start time): traffic events
-    closed: ClassVar[Callable[[TcpListener, tuple[str, int], Any, float], None] | None] = None
-
-    def __init__(self, host: str, port: int, handler: Handler, owner: str = "") -> None:
+    def __init__(self, host: str, port: int, handler: Handler, owner: str = "",
+                 closed: Closed | None = None) -> None:
         self.host, self.port, self.owner = host, port, owner  # owner: a TCP tunnel's id
-        self._handler = handler
+        self._handler, self._closed = handler, closed
         self._server: asyncio.Server | None = None
         self._clients: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -52,9 +52,9 @@ class TcpListener:
             # cancelled makes asyncio's streams log an error for it)
         finally:
             self._clients.discard(task)
-            if TcpListener.closed is not None:
-                TcpListener.closed(self, writer.get_extra_info("peername") or ("", 0),
-                                   writer.get_extra_info("socket"), started)
+            if self._closed is not None:
+                self._closed(self, writer.get_extra_info("peername") or ("", 0),
+                             writer.get_extra_info("socket"), started)
             with contextlib.suppress(ConnectionError, OSError):
                 writer.close()
 

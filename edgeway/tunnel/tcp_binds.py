@@ -24,7 +24,7 @@ from edgeway.tunnel.muxado.stream import StreamClosed
 from edgeway.tunnel.pipes import UpstreamGone, splice
 from edgeway.tunnel.ports import PortPool
 from edgeway.tunnel.registry import Tunnel
-from edgeway.tunnel.tcp import TcpListener, client_addr
+from edgeway.tunnel.tcp import Closed, TcpListener, client_addr
 
 log = structlog.get_logger()
 LISTEN_TRIES = 16  # free ports tried when the system refuses one (another process holds it)
@@ -38,6 +38,7 @@ class TcpBinds:
         self.listeners: dict[str, TcpListener] = {}  # tunnel id -> its public listener
         # Set by the edge: whether a TCP tunnel's traffic policy admits (ip, port).
         self.admits: Callable[[Tunnel, str, int], bool] = lambda _t, _ip, _port: True
+        self.closed: Closed | None = None  # set by the server: each connection's end
 
     async def load_reserved(self) -> None:
         """Follow the reserved addresses of this host (at start, on a change, and every
@@ -96,7 +97,8 @@ class TcpBinds:
                 self.pool.hold(tunnel.id, tunnel.port, self._now())
 
     async def _open(self, tunnel: Tunnel, port: int) -> None:
-        listener = TcpListener(self.host, port, partial(self._client, tunnel), tunnel.id)
+        listener = TcpListener(self.host, port, partial(self._client, tunnel), tunnel.id,
+                               self.closed)
         await listener.start()
         tunnel.port, tunnel.url = port, f"tcp://{self.host}:{port}"
         self.listeners[tunnel.id] = listener

@@ -14,10 +14,8 @@ from tests.server import free_port
 
 
 def test_closing_ends_each_connection_and_reports_it_before_returning(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture) -> None:
     ended: list[tuple[str, int]] = []
-    monkeypatch.setattr(TcpListener, "closed",
-                        lambda _listener, peer, _sock, _started: ended.append(peer))
 
     async def main() -> tuple[list[tuple[str, int]], list[Any], bytes]:
         entered, hold = asyncio.Event(), asyncio.Event()
@@ -27,7 +25,8 @@ def test_closing_ends_each_connection_and_reports_it_before_returning(
             await hold.wait()  # (a connection that would go on: only close() ends it)
 
         port = free_port()
-        listener = TcpListener("127.0.0.1", port, handler)
+        listener = TcpListener("127.0.0.1", port, handler,
+                               closed=lambda _listener, peer, _sock, _started: ended.append(peer))
         await listener.start()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         await asyncio.wait_for(entered.wait(), 10)
@@ -43,3 +42,41 @@ def test_closing_ends_each_connection_and_reports_it_before_returning(
     assert reported == [tuple(client)]
     assert rest == b""  # the connection was closed
     assert not caplog.records, [r.getMessage() for r in caplog.records]
+
+
+def test_each_listener_reports_its_ends_to_its_own_observer() -> None:
+    """Two servers in one process (an embedder's, or a test's) each get the ends of their own
+    listeners' connections, never the other's."""
+    ends: dict[str, list[tuple[str, int, int]]] = {"a": [], "b": []}
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.readexactly(1))
+        await writer.drain()
+
+    def observer(name: str) -> Any:
+        return lambda listener, peer, _sock, _started: ends[name].append(
+            (listener.owner, peer[1], listener.port))
+
+    async def main() -> dict[str, list[int]]:
+        listeners = {name: TcpListener("127.0.0.1", free_port(), echo, f"tunnel-{name}",
+                                       observer(name)) for name in ("a", "b")}
+        clients: dict[str, list[int]] = {"a": [], "b": []}
+        for listener in listeners.values():
+            await listener.start()
+        for name in ("a", "b", "a"):
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", listeners[name].port)
+            writer.write(b"x")
+            assert await asyncio.wait_for(reader.readexactly(1), 10) == b"x"
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # the handler ended
+            clients[name].append(writer.get_extra_info("sockname")[1])
+            writer.close()
+            await writer.wait_closed()
+        for listener in listeners.values():
+            await listener.close()  # (reports any end not yet reported before it returns)
+        return clients
+
+    clients = asyncio.run(main())
+    for name in ("a", "b"):
+        assert sorted(ends[name]) == sorted(
+            (f"tunnel-{name}", port, ends[name][0][2]) for port in clients[name])
