@@ -41,7 +41,7 @@ class AgentConnection:
     peer: str
     id: str = ""
     last_beat: float = 0.0
-    deadline: float = 10.0  # seconds without a heartbeat that end the session
+    deadline: float = 10.0  # seconds without a heartbeat that end the session (Auth sets it)
     acl: list[str] = field(default_factory=list)
     credential: str = ""
     revoked: bool = False  # ended because its credential was deleted or deactivated

@@ -7,22 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
 
-from edgeway import __version__, catalog, ids
+from edgeway import catalog, ids
 from edgeway.config import listen_socket
 from edgeway.pki.platform_ca import EdgeCerts, TunnelTLS
 from edgeway.platform import Platform
 from edgeway.restrictions import KINDS as RESTRICTION_KINDS
 from edgeway.store.db import DatabaseUnavailable
 from edgeway.store.repo import Changes, Repo
-from edgeway.tunnel import commands, records, revocation, rpc
-from edgeway.tunnel.admission import Admission, AuthFailed
+from edgeway.tunnel import auth, commands, records, revocation, rpc
+from edgeway.tunnel.admission import Admission
 from edgeway.tunnel.binder import Binder
 from edgeway.tunnel.connection import AgentConnection
 from edgeway.tunnel.muxado.aio import MuxConnection
@@ -35,13 +34,6 @@ SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
 TUNNELS = catalog.BY_COLLECTION["tunnels"]
 ENDPOINTS = catalog.BY_COLLECTION["endpoints"]
 INGRESSES = catalog.BY_COLLECTION["agent_ingresses"]
-PROTOCOL_VERSIONS = ("3", "2")
-# Until an agent authenticated, its session may open this many streams at once (Auth, the
-# heartbeat; as many more refused end it) with frames this large, and must authenticate
-# within AUTH_TIMEOUT seconds: a flood of junk or SYNs costs little. After that:
-# AGENT_PEER_STREAMS (RPCs: binds, ...).
-PRE_AUTH_STREAMS, PRE_AUTH_FRAME, AUTH_TIMEOUT = 4, 16 * 1024, 10.0
-AGENT_PEER_STREAMS = 128
 RPC_TIMEOUT = 30.0  # for an RPC's type and its whole exchange
 HANDSHAKE_TIMEOUT = 10.0  # TLS
 # Streams the server keeps open towards one agent at most (more wait for one to end): the
@@ -61,17 +53,6 @@ async def _warned(coro: Coroutine[Any, Any, None]) -> None:
         await coro
     except DatabaseUnavailable as exc:
         log.warning("tunnel_reload_failed", error=str(exc))
-
-
-def _nanoseconds(extra: dict[str, Any], key: str, default: int) -> float:
-    """A duration the agent gives in nanoseconds (``HeartbeatInterval``), in seconds (at
-    most a day)."""
-    value = extra.get(key) or default
-    if not isinstance(value, int | float) or isinstance(value, bool) \
-            or not 0 <= value <= 86_400e9:
-        raise AuthFailed(f"the Auth message's {key} must be a number of nanoseconds, at most "
-                         "a day's")
-    return value / 1e9
 
 
 class TunnelServer:
@@ -177,10 +158,8 @@ class TunnelServer:
                           writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("", 0)
         conn = MuxConnection(reader, writer, client=False, max_open=AGENT_STREAMS)
-        rules = conn.session
-        rules.max_peer_streams, rules.max_frame = PRE_AUTH_STREAMS, PRE_AUTH_FRAME
-        rules.max_refused = PRE_AUTH_STREAMS
         session = AgentConnection(conn, str(peer[0]))
+        auth.pre_auth(session)
         session.client_cert = bool(writer.get_extra_info("peercert"))
         watchdog = asyncio.create_task(self._watch(session))
         try:
@@ -249,40 +228,13 @@ class TunnelServer:
                 f"stream type {kind} is not supported by this server", 9999)})
 
     async def _auth(self, session: AgentConnection, stream: MuxStream) -> None:
-        req = rpc.folded(await rpc.read_message(stream))
-        extra, versions = req.get("extra") or {}, req.get("version") or []
-        version = next((v for v in versions if v in PROTOCOL_VERSIONS), "") \
-            if isinstance(versions, list) else ""
-        try:
-            if not version:
-                raise AuthFailed("no supported protocol version (this server speaks 3 and 2)")
-            if not isinstance(extra, dict):
-                raise AuthFailed("the Auth message's Extra must be a JSON object")
-            interval = _nanoseconds(extra, "heartbeatinterval", 10_000_000_000)
-            tolerance = _nanoseconds(extra, "heartbeattolerance", 15_000_000_000)
-            await self.admission.address(session.peer)
-            if self.client_cas and not session.client_cert:
-                raise AuthFailed("this server requires an agent client certificate issued by "
-                                 "its agent certificate authority (--agent-client-cas); the "
-                                 "agent presented none (client_cert and client_key)")
-            credential, session.acl = await self.admission.token(
-                str(extra.get("authtoken") or ""))
-            session.credential = credential
-        except AuthFailed as exc:
-            await rpc.reply(stream, {"Version": version or "3", "ClientId": "",
-                                     "Error": rpc.error_text(str(exc), exc.code)})
-            await session.conn.close()
+        accepted = await auth.admit(self.admission, self.client_cas, session, stream)
+        if accepted is None:
             return
-        session.deadline = max(1.0, interval + tolerance)
-        session.last_beat = asyncio.get_running_loop().time()
-        rules = session.conn.session
-        rules.max_peer_streams, rules.max_frame, rules.max_refused = AGENT_PEER_STREAMS, None, None
-        session.id = await self._record(session, credential, extra)
+        version, extra = accepted
+        session.id = await self._record(session, session.credential, extra)
         self.sessions[session.id] = session
-        await rpc.reply(stream, {"Version": version, "ClientId": session.id, "Extra": {
-            "Version": __version__, "Region": self.platform.settings.regions[0],
-            "Cookie": secrets.token_urlsafe(16), "AccountName": "edgeway",
-            "SessionDuration": 0, "PlanName": "", "Banner": ""}})
+        await auth.welcome(stream, version, session.id, self.platform.settings.regions[0])
 
     async def _record(self, session: AgentConnection, credential: str,
                       extra: dict[str, Any]) -> str:

@@ -24,12 +24,13 @@ from edgeway.pki import platform_ca, seal
 from edgeway.platform import Platform
 from edgeway.store.migrate import open_database
 from edgeway.tunnel import server as tunnel_server
+from edgeway.tunnel.auth import AUTH_TIMEOUT, PRE_AUTH_FRAME, PRE_AUTH_STREAMS
 from edgeway.tunnel.muxado import frames, receive
 from edgeway.tunnel.muxado.aio import MuxConnection
 from edgeway.tunnel.muxado.events import ConnectionLost, StreamOpened
 from edgeway.tunnel.muxado.frames import ErrorCode
 from edgeway.tunnel.muxado.session import Session
-from edgeway.tunnel.server import AUTH_TIMEOUT, PRE_AUTH_FRAME, PRE_AUTH_STREAMS, TunnelServer
+from edgeway.tunnel.server import TunnelServer
 from tests.edge.tls_upstream import localhost_contexts
 from tests.server import Server
 from tests.tunnel.test_aio import run
