@@ -104,10 +104,10 @@ class DnsServer:
     async def _tcp_client(self, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
         try:
-            while True:
-                head = await asyncio.wait_for(reader.readexactly(2), IDLE)
-                wire = await asyncio.wait_for(reader.readexactly(int.from_bytes(head, "big")),
-                                              IDLE)
+            while True:  # (asyncio.timeout: the task wait_for makes would hold the error)
+                async with asyncio.timeout(IDLE):
+                    head = await reader.readexactly(2)
+                    wire = await reader.readexactly(int.from_bytes(head, "big"))
                 reply = answer(self.zones, wire, tcp=True)
                 if reply is None:
                     break

@@ -52,7 +52,6 @@ class SshGateway:
                                  set(), changes)
         self._acceptor: asyncssh.SSHAcceptor | None = None
         self._background: set[asyncio.Task[None]] = set()
-        self._host_keys: list[tuple[asyncssh.SSHKey, asyncssh.SSHCertificate | None]] = []
 
     @property
     def connections(self) -> dict[str, GatewayConnection]:
@@ -63,15 +62,14 @@ class SshGateway:
         # what matters, once per session and tunnel
         asyncssh.set_log_level(logging.WARNING)
         key = keys.host_key(self.data_dir)
-        self._host_keys = [(key, None)]
+        cert: asyncssh.SSHCertificate | None = None
         expires = None
         if self.host_ca:
             cert, expires = await self.keys.host_certificate(self.host_ca, key, self.names)
-            self._host_keys = [(key, cert)]
         self._acceptor = await asyncssh.listen(
             sock=listen_socket("SSH gateway", host, port, reuse_port),
             server_factory=lambda: GatewayConnection(self.services),
-            server_host_keys=self._host_keys, server_version=f"Edgeway_{__version__}",
+            server_host_keys=[(key, cert)], server_version=f"Edgeway_{__version__}",
             public_key_auth=True, password_auth=False, kbdint_auth=False,
             host_based_auth=False, gss_auth=False, gss_kex=False, agent_forwarding=False,
             x11_forwarding=False, allow_pty=True, line_editor=False, encoding=None,

@@ -93,10 +93,10 @@ class SocketPipe(Pipe):
     @classmethod
     async def dial(cls, host: str, port: int, tls: bool) -> SocketPipe:
         context = ssl.create_default_context() if tls else None
-        try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, ssl=context,
-                                        server_hostname=host if tls else None), 10)
+        try:  # (asyncio.timeout, not wait_for: the task wait_for makes would hold the error)
+            async with asyncio.timeout(10):
+                reader, writer = await asyncio.open_connection(
+                    host, port, ssl=context, server_hostname=host if tls else None)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             raise UpstreamGone(f"cannot connect to {host}:{port}: {exc}") from None
         return cls(reader, writer)
