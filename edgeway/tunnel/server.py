@@ -232,18 +232,17 @@ class TunnelServer:
         if accepted is None:
             return
         version, extra = accepted
-        session.id = await self._record(session, session.credential, extra)
+        session.id = await self._record(session, extra)
         self.sessions[session.id] = session
         await auth.welcome(stream, version, session.id, self.platform.settings.regions[0])
 
-    async def _record(self, session: AgentConnection, credential: str,
-                      extra: dict[str, Any]) -> str:
+    async def _record(self, session: AgentConnection, extra: dict[str, Any]) -> str:
         sid = ids.new_id(SESSIONS.prefix)
-        doc = records.session_doc(self.platform.settings, self.node, session.peer, credential,
-                                  extra)
+        doc = records.session_doc(self.platform.settings, self.node, session.peer,
+                                  session.credential, extra)
         async with self.platform.db.write() as tx:
             await Repo(tx, self.changes()).insert(SESSIONS, sid, doc)
-        log.info("agent_session_start", session=sid, credential=credential)
+        log.info("agent_session_start", session=sid, credential=session.credential)
         return sid
 
     async def command(self, session_id: str, kind: int,
