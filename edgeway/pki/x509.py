@@ -125,10 +125,14 @@ T = TypeVar("T")
 
 
 def _guarded(read: Callable[[x509.Certificate], T]) -> Callable[[x509.Certificate], T]:
-    """Errors of lazily parsed names and extensions become ``CertificateError``."""
+    """Errors of lazily parsed names and extensions become ``CertificateError``. A name
+    attribute of the wrong length (a three-letter country, say) is read as it is: the library
+    only warns of it, as such certificates are in use and TLS stacks accept them."""
     def run(cert: x509.Certificate) -> T:
         try:
-            return read(cert)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Attribute's length must be", UserWarning)
+                return read(cert)
         except _LAZY_ERRORS as exc:
             raise CertificateError(f"has a malformed name or extension ({exc!r})") from None
     return run

@@ -6,9 +6,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import textwrap
+import warnings
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from cryptography.hazmat.primitives import serialization
+from cryptography import x509 as cx509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.x509.oid import NameOID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -153,3 +157,23 @@ def test_san_name_types_the_library_cannot_read_are_certificate_errors(tag: int)
     certs = x509.load_chain(_armor("CERTIFICATE", bytes(der)))
     with pytest.raises(x509.CertificateError, match="malformed name or extension"):
         x509.describe_tls(certs[0])
+
+
+def test_a_name_attribute_of_the_wrong_length_is_read_as_it_is() -> None:
+    """Found by the damaged-certificate test (a locality OID damaged into countryName): the
+    library warns (a UserWarning, an error under this suite) for a country that is not two
+    letters. Such certificates are in use, so they are described, not refused."""
+    key = new_key("ecdsa")
+    with warnings.catch_warnings():  # building one warns too
+        warnings.simplefilter("ignore", UserWarning)
+        name = cx509.Name([cx509.NameAttribute(NameOID.COMMON_NAME, "legacy.example.com"),
+                           cx509.NameAttribute(NameOID.COUNTRY_NAME, "USA", _validate=False)])
+    now = datetime.now(UTC)
+    cert = (cx509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(7)
+            .not_valid_before(now).not_valid_after(now + timedelta(days=1))
+            .sign(key, hashes.SHA256()))
+    pem = cert_pem(cert)
+    info = x509.describe_tls(x509.load_chain(pem)[0])
+    assert (info.subject_country, info.subject_common_name) == ("USA", "legacy.example.com")
+    assert x509.describe(x509.load_one(pem)).subject_common_name == "legacy.example.com"
