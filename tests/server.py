@@ -31,11 +31,16 @@ _PORTS = range(21000, 32768)
 _next_port = random.randrange(len(_PORTS))
 
 
+_taken: set[int] = set()  # the ports of blocks handed out: free_port never gives them again
+
+
 def free_port() -> int:
     global _next_port
     for _ in range(len(_PORTS)):
         port = _PORTS[_next_port % len(_PORTS)]
         _next_port += 1
+        if port in _taken:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -43,6 +48,29 @@ def free_port() -> int:
                 continue
             return port
     raise RuntimeError("no free loopback port in 21000-32767")
+
+
+def free_block(size: int) -> list[int]:
+    """``size`` consecutive free ports (a server's TCP tunnel range), from the same walk as
+    free_port and kept out of it for the rest of the run: a server started after this one
+    never listens on a port of the block."""
+    global _next_port
+    for _ in range(len(_PORTS)):
+        low = _PORTS[_next_port % len(_PORTS)]
+        block = list(range(low, low + size))
+        _next_port += 1
+        if block[-1] >= _PORTS.stop or _taken.intersection(block):
+            continue
+        try:
+            for port in block:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        _next_port += size - 1
+        _taken.update(block)
+        return block
+    raise RuntimeError(f"no {size} free consecutive loopback ports in 21000-32767")
 
 
 @dataclass

@@ -22,7 +22,7 @@ import pytest
 
 from edgeway.tunnel.muxado.aio import MuxConnection
 from edgeway.tunnel.ports import PortPool
-from tests.server import Server, start
+from tests.server import Server, free_block, start
 
 if not os.environ.get("CI"):
     pytest.importorskip("ngrok", reason="pip install --ignore-requires-python ngrok==1.7.0")
@@ -30,29 +30,14 @@ if not os.environ.get("CI"):
 GRACE = 3.0
 
 
-def _free_block(size: int, start_at: int = 31000) -> int:
-    """The first port of ``size`` consecutive ports nothing listens on."""
-    port = start_at
-    while port < 60000:
-        try:
-            for p in range(port, port + size):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", p))
-        except OSError:
-            port += size
-            continue
-        return port
-    raise AssertionError("no block of free ports")
-
-
 @pytest.fixture
 def small(tmp_path: Path) -> Iterator[tuple[Server, list[int]]]:
     """A server whose TCP tunnels have 3 ports and a 3 s grace period."""
-    low = _free_block(3)
-    srv = start(tmp_path / "srv", None, "--tcp-ports", f"{low}-{low + 2}",
+    ports = free_block(3)  # (none of them one of this or a later server's own listeners)
+    srv = start(tmp_path / "srv", None, "--tcp-ports", f"{ports[0]}-{ports[-1]}",
                 "--tcp-grace", str(GRACE))
     try:
-        yield srv, [low, low + 1, low + 2]
+        yield srv, ports
     finally:
         assert srv.stop() == 0
 

@@ -15,7 +15,7 @@ import httpx
 
 from tests.edge import tls_upstream, upstream
 from tests.edge.agents import EdgeClient
-from tests.server import Server, free_port, start
+from tests.server import Server, free_block, free_port, start
 from tests.vendor.peers import Classic, classic, classic_config
 
 
@@ -125,15 +125,8 @@ def test_tls_passes_through(server: Server, tmp_path: Path) -> None:
 def test_reserved_addr_across_a_server_restart(tmp_path: Path) -> None:
     """A range of two ports, one reserved: generated ports never take it, the reserved
     address is the agent's again after a restart."""
-    low = free_port()
-    while True:  # two free ports in a row
-        try:
-            socket.create_server(("127.0.0.1", low + 1)).close()
-            break
-        except OSError:
-            low = free_port()
-    mine = [p for p in (free_port() for _ in range(6)) if p not in (low, low + 1)][:4]
-    ports = (mine[0], mine[1], mine[2], mine[3])
+    low, _ = free_block(2)
+    ports = (free_port(), free_port(), free_port(), free_port())
     args = ("--tcp-ports", f"{low}-{low + 1}")
     srv = start(tmp_path / "srv", None, *args, ports=ports)
     agents: list[Classic] = []
