@@ -44,8 +44,8 @@ from tests.tunnel.test_rebind import agent
 # 256 KiB and brings 200,000 bytes of it, then EOF: the connection ends with its receive
 # buffer full of a frame that never completes.
 ENDINGS = {
-    "junk": (frames.HEADER.pack(0xF0, 7) + os.urandom(200_000), False),
-    "partial": (frames.HEADER.pack((WINDOW << 8) | 0x10, 3) + os.urandom(200_000), True),
+    "junk": (frames.header(0xF, 0, 7, 0) + os.urandom(200_000), False),
+    "partial": (frames.header(frames.DATA_T, 0, 3, WINDOW) + os.urandom(200_000), True),
 }
 
 
