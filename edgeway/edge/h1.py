@@ -9,6 +9,13 @@ malformed message raises ``BadMessage`` with the status to answer. The edge writ
 itself and frames bodies with a ``Framer``, so the framing on each side is its own:
 ``Connection`` and the headers it names, ``Keep-Alive``, ``Transfer-Encoding`` and
 ``Proxy-Connection`` are hop-by-hop and never forwarded.
+
+The framing headers (``Content-Length``, ``Transfer-Encoding``) and ``Host`` are never taken
+for hop-by-hop: a request whose ``Connection`` names one is refused (400), since dropping it
+while forwarding the body would leave the body to be read upstream as the next request (request
+smuggling on a pooled upstream); a response's are kept. An absolute-form request target
+(``GET http://b.example/ HTTP/1.1``) is routed by its authority, as RFC 9112 §3.2.2 says:
+it becomes the request's ``Host`` and the target is forwarded in origin form.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ MAX_HEAD = 64 * 1024
 NEED_DATA: Final = None  # next_event(): nothing complete yet
 HOP_BY_HOP = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding",
                         b"te", b"trailer", b"upgrade"))
+FRAMING = frozenset((b"content-length", b"transfer-encoding", b"host"))  # never hop-by-hop
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
 
@@ -89,13 +97,34 @@ def with_length(req: Request, length: int) -> Request:
                    body=length > 0)
 
 
+def connection_names(headers: Headers) -> set[bytes]:
+    """The header names the ``Connection`` headers name (lower case)."""
+    return {t.strip().lower() for k, v in headers if k.lower() == b"connection"
+            for t in v.split(b",")} - {b""}
+
+
 def end_to_end(headers: Headers, keep: frozenset[bytes] = frozenset()) -> Headers:
-    """``headers`` without the hop-by-hop ones (and those ``Connection`` names), except the
-    names in ``keep``."""
-    named = {t.strip().lower() for k, v in headers if k.lower() == b"connection"
-             for t in v.split(b",")}
-    drop = (HOP_BY_HOP | named) - keep
+    """``headers`` without the hop-by-hop ones (and those ``Connection`` names, but never a
+    framing header or ``Host``), except the names in ``keep``."""
+    drop = (HOP_BY_HOP | (connection_names(headers) - FRAMING)) - keep
     return [(k, v) for k, v in headers if k.lower() not in drop]
+
+
+def origin_form(target: bytes, headers: Headers) -> tuple[bytes, Headers]:
+    """An absolute-form target (``http://host:port/path?q``) as the origin-form target and the
+    headers with its authority as their one ``Host`` (RFC 9112 §3.2.2: the Host header of such
+    a request is ignored); any other target as it is."""
+    scheme, sep, rest = target.partition(b"://")
+    if not sep or target.startswith(b"/"):
+        return target, headers
+    if scheme.lower() not in (b"http", b"https"):
+        raise BadMessage(400, "an absolute-form request target must be an http or https URL")
+    cut = min((i for i in (rest.find(b"/"), rest.find(b"?")) if i >= 0), default=len(rest))
+    authority, path = rest[:cut], rest[cut:]
+    if not authority or b"@" in authority:
+        raise BadMessage(400, "an absolute-form request target names a host (and no user)")
+    path = path if path.startswith(b"/") else b"/" + path
+    return path, [*((k, v) for k, v in headers if k.lower() != b"host"), (b"Host", authority)]
 
 
 class ParserBase:
@@ -236,7 +265,12 @@ class RequestParser(ParserBase):
         if hosts > 1 or (hosts == 0 and not http10):
             raise BadMessage(400, "an HTTP/1.1 request carries exactly one Host header"
                              f" (this one has {hosts})")
-        self._request = Request(p.get_method(), self._url, headers, http10,
+        framing = sorted(n.decode("latin-1") for n in connection_names(headers) & FRAMING)
+        if framing:
+            raise BadMessage(400, f"the Connection header names {', '.join(framing)}, which "
+                             "frames or routes the request and cannot be hop-by-hop")
+        target, headers = origin_form(self._url, headers)
+        self._request = Request(p.get_method(), target, headers, http10,
                                 p.should_keep_alive(), p.should_upgrade(),
                                 chunked(headers) or bool(content_length(headers)))
         self._events.append(self._request)

@@ -1,7 +1,10 @@
-"""The host a request names, and whether the certificate its TLS connection was handshaken
-with covers it. An HTTPS connection carries only requests for names its certificate covers:
-anything else is domain fronting (a TLS server name, or none, chosen to pass a filter, and a
-Host chosen to reach another tunnel), answered 421 Misdirected Request (RFC 9110 §15.5.20).
+"""The host a request names, and whether its TLS connection was made for it. An HTTPS
+connection made with a server name (SNI) carries only requests for that very name; one made
+without carries only names its certificate covers. Anything else is domain fronting (a TLS
+server name, or none, chosen to pass a filter or a client-certificate check, and a Host chosen
+to reach another tunnel), answered 421 Misdirected Request (RFC 9110 §15.5.20). A name is
+compared, not matched against the certificate: a wildcard certificate for every name under the
+base domain must not let one tunnel's connection reach another's.
 """
 
 from __future__ import annotations
@@ -28,9 +31,17 @@ def covered(names: tuple[str, ...], host: str) -> bool:
     return bare in names or (bool(parent) and f"*.{parent}" in names)
 
 
-def misdirected(host: str, names: tuple[str, ...]) -> Fixed:
-    """The 421 page for a request whose host the connection's certificate does not cover."""
-    shown = ", ".join(names) or "no name at all"
-    return page(421, "Misdirected request", f"{host} is not covered by the certificate this "
-                f"connection was made with ({shown}): connect again with {host} as the TLS "
-                "server name.", 4016)
+def directed(sni: str, names: tuple[str, ...], host: str) -> bool:
+    """Whether a request for ``host`` belongs on a connection made with server name ``sni``
+    ("" for none) and a certificate for ``names``. No host at all is left to the router
+    (HTTP/1.0 may omit it)."""
+    return not host or (host == sni if sni else covered(names, host))
+
+
+def misdirected(host: str, sni: str, names: tuple[str, ...]) -> Fixed:
+    """The 421 page for a request whose host is not the one its connection was made for."""
+    made = f"for {sni}" if sni else \
+        f"without a server name, with a certificate for {', '.join(names) or 'no name at all'}"
+    return page(421, "Misdirected request", f"{host} is not the name this connection was made "
+                f"for (it was made {made}): connect again with {host} as the TLS server "
+                "name.", 4016)

@@ -45,7 +45,7 @@ from edgeway.edge.client import (
 )
 from edgeway.edge.h1 import BadMessage, End, Request, RequestParser, header
 from edgeway.edge.hooks import Close, Exchange, Services, Takeover
-from edgeway.edge.hosts import covered, misdirected, request_host
+from edgeway.edge.hosts import directed, misdirected, request_host
 from edgeway.edge.login_gate import LoginGate
 from edgeway.edge.modules.rate_limits import RateLimits
 from edgeway.edge.modules.sns import SnsVerifier
@@ -96,11 +96,12 @@ class HttpEdge:
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     peer: tuple[str, int], tls_edge: Edge | None = None,
-                    certified: tuple[str, ...] | None = None) -> None:
+                    certified: tuple[str, ...] | None = None, sni: str = "") -> None:
         """One public connection; ``tls_edge``: the HTTPS edge its TLS server name chose
         (whose client certificate check, if any, the handshake passed); ``certified``: the
-        names of the certificate it was handshaken with (None: plain HTTP). A request for a
-        host that certificate does not cover is misdirected (domain fronting): 421."""
+        names of the certificate it was handshaken with (None: plain HTTP); ``sni``: the
+        server name it was made with. A request for another host is misdirected (domain
+        fronting, ``hosts.directed``): 421."""
         parser = RequestParser()
         deadline = Deadline(writer.transport)
         wait = HEAD_TIMEOUT  # a new connection is for a request: its head within 30 s
@@ -120,9 +121,9 @@ class HttpEdge:
                     await fixed(writer, event, page(403, "Forbidden", "Your IP address may "
                                                     "not access this site.", 4003), close=True)
                     return
-                if certified is not None and not covered(
-                        certified, host := request_host(event.headers)):
-                    answered = await fixed(writer, event, misdirected(host, certified))
+                if certified is not None and not directed(
+                        sni, certified, host := request_host(event.headers)):
+                    answered = await fixed(writer, event, misdirected(host, sni, certified))
                     if not (answered and await drain(parser, reader, deadline, HEAD_TIMEOUT)):
                         return
                 elif not await self._answer(parser, reader, writer, event, peer, deadline,

@@ -232,7 +232,8 @@ class PublicListeners:
                     else self.certs.default
                 reader, writer = await _streams(sock, context)
                 await self.https.serve(reader, writer, peer, https_edge,
-                                       (cert_name,) if cert_name else self.certs.default_names)
+                                       (cert_name,) if cert_name else self.certs.default_names,
+                                       name)
         except (ConnectionError, OSError, ssl.SSLError, TimeoutError):
             with contextlib.suppress(OSError):
                 sock.close()

@@ -1,13 +1,15 @@
-"""Domain fronting on the HTTPS listener: every request's Host must be covered by the
-certificate its connection was handshaken with, else 421 Misdirected Request
-(ERR_EDGEWAY_4016) and the request reaches no tunnel. Real TLS clients, the SDK agent, and
-upstream services that record what reaches them."""
+"""Domain fronting on the HTTPS listener: every request's Host must be the server name its
+connection was made with (or, with none, a name the certificate covers), else 421 Misdirected
+Request (ERR_EDGEWAY_4016) and the request reaches no tunnel: a wildcard certificate (a
+reserved wildcard, the base domain's) does not let one name's connection reach another name.
+Real TLS clients, the SDK agent, and upstream services that record what reaches them."""
 
 from __future__ import annotations
 
 import socket
 import ssl
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -18,6 +20,7 @@ from tests.server import Server
 
 A, B = "app.front-a.example.net", "x.front-b.example.net"
 Seen = dict[str, list[str]]  # host -> the paths its upstream service received
+GENERATED = "generated"  # in Seen: the paths the two generated names' service received
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +32,17 @@ def seen(srv: Server) -> Iterator[Seen]:
         for domain in (A, "*.front-b.example.net"):
             r = api.post("/reserved_domains", json={"domain": domain})
             assert r.status_code == 201, r.text
-    paths: Seen = {A: [], B: []}
-    with upstream.running("a", paths[A]) as port_a, upstream.running("b", paths[B]) as port_b:
+    paths: Seen = {A: [], B: [], GENERATED: []}
+    with upstream.running("a", paths[A]) as port_a, upstream.running("b", paths[B]) as port_b, \
+            upstream.running("g", paths[GENERATED]) as port_g:
         bound = agent(srv, token,
                       {"kind": "https", "domain": A, "forward": f"http://127.0.0.1:{port_a}"},
-                      {"kind": "https", "domain": B, "forward": f"http://127.0.0.1:{port_b}"})
+                      {"kind": "https", "domain": B, "forward": f"http://127.0.0.1:{port_b}"},
+                      {"kind": "https", "forward": f"http://127.0.0.1:{port_g}"},
+                      {"kind": "https", "forward": f"http://127.0.0.1:{port_g}"})
         try:
             assert all(not ln.get("error") for ln in bound.listeners), bound.listeners
+            paths["names"] = [urlsplit(u).hostname or "" for u in bound.urls[2:]]
             yield paths
         finally:
             bound.stop()
@@ -95,11 +102,11 @@ def test_another_host_on_the_connection_is_misdirected(srv: Server, seen: Seen) 
     assert "/first" in seen[A] and "/after" in seen[A] and "/next" in seen[A]
 
 
-def test_a_wildcard_certificate_covers_one_label(srv: Server, seen: Seen) -> None:
-    # another name under the same wildcard is covered: the router answers (nothing bound)
-    ((status, body),) = gets(srv, B, "y.front-b.example.net")
-    assert status == 404 and b"ERR_EDGEWAY_4004" in body
-    for host in ("front-b.example.net", "deep.x.front-b.example.net"):
+def test_a_wildcard_certificate_carries_its_server_name_only(srv: Server, seen: Seen) -> None:
+    # another name under the same wildcard: the certificate covers it, the connection is not
+    # for it
+    for host in ("y.front-b.example.net", "front-b.example.net",
+                 "deep.x.front-b.example.net"):
         (answer,) = gets(srv, B, host)
         assert misdirected(answer, host), answer
     # the certificate for A's exact name covers nothing under it
@@ -107,17 +114,36 @@ def test_a_wildcard_certificate_covers_one_label(srv: Server, seen: Seen) -> Non
     assert misdirected(answer, f"sub.{A}"), answer
 
 
-@pytest.mark.parametrize("sni", [None, "unknown.example.org"])
-def test_no_or_an_unknown_server_name_reaches_no_tunnel(srv: Server, seen: Seen,
-                                                        sni: str | None) -> None:
+def test_one_generated_name_cannot_reach_another(srv: Server, seen: Seen) -> None:
+    """Two tunnels under the base domain share its wildcard certificate: a connection made
+    for one (which passed that name's checks) carries no request for the other."""
+    one, other = seen["names"]
+    assert gets(srv, one, one) == [(200, b"g /p")]
+    for sni, host in ((one, other), (other, one)):
+        (answer,) = exchange(srv, sni, request(host, "/fronted-5", close=True))
+        assert misdirected(answer, host) and sni.encode() in answer[1], answer
+    assert "/fronted-5" not in seen[GENERATED]
+
+
+def test_no_server_name_reaches_no_tunnel(srv: Server, seen: Seen) -> None:
     """Such a connection gets the tunnel listener's certificate (localhost, 127.0.0.1,
     ::1): it carries requests for those names only, which no tunnel serves."""
-    (answer,) = exchange(srv, sni, request(A, "/fronted-4", close=True))
+    (answer,) = exchange(srv, None, request(A, "/fronted-4", close=True))
     assert misdirected(answer, A) and b"localhost" in answer[1]
     assert "/fronted-4" not in seen[A]
     for host in ("localhost", "127.0.0.1", "[::1]"):
-        ((status, body),) = gets(srv, sni, f"{host}:{srv.https_port}")
+        ((status, body),) = gets(srv, None, f"{host}:{srv.https_port}")
         assert status == 404 and b"ERR_EDGEWAY_4004" in body, (host, body)
+
+
+def test_an_unknown_server_name_carries_that_name_only(srv: Server, seen: Seen) -> None:
+    sni = "unknown.example.org"
+    for host in (A, "localhost", "127.0.0.1"):
+        (answer,) = exchange(srv, sni, request(host, "/fronted-6", close=True))
+        assert misdirected(answer, host) and sni.encode() in answer[1], (host, answer)
+    ((status, body),) = gets(srv, sni, sni)
+    assert status == 404 and b"ERR_EDGEWAY_4004" in body, body
+    assert "/fronted-6" not in seen[A]
 
 
 def test_plain_http_is_not_affected(srv: Server, seen: Seen) -> None:

@@ -78,6 +78,12 @@ def test_any_split_of_the_bytes_gives_the_same_events(cuts: list[int]) -> None:
     (b"GET /" + b"a" * (h1.MAX_HEAD + 1) + b" HTTP/1.1\r\n\r\n", 431, "larger"),
     (b"GET / HTTP/1.1\r\n\r\n", 400, "one Host header (this one has 0)"),
     (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "(this one has 2)"),
+    (b"POST / HTTP/1.1\r\nHost: a\r\nConnection: Content-Length\r\nContent-Length: 1\r\n\r\n",
+     400, "names content-length, which frames"),
+    (b"GET / HTTP/1.1\r\nHost: a\r\nConnection: x, HOST, transfer-encoding\r\n\r\n", 400,
+     "names host, transfer-encoding"),
+    (b"GET ftp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 400, "http or https URL"),
+    (b"GET http://u:p@a/ HTTP/1.1\r\nHost: a\r\n\r\n", 400, "no user"),
 ])
 def test_malformed_requests_name_the_problem(data: bytes, status: int, words: str) -> None:
     p = RequestParser()
@@ -231,6 +237,27 @@ def test_hop_by_hop_headers_stay_on_their_hop() -> None:
                (b"Transfer-Encoding", b"chunked"), (b"Upgrade", b"websocket"), (b"X-Kept", b"2")]
     assert h1.end_to_end(headers) == [(b"Host", b"x"), (b"X-Kept", b"2")]
     assert (b"Upgrade", b"websocket") in h1.end_to_end(headers, frozenset({b"upgrade"}))
+
+
+def test_a_response_keeps_the_framing_its_connection_header_names() -> None:
+    headers = [(b"Connection", b"Content-Length, Host, X-Private"), (b"Content-Length", b"5"),
+               (b"Host", b"x"), (b"X-Private", b"1")]
+    assert h1.end_to_end(headers) == [(b"Content-Length", b"5"), (b"Host", b"x")]
+
+
+@pytest.mark.parametrize(("target", "origin", "host"), [
+    (b"http://b.example/p?q=1", b"/p?q=1", b"b.example"),
+    (b"HTTPS://B.example:8443", b"/", b"B.example:8443"),
+    (b"http://b.example?q", b"/?q", b"b.example"),
+    (b"/http://a.example/", b"/http://a.example/", b"a.example"),  # origin form: as it is
+])
+def test_an_absolute_form_target_becomes_origin_form_and_host(target: bytes, origin: bytes,
+                                                              host: bytes) -> None:
+    p = RequestParser()
+    p.feed(b"GET %b HTTP/1.1\r\nHost: a.example\r\nX: 1\r\n\r\n" % target)
+    req = p.next_event()
+    assert isinstance(req, Request) and req.target == origin
+    assert [v for k, v in req.headers if k.lower() == b"host"] == [host]
 
 
 def test_framer_and_head() -> None:

@@ -31,6 +31,8 @@ ANSWERS = {
     "/refuse": b"HTTP/1.1 400 Bad Request\r\nContent-Length: 2\r\n\r\nno",
     "/early": b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
               b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    "/conn-cl": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: Content-Length, "
+                b"Transfer-Encoding\r\n\r\nhello",
     "/switch": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n",
 }
 CLOSES = {"/close", "/eof", "/truncated", "/switch"}
@@ -175,6 +177,20 @@ def test_hop_by_hop_headers_stay_on_their_hop(srv: Server, host: str,
         assert b"x-kept: yes" in head and b"x-forwarded-for: 127.0.0.1" in head
         for hop in (b"x-private", b"keep-alive", b"te:", b"connection"):
             assert hop not in head, head
+    finally:
+        c.close()
+
+
+def test_a_response_keeps_framing_its_connection_header_names(srv: Server, host: str) -> None:
+    """An upstream's ``Connection: Content-Length`` does not strip the response's length:
+    the client reads the body as framed and the connection carries the next request."""
+    c = Client(srv, host)
+    try:
+        c.send("GET", "/conn-cl")
+        resp, body, _ = c.response()
+        assert body == b"hello" and (b"content-length", b"5") in resp.headers
+        c.send("GET", "/plain")
+        assert c.response()[1] == b"plain"
     finally:
         c.close()
 
