@@ -115,6 +115,22 @@ def configure(stream: TextIO | None = None, level: int = logging.INFO,
     root.setLevel(level)
 
 
+def _drop(_logger: Any, _method: str, _event: MutableMapping[str, Any]) -> Any:
+    raise structlog.DropEvent
+
+
+def disable() -> None:
+    """No log at all (the agent's ``--log false``, or its console alone on the terminal):
+    our events and the standard library's records are dropped."""
+    structlog.configure(processors=[_drop],
+                        wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
+                        logger_factory=structlog.ReturnLoggerFactory(),
+                        cache_logger_on_first_use=True)
+    root = logging.getLogger()
+    root.handlers[:] = [logging.NullHandler()]
+    root.setLevel(logging.CRITICAL + 1)
+
+
 def report_suppressed() -> None:
     """One ``log_suppressed`` line with the counts of lines the flood guard held back since
     they were last reported (nothing if none were)."""

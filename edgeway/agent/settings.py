@@ -54,8 +54,10 @@ class AgentSettings:
 
     def configure_logs(self, target: str) -> None:
         stream = open_log(target)
-        level = LOG_LEVELS[self.log_level] if stream is not None else logging.CRITICAL + 10
-        logs.configure(stream, level, self.log_format)
+        if stream is None:
+            logs.disable()
+        else:
+            logs.configure(stream, LOG_LEVELS[self.log_level], self.log_format)
 
 
 def open_log(target: str) -> TextIO | None:

@@ -1,0 +1,81 @@
+"""A command run as a person runs it: on a pseudo-terminal of its own (stdin, stdout and
+stderr all on it, 160x48), its screen read as the bytes the terminal received, with the
+escape sequences taken out. No extra flags, no redirection: what a traceback would print
+reaches the screen the test reads."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+_ESCAPES = re.compile(rb"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][A-Z0-9]|[=>])")
+
+
+class Pty:
+    """``python -m edgeway ARGV`` on a pseudo-terminal, with ``home`` as its home."""
+
+    def __init__(self, home: Path, *argv: str) -> None:
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 160, 0, 0))
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
+                   XDG_STATE_HOME=str(home / ".state"), TERM="xterm-256color")
+        self.proc = subprocess.Popen([sys.executable, "-m", "edgeway", *argv], stdin=slave,
+                                     stdout=slave, stderr=slave, env=env, cwd=home,
+                                     start_new_session=True)
+        os.close(slave)
+        self.master, self.raw = master, bytearray()
+
+    @property
+    def text(self) -> str:
+        """Everything the terminal received so far, without escape sequences."""
+        return _ESCAPES.sub(b"", bytes(self.raw)).decode("utf-8", "replace")
+
+    def _read(self, timeout: float) -> bool:
+        """Read what is there within ``timeout``; False at the end (the process closed it)."""
+        ready, _, _ = select.select([self.master], [], [], timeout)
+        if not ready:
+            return True
+        try:
+            chunk = os.read(self.master, 65536)
+        except OSError:  # EIO: every holder of the terminal is gone
+            return False
+        self.raw += chunk
+        return bool(chunk)
+
+    def wait_for(self, *words: str, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while not all(w in self.text for w in words):
+            if time.monotonic() > deadline or not self._read(0.1):
+                raise AssertionError(f"not on the screen: {words}\n{self.text[-3000:]}")
+        return self.text
+
+    def interrupt(self, timeout: float = 20) -> int:
+        """Ctrl+C (SIGINT to the process), then the whole screen until it exits: its code."""
+        self.proc.send_signal(signal.SIGINT)
+        return self.finish(timeout)
+
+    def finish(self, timeout: float = 20) -> int:
+        deadline = time.monotonic() + timeout
+        while self._read(0.1):
+            if self.proc.poll() is not None and not select.select([self.master], [], [], 0)[0]:
+                break
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise AssertionError(f"still running after {timeout} s\n{self.text[-3000:]}")
+        return self.proc.wait(timeout)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.master)
