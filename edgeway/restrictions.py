@@ -5,11 +5,12 @@ calls (the API answers 403, ERR 220); ``agent``: agent sessions (refused at Auth
 TCP and TLS); ``dashboard``: kept for the dashboard. Below the API, the tunnel listener and
 the edge, which share one ``Restrictions``.
 
-An address is allowed when it falls in an ``allow`` rule of the restriction's policies and in
-no ``deny`` rule (a deleted policy counts as a policy with no rules); every restriction of the
-type must allow it. The address is the TCP peer's (an IPv4-mapped IPv6 address counts as its
-IPv4 one); forwarding headers are never trusted. The compiled rules are cached for ``ttl``
-seconds and dropped at once by any write to IP policies, rules or restrictions in this process.
+A restriction allows an address when the joined rules of its policies do, with the one meaning
+of IP policies (``edgeway.ippolicy``: an allow rule must match and no deny rule; a deleted
+policy counts as a policy with no rules); every restriction of the type must allow it. The
+address is the TCP peer's (an IPv4-mapped IPv6 address counts as its IPv4 one); forwarding
+headers are never trusted. The compiled rules are cached for ``ttl`` seconds and dropped at
+once by any write to IP policies, rules or restrictions in this process.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ from typing import Any
 import structlog
 
 from edgeway import catalog
+from edgeway.ippolicy import Address, Network, address, permits, split
 from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 log = structlog.get_logger()
 KINDS = frozenset({"ip_restrictions", "ip_policies", "ip_policy_rules"})
 
@@ -39,18 +39,7 @@ class Restriction:
     deny: tuple[Network, ...]
 
     def permits(self, addr: Address) -> bool:
-        return any(addr in n for n in self.allow) and not any(addr in n for n in self.deny)
-
-
-def address(client: str | None) -> Address | None:
-    """The peer address (IPv4-mapped IPv6 as IPv4); None when there is none or it is not one."""
-    try:
-        addr = ipaddress.ip_address(client or "")
-    except ValueError:
-        return None
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        return addr.ipv4_mapped
-    return addr
+        return permits(addr, self.allow, self.deny)
 
 
 @dataclass
@@ -123,6 +112,5 @@ def _compile(id_: str, doc: dict[str, Any],
              rules: list[tuple[str, dict[str, Any]]]) -> Restriction:
     policies = set(doc["ip_policy_ids"])
     mine = [r for _, r in rules if r["ip_policy_id"] in policies]
-    nets = {a: tuple(ipaddress.ip_network(r["cidr"]) for r in mine if r["action"] == a)
-            for a in ("allow", "deny")}
-    return Restriction(id_, bool(doc["enforced"]), nets["allow"], nets["deny"])
+    allow, deny = split((r["action"], ipaddress.ip_network(r["cidr"])) for r in mine)
+    return Restriction(id_, bool(doc["enforced"]), allow, deny)

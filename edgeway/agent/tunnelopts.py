@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from edgeway.agent.configcheck import NAME, Invalid, boolean, host_port, show, string, string_list
+from edgeway.ippolicy import DENY_ONLY
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name
 _PROVIDER = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -118,6 +119,8 @@ def ip_restriction(value: object) -> dict[str, Any]:
     out = {key: _within(key, _cidrs, _list(doc, key)) for key in ("allow_cidrs", "deny_cidrs")}
     if not out["allow_cidrs"] and not out["deny_cidrs"]:
         raise Invalid("must list allow_cidrs or deny_cidrs")
+    if not out["allow_cidrs"]:
+        raise Invalid(DENY_ONLY)
     return out
 
 

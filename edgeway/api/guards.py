@@ -22,7 +22,8 @@ from edgeway.api.platform import Caller
 from edgeway.catalog.identity import MACHINE_USERS
 from edgeway.catalog.model import Kind
 from edgeway.errors import Conflict, Forbidden, Invalid
-from edgeway.restrictions import address, compile_all
+from edgeway.ippolicy import address
+from edgeway.restrictions import compile_all
 from edgeway.store.repo import Repo
 
 ROLES = ("admin", "operator", "read_only")

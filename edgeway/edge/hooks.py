@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from edgeway.edge.h1 import Request
 from edgeway.edge.pages import Fixed, page
-from edgeway.tunnel.restrict import Network
+from edgeway.ippolicy import Network
 
 if TYPE_CHECKING:
     from edgeway.edge.login_gate import LoginGate

@@ -31,13 +31,13 @@ from edgeway.edge.modules import mutual_tls, secrets
 from edgeway.edge.modules.circuit_breaker import Breakers
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pipeline import Plan
+from edgeway.ippolicy import Network
 from edgeway.pki.platform_ca import ServedCert
 from edgeway.pki.seal import Sealer
 from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
 from edgeway.tunnel.binds import BindRequest
 from edgeway.tunnel.registry import Registry, Tunnel
-from edgeway.tunnel.restrict import Network
 
 log = structlog.get_logger()
 EDGE_COLLECTIONS = ("edges/https", "edges/https/routes", "edges/tls", "edges/tcp")

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from edgeway.catalog import checks
 from edgeway.errors import Invalid
+from edgeway.ippolicy import DENY_ONLY, Network
 
 PROTOS = ("http", "https", "tcp", "tls")
 # Bind options (folded keys) the edge does not enforce: refused when set
@@ -56,8 +57,8 @@ class BindRequest:
     opts: dict[str, Any]  # as sent, echoed in the reply (the Rust SDK decodes it back)
     labels: dict[str, str] = field(default_factory=dict)
     pooled: bool = False
-    allow: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
-    deny: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    allow: tuple[Network, ...] = ()
+    deny: tuple[Network, ...] = ()
     request_headers: HeaderChanges = HeaderChanges()
     response_headers: HeaderChanges = HeaderChanges()
     basic_auth: tuple[tuple[str, str], ...] = ()  # (user, password) pairs
@@ -73,7 +74,7 @@ def _raw_opts(message: dict[str, Any]) -> dict[str, Any]:
     return opts if isinstance(opts, dict) else {}
 
 
-def _cidrs(values: Any, what: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+def _cidrs(values: Any, what: str) -> tuple[Network, ...]:
     out = []
     for v in values or []:
         try:
@@ -81,6 +82,18 @@ def _cidrs(values: Any, what: str) -> tuple[ipaddress.IPv4Network | ipaddress.IP
         except ValueError:
             raise BindRefused(f"IP restriction: '{v}' in {what} is not a CIDR") from None
     return tuple(out)
+
+
+def _restriction(restriction: dict[str, Any]) -> tuple[tuple[Network, ...], ...]:
+    """An ``IPRestriction``'s allow and deny CIDRs; deny CIDRs alone would let no address
+    through: refused, as ngrok refuses them (ERR_NGROK_393)."""
+    allow = _cidrs(_list(restriction.get("allowcidrs"), "Opts.IPRestriction.AllowCIDRs"),
+                   "allow_cidrs")
+    deny = _cidrs(_list(restriction.get("denycidrs"), "Opts.IPRestriction.DenyCIDRs"),
+                  "deny_cidrs")
+    if deny and not allow:
+        raise BindRefused(f"IP restriction: {DENY_ONLY}")
+    return allow, deny
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:
@@ -192,7 +205,7 @@ def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> 
         raise BindRefused(f"unknown tunnel protocol '{proto}' (http, https, tcp or tls)")
     family = "http" if proto in ("http", "https") else proto
     _refuse_unsupported(opts, proto, family)
-    restriction = _object(opts.get("iprestriction"), "Opts.IPRestriction")
+    allow, deny = _restriction(_object(opts.get("iprestriction"), "Opts.IPRestriction"))
     request_headers = _headers(opts.get("requestheaders"), "Opts.RequestHeaders")
     if family == "http" and opts.get("hostheaderrewrite"):
         request_headers = _host_rewrite(request_headers, str(folded.get("forwardsto") or ""))
@@ -201,10 +214,7 @@ def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> 
         domain_of(opts, base_domain) if family != "tcp" else "",
         str(folded.get("forwardsto") or ""), str(extra.get("metadata") or ""),
         _raw_opts(message), pooled=bool(extra.get("poolingenabled")),
-        allow=_cidrs(_list(restriction.get("allowcidrs"), "Opts.IPRestriction.AllowCIDRs"),
-                     "allow_cidrs"),
-        deny=_cidrs(_list(restriction.get("denycidrs"), "Opts.IPRestriction.DenyCIDRs"),
-                    "deny_cidrs"),
+        allow=allow, deny=deny,
         request_headers=request_headers,
         response_headers=_headers(opts.get("responseheaders"), "Opts.ResponseHeaders"),
         basic_auth=_basic_auth(opts) if family == "http" else (),

@@ -1,28 +1,12 @@
-"""IP restrictions on public connections: deny rules win; when there are allow rules, only
-addresses they cover get through."""
+"""An agent bind's allow/deny CIDRs on its public connections, with the one meaning of IP
+policies (``edgeway.ippolicy``)."""
 
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Iterable
-
+from edgeway.ippolicy import permits
 from edgeway.tunnel.binds import BindRequest
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def cidr_allows(ip: str, allow: Iterable[Network], deny: Iterable[Network]) -> bool:
-    try:
-        addr = ipaddress.ip_address(ip)
-    except ValueError:
-        return False
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
-    if any(addr.version == n.version and addr in n for n in deny):
-        return False
-    allow = list(allow)
-    return not allow or any(addr.version == n.version and addr in n for n in allow)
 
 
 def allowed(req: BindRequest, ip: str) -> bool:
-    return cidr_allows(ip, req.allow, req.deny)
+    """Whether ``ip`` may reach the tunnel bound with ``req``: when it binds no CIDRs, any."""
+    return not (req.allow or req.deny) or permits(ip, req.allow, req.deny)

@@ -22,7 +22,10 @@ from tests.server import Server, free_port
 
 TUNNELS = """\
 tunnels:
-  deny: {{proto: http, addr: {svc}, ip_restriction: {{deny_cidrs: [127.0.0.0/8]}}}}
+  deny:
+    proto: http
+    addr: {svc}
+    ip_restriction: {{allow_cidrs: [0.0.0.0/0], deny_cidrs: [127.0.0.0/8]}}
   allow: {{proto: http, addr: {svc}, ip_restriction: {{allow_cidrs: [127.0.0.1/32]}}}}
   hdrs:
     proto: http

@@ -76,9 +76,10 @@ def test_one_liner_flags_become_a_checked_tunnel(tmp_path: Path) -> None:
         opts["OAuth"]["allow_emails"] == ["a@example.com"]
     assert "HostHeaderRewrite" not in opts  # the agent sets the Host itself
     _, tcp = oneliner(tmp_path, "tcp", "22", "--url", "tcp://127.0.0.1:20001",
-                      "--cidr-deny", "192.0.2.0/24")
+                      "--cidr-allow", "0.0.0.0/0", "--cidr-deny", "192.0.2.0/24")
     assert tcp.remote_addr == "127.0.0.1:20001" and \
-        bind_message(tcp, "")[1]["Opts"]["IPRestriction"]["deny_cidrs"] == ["192.0.2.0/24"]
+        bind_message(tcp, "")[1]["Opts"]["IPRestriction"] == {"allow_cidrs": ["0.0.0.0/0"],
+                                                              "deny_cidrs": ["192.0.2.0/24"]}
     _, tls = oneliner(tmp_path, "tls", "8443", "--url", "tls://secure.example.com")
     assert tls.proto == "tls" and tls.domain == "secure.example.com"
     _, labeled = oneliner(tmp_path, "http", "3000", "--label", "edge=web")
@@ -89,6 +90,8 @@ def test_one_liner_flags_become_a_checked_tunnel(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("argv", "words"), [
     (["http", "3000", "--basic-auth", "alice:short"], "at least 8 characters"),
     (["http", "3000", "--cidr-allow", "10.0.0.300/8"], "ip_restriction: allow_cidrs: entry 1"),
+    (["tcp", "22", "--cidr-deny", "192.0.2.0/24"],
+     "ip_restriction: deny CIDRs without any allow CIDR would refuse every address"),
     (["http", "3000", "--circuit-breaker", "2"], "circuit_breaker: must be the error threshold"),
     (["http", "3000", "--verify-webhook", "nope"], "not a provider the edge verifies"),
     (["http", "3000", "--verify-webhook", "github"], "secret: required for github"),

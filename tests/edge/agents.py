@@ -55,6 +55,10 @@ SCRIPT = textwrap.dedent("""
                 b = s.tls_endpoint()
             else:
                 b = s.tcp_endpoint()
+            for cidr in ln.get("allow_cidrs", []):
+                b = b.allow_cidr(cidr)
+            for cidr in ln.get("deny_cidrs", []):
+                b = b.deny_cidr(cidr)
             if ln.get("policy"):
                 b = b.traffic_policy(ln["policy"])
             if ln.get("domain"):

@@ -67,7 +67,7 @@ def test_what_is_compressed() -> None:
 def test_ip_and_user_agent_rules() -> None:
     rules = {"ipp_1": [("deny", ipaddress.ip_network("10.1.0.0/16")),
                        ("allow", ipaddress.ip_network("10.0.0.0/8"))],
-             "ipp_empty": []}
+             "ipp_empty": [], "ipp_deny": [("deny", ipaddress.ip_network("10.1.0.0/16"))]}
     ctx = Compiling(rules)
     plan = compile_doc({"ip_restriction": {"ip_policy_ids": ["ipp_1"]},
                         "user_agent_filter": {"deny": ["(?i)bot"]}}, ctx)
@@ -78,6 +78,8 @@ def test_ip_and_user_agent_rules() -> None:
     assert plan.admits("10.2.3.4", 1) and not plan.admits("10.1.3.4", 1)
     nothing = compile_doc({"ip_restriction": {"ip_policy_ids": ["ipp_empty"]}}, ctx)
     assert nothing.check("10.2.3.4", []) is not None  # no rules: nothing allowed
+    deny_only = compile_doc({"ip_restriction": {"ip_policy_ids": ["ipp_deny"]}}, ctx)
+    assert deny_only.check("10.2.3.4", []) is not None  # no allow rule matches it
     off = compile_doc({"ip_restriction": {"enabled": False,
                                           "ip_policy_ids": ["ipp_empty"]}}, ctx)
     assert off.check("10.2.3.4", []) is None

@@ -128,11 +128,16 @@ def test_response_phase() -> None:
 def test_tcp_connect_phase() -> None:
     policy = compiled({"on_tcp_connect": [
         {"expressions": ["conn.client_ip == '192.0.2.66'"], "actions": [{"type": "deny"}]},
-        {"actions": [{"type": "restrict-ips", "config": {"deny": ["198.51.100.0/24"]}}]},
+        {"actions": [{"type": "restrict-ips", "config": {"allow": ["0.0.0.0/0"],
+                                                         "deny": ["198.51.100.0/24"]}}]},
     ]})
     assert policy.on_tcp_connect("192.0.2.1", 1)
     assert not policy.on_tcp_connect("192.0.2.66", 1)
     assert not policy.on_tcp_connect("198.51.100.7", 1)
+    assert not policy.on_tcp_connect("2001:db8::1", 1)  # no allow rule for IPv6
+    deny_only = compiled({"on_tcp_connect": [
+        {"actions": [{"type": "restrict-ips", "config": {"deny": ["198.51.100.0/24"]}}]}]})
+    assert not deny_only.on_tcp_connect("192.0.2.1", 1)  # an allow rule must match
 
 
 @pytest.mark.parametrize(("action", "named"), [

@@ -23,6 +23,7 @@ import structlog
 
 from edgeway.catalog.modules.policy import REQ, RES, TCP
 from edgeway.edge.modules.rate_limits import RateLimits
+from edgeway.ippolicy import Network, permits
 
 log = structlog.get_logger()
 Headers = list[tuple[bytes, bytes]]
@@ -103,12 +104,13 @@ def _status(cfg: dict[str, Any], default: int) -> int:
         raise Unsupported(f"status_code {cfg.get('status_code')!r}") from None
 
 
-Networks = tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+Networks = tuple[Network, ...]
 
 
 def networks(cfg: dict[str, Any]) -> tuple[Networks, Networks]:
     """restrict-ips' allowed and denied networks (by CIDR; IP policies by id are the
-    ip_restriction module's)."""
+    ip_restriction module's), decided like every IP policy (``edgeway.ippolicy``): an
+    address must be in an allowed network and in no denied one."""
     if cfg.get("ip_policies"):
         raise Unsupported("ip_policies (use the ip_restriction module)")
     try:
@@ -116,17 +118,6 @@ def networks(cfg: dict[str, Any]) -> tuple[Networks, Networks]:
                 tuple(ipaddress.ip_network(c, strict=False) for c in cfg.get("deny") or []))
     except ValueError as exc:
         raise Unsupported(str(exc)) from None
-
-
-def ip_allowed(ip: str, allow: Networks, deny: Networks) -> bool:
-    """In an allowed network (when any are listed) and in no denied one."""
-    try:
-        addr = ipaddress.ip_address(ip)
-    except ValueError:
-        return False
-    if any(addr in n for n in deny):
-        return False
-    return not allow or any(addr in n for n in allow)
 
 
 def _header_values(cfg: dict[str, Any]) -> tuple[tuple[bytes, str], ...]:
@@ -231,7 +222,7 @@ def _restrict_ips(cfg: dict[str, Any], _key: str) -> RequestAction:
     allow, deny = networks(cfg)
 
     def run(env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
-        if ip_allowed(env["conn"]["client_ip"], allow, deny):
+        if permits(env["conn"]["client_ip"], allow, deny):
             return False
         out.status, out.body = 403, b"Your IP address may not access this site.\n"
         return True
@@ -297,7 +288,7 @@ def _tcp_refuse(_cfg: dict[str, Any], _key: str) -> TcpAction:
 
 def _tcp_restrict(cfg: dict[str, Any], _key: str) -> TcpAction:
     allow, deny = networks(cfg)
-    return lambda env: ip_allowed(env["conn"]["client_ip"], allow, deny)
+    return lambda env: permits(env["conn"]["client_ip"], allow, deny)
 
 
 def _tcp_log(cfg: dict[str, Any], key: str) -> TcpAction:
