@@ -148,3 +148,23 @@ def test_in_the_restrict_ips_action(srv: Server, token: str, service: int,
                               for name, (allow, deny, _) in CASES.items()])
     assert seen == {f"{kind}/{name}": ok for kind, _, _ in ways
                     for name, ok in EXPECTED.items()}
+
+
+def test_restrict_ips_with_enforce_false_lets_everyone_through(srv: Server, token: str,
+                                                               service: int,
+                                                               echo_port: int) -> None:
+    """ngrok's ``enforce: false``: the action decides and logs, and refuses no one; any
+    other value than a boolean is refused at bind, not ignored."""
+    def restrict(phase: str, enforce: object) -> str:
+        return json.dumps({phase: [{"actions": [{"type": "restrict-ips", "config": {
+            "allow": [f"{ME}/32"], "enforce": enforce}}]}]})
+    ways = (("https", "on_http_request", f"http://127.0.0.1:{service}"),
+            ("tcp", "on_tcp_connect", f"tcp://127.0.0.1:{echo_port}"))
+    seen = bound(srv, token, [{"name": f"{kind}/{enforce}", "kind": kind, "forward": forward,
+                               "policy": restrict(phase, enforce)}
+                              for kind, phase, forward in ways for enforce in (False, True)])
+    assert seen == {"https/False": (True, True), "https/True": (True, False),
+                    "tcp/False": (True, True), "tcp/True": (True, False)}, seen
+    (refused,) = bound(srv, token, [{"name": "x", "kind": "https", "forward": ways[0][2],
+                                     "policy": restrict("on_http_request", "no")}]).values()
+    assert isinstance(refused, str) and "enforce 'no'" in refused, refused

@@ -218,11 +218,29 @@ def _remove_headers(cfg: dict[str, Any], _key: str) -> RequestAction:
     return run
 
 
-def _restrict_ips(cfg: dict[str, Any], _key: str) -> RequestAction:
+def admits(cfg: dict[str, Any]) -> Callable[[Env], bool]:
+    """restrict-ips as a test of a request's or connection's client address: true when it
+    may go on (permitted, or ``enforce: false``: the refusal is only logged)."""
     allow, deny = networks(cfg)
+    enforce = cfg.get("enforce", True)
+    if not isinstance(enforce, bool):
+        raise Unsupported(f"enforce {enforce!r} (true or false)")
+
+    def test(env: Env) -> bool:
+        ip = env["conn"]["client_ip"]
+        if permits(ip, allow, deny):
+            return True
+        if not enforce:
+            log.info("restrict_ips_not_enforced", client_ip=ip)
+        return not enforce
+    return test
+
+
+def _restrict_ips(cfg: dict[str, Any], _key: str) -> RequestAction:
+    admitted = admits(cfg)
 
     def run(env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
-        if permits(env["conn"]["client_ip"], allow, deny):
+        if admitted(env):
             return False
         out.status, out.body = 403, b"Your IP address may not access this site.\n"
         return True
@@ -287,8 +305,7 @@ def _tcp_refuse(_cfg: dict[str, Any], _key: str) -> TcpAction:
 
 
 def _tcp_restrict(cfg: dict[str, Any], _key: str) -> TcpAction:
-    allow, deny = networks(cfg)
-    return lambda env: permits(env["conn"]["client_ip"], allow, deny)
+    return admits(cfg)
 
 
 def _tcp_log(cfg: dict[str, Any], key: str) -> TcpAction:

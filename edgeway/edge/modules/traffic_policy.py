@@ -173,8 +173,8 @@ def _compile(doc: Any, key: str, values: secrets.Secrets) -> Policy | Unenforced
                 try:
                     config = secrets.in_config(dict(action.get("config") or {}), values)
                     actions.append(compile_action(phase, kind, config, key))
-                except Unsupported:
-                    return Unenforced(f"traffic_policy (action '{kind}' in {phase})")
+                except Unsupported as exc:
+                    return Unenforced(f"traffic_policy (action '{kind}' in {phase}: {exc})")
             compiled.append(Rule(str(rule.get("name") or f"rule {i}"),
                                  tuple(cel.compile(secrets.in_expression(e, values))
                                        for e in rule.get("expressions") or []),
