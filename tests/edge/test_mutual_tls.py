@@ -88,10 +88,19 @@ def test_client_certificates_are_required_and_checked(srv: Server, tmp_path: Pat
         answer = made(api, "/backends/http_response", {"body": "behind mtls"})
         route(api, edge["id"], "path_prefix", "/", answer["id"])
         assert get(srv, client()).endswith(b"behind mtls")  # no module yet: open
+        early = client()  # a connection made before the module, kept alive
+        early.load_verify_locations(srv.data_dir / "ca.pem")
+        kept = early.wrap_socket(socket.create_connection(("127.0.0.1", srv.https_port),
+                                                          timeout=20), server_hostname=HOST)
         ca = made(api, "/certificate_authorities", {"ca_pem": trusted_pem})
         r = api.put(f"/edges/https/{edge['id']}/mutual_tls",
                     json={"certificate_authority_ids": [ca["id"]]})
         assert r.status_code == 200, r.text
+    with kept:  # its handshake checked no certificate: misdirected, not served
+        kept.sendall(f"GET / HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n"
+                     .encode())
+        out = read_all(kept)
+    assert out.startswith(b"HTTP/1.1 421 ") and b"ERR_EDGEWAY_4012" in out, out
     assert get(srv, trusted).startswith(b"HTTP/1.1 200 ")
     assert refused(srv, client())  # no certificate
     assert refused(srv, stranger)  # another authority's
@@ -100,7 +109,7 @@ def test_client_certificates_are_required_and_checked(srv: Server, tmp_path: Pat
     assert out.startswith(b"HTTP/1.1 421 ") and b"ERR_EDGEWAY_4016" in out
     assert b"behind mtls" not in out
     # a server name whose certificate covers the edge's Host too (one wildcard) but whose
-    # handshake asked for no client certificate: refused all the same
+    # handshake asked for no client certificate: misdirected all the same
     wild = "a.mtls-wild.example.com"
     with srv.client() as api:
         made(api, "/reserved_domains", {"domain": "*.mtls-wild.example.com"})
@@ -110,7 +119,7 @@ def test_client_certificates_are_required_and_checked(srv: Server, tmp_path: Pat
                     json={"certificate_authority_ids": [ca["id"]]})
         assert r.status_code == 200, r.text
     out = get(srv, client(), sni="b.mtls-wild.example.com", host=wild)
-    assert out.startswith(b"HTTP/1.1 421 ") and b"ERR_EDGEWAY_4012" in out, out
+    assert out.startswith(b"HTTP/1.1 421 ") and b"ERR_EDGEWAY_4016" in out, out
     assert b"behind mtls" not in out
     with srv.client() as api:
         assert api.delete(f"/certificate_authorities/{ca['id']}").status_code == 400  # in use
