@@ -18,12 +18,14 @@ from __future__ import annotations
 import ipaddress
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import structlog
 
 from edgeway import catalog
 from edgeway.ippolicy import Address, Network, address, permits, split
+from edgeway.reloads import Reload
 from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
 
@@ -51,25 +53,49 @@ class Restrictions:
     _last: dict[str, tuple[Restriction, ...]] = field(default_factory=dict)
     _log_times: dict[str, float] = field(default_factory=dict)
 
+    _reloads: dict[str, Reload] = field(default_factory=dict)
+
     def invalidate(self) -> None:
         self._cached.clear()
+        for reload in self._reloads.values():
+            reload.changed()
 
     async def of(self, kind: str) -> tuple[Restriction, ...]:
-        """The restrictions of type ``kind``; while the database is out of reach, the last
-        ones loaded keep applying (traffic does not wait for it)."""
+        """The restrictions of type ``kind``. Expired ones keep applying while they are read
+        again; after a change of this process the read is waited for, but only for a moment
+        (``reloads``): traffic never waits on a database that does not answer, and while it
+        is out of reach the last ones loaded keep applying. Only the first read is waited
+        for in full (it raises ``DatabaseUnavailable`` when it fails)."""
         hit = self._cached.get(kind)
         if hit is not None and hit[1] > time.monotonic():
             return hit[0]
+        if kind not in self._last:
+            found = await compile_all(Repo(self.db.reader()), kind)
+            self._cached[kind] = (found, time.monotonic() + self.ttl)
+            self._last[kind] = found
+            return found
+        reload = self._reloads.get(kind)
+        if reload is None:
+            reload = self._reloads[kind] = Reload(partial(self._load, kind), "ip_restrictions")
+        if hit is None:  # a change of this process
+            await reload.settle()
+        else:  # expired
+            reload.changed()
+            reload.start()
+        return self._last[kind]
+
+    async def _load(self, kind: str) -> bool:
+        wanted = self._reloads[kind].wanted
         try:
             found = await compile_all(Repo(self.db.reader()), kind)
         except DatabaseUnavailable:
-            if kind not in self._last:
-                raise
             log.warning("ip_restrictions_stale", type=kind)
-            found = self._last[kind]
-        self._cached[kind] = (found, time.monotonic() + self.ttl)
+            self._cached[kind] = (self._last[kind], time.monotonic() + self.ttl)
+            return False
         self._last[kind] = found
-        return found
+        if self._reloads[kind].wanted == wanted:  # (no change arrived while it read)
+            self._cached[kind] = (found, time.monotonic() + self.ttl)
+        return True
 
     async def refusing(self, kind: str, client: str | None) -> Restriction | None:
         """The enforced restriction of ``kind`` that refuses ``client``, if any; unenforced

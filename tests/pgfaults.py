@@ -1,5 +1,7 @@
 """PostgreSQL faults for tests, without disturbing the shared server: terminate the backends
-of one database, or put a cuttable TCP link between the code under test and the server."""
+of one database, or put a TCP link between the code under test and the server that can be cut
+(connections reset, as an outage looks) or blackholed (nothing answers and nothing is reset,
+as a network partition or a dead host looks)."""
 
 from __future__ import annotations
 
@@ -46,7 +48,10 @@ def dbname(url: str) -> str:
 class Link:
     """A TCP relay to the PostgreSQL server in a thread of its own. ``cut()`` closes every
     relayed connection and refuses new ones, as a database restart or an outage looks to a
-    client; ``mend()`` lets connections through again (on the same port)."""
+    client. ``blackhole()`` stops forwarding in both directions and holds new connections
+    unanswered, resetting nothing: bytes wait in the relay as packets wait for a partition to
+    heal (a client sees silence, then its deadlines). ``mend()`` ends either: connections
+    are let through again (on the same port) and held bytes flow on."""
 
     def __init__(self) -> None:
         target = urlsplit(PG_URL)
@@ -57,6 +62,7 @@ class Link:
         self._thread.start()
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._flowing: asyncio.Event | None = None  # made in the relay's loop
         self.mend()
 
     def url(self, database_url: str) -> str:
@@ -69,16 +75,28 @@ class Link:
         asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
 
     def mend(self) -> None:
-        self._call(self._listen())
+        self._call(self._flow(True))
 
     def cut(self) -> None:
         self._call(self._cut())
+
+    def blackhole(self) -> None:
+        self._call(self._flow(False))
 
     def close(self) -> None:
         self.cut()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+    async def _flow(self, on: bool) -> None:
+        if self._flowing is None:
+            self._flowing = asyncio.Event()
+        if on:
+            self._flowing.set()
+        else:
+            self._flowing.clear()
+        await self._listen()
 
     async def _listen(self) -> None:
         if self._server is None:
@@ -93,7 +111,10 @@ class Link:
         self._writers.clear()
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
         try:
+            assert self._flowing is not None
+            await self._flowing.wait()  # accepted, but unanswered during a blackhole
             up_reader, up_writer = await asyncio.open_connection(*self._target)
         except OSError:
             writer.transport.abort()
@@ -104,6 +125,8 @@ class Link:
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(65536):
+                assert self._flowing is not None
+                await self._flowing.wait()  # held during a blackhole
                 writer.write(data)
                 await writer.drain()
         except (OSError, ConnectionError):

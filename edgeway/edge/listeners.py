@@ -119,7 +119,7 @@ class PublicListeners:
 
     async def start(self, http: tuple[str, int] | None, https: tuple[str, int] | None,
                     reuse_port: bool = False) -> None:
-        await self.router.current()
+        await self.router.settled()
         if self.restrictions is not None:
             await self.restrictions.of("endpoints")  # (kept while the database is away)
         if http is not None:
@@ -169,7 +169,7 @@ class PublicListeners:
                 changed = False
             self._changed.clear()
             try:  # a change: the load a request may already have done serves us too
-                await (self.router.current() if changed else self.router.refresh())
+                await (self.router.settled() if changed else self.router.refresh())
                 await self._sync_tcp_edges()
             except Exception:  # a failed reload must not end the follower
                 log.exception("edge_reload_failed")

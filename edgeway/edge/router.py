@@ -10,7 +10,6 @@ database is out of reach the last snapshot keeps serving (a warning says how old
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from edgeway.edge.pipeline import Plan
 from edgeway.ippolicy import Network
 from edgeway.pki.platform_ca import ServedCert
 from edgeway.pki.seal import Sealer
+from edgeway.reloads import Reload
 from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
 from edgeway.tunnel.binds import BindRequest
@@ -156,9 +156,8 @@ class EdgeRouter:
                  sealer: Sealer | None = None) -> None:
         self.db, self.registry, self.max_age, self.sealer = db, registry, max_age, sealer
         self.snapshot = Snapshot()
-        self._lock = asyncio.Lock()
-        self._wanted = 1  # bumped by every change; the snapshot records what it reflects
-        self._loaded = 0
+        # bumped by every change; the snapshot records what it reflects (see ``reloads``)
+        self._reload = Reload(self._load, "edge_snapshot")
         self._retry_at = 0.0  # after a reload failed: no new attempt before this time
         # a tunnel's plan, and the secrets it was compiled with
         self._bind_plans: WeakKeyDictionary[Tunnel, tuple[Plan, dict[tuple[str, str], str]]] = \
@@ -170,34 +169,38 @@ class EdgeRouter:
 
     def changed(self, collection: str) -> None:
         if collection in WATCHED:
-            self._wanted += 1
+            self._reload.changed()
 
     async def current(self) -> Snapshot:
         """The snapshot reflecting every change this node committed before the call (a
         reload already under way when a change arrives does not count: the caller waits for
-        the next one). While the database is out of reach the last snapshot keeps serving;
-        a reload is tried again ``STALE_RETRY`` seconds after a failed one."""
-        if self._loaded < self._wanted and time.monotonic() >= self._retry_at:
-            async with self._lock:
-                if self._loaded < self._wanted and time.monotonic() >= self._retry_at:
-                    await self._load()
+        the next one), waited for at most ``reloads.PATIENCE`` after that reload started:
+        traffic never waits on a database that does not answer. While the database is out
+        of reach the last snapshot keeps serving; a reload is tried again ``STALE_RETRY``
+        seconds after a failed one."""
+        if self._reload.stale and time.monotonic() >= self._retry_at:
+            await self._reload.settle()
+        return self.snapshot
+
+    async def settled(self) -> Snapshot:
+        """As ``current``, waiting for the reload in full (the store's deadline bounds it)."""
+        if self._reload.stale and time.monotonic() >= self._retry_at:
+            await self._reload.settle(None)
         return self.snapshot
 
     async def refresh(self) -> None:
         """Reload in the background of requests (changes made on other nodes)."""
-        async with self._lock:
-            await self._load()
+        await self._reload.start()
 
-    async def _load(self) -> None:
-        wanted = self._wanted
+    async def _load(self) -> bool:
         try:
             self.snapshot = await load(self.db, self.snapshot.breakers, self.sealer)
         except DatabaseUnavailable as exc:
             self._retry_at = time.monotonic() + STALE_RETRY
             log.warning("edge_snapshot_stale", error=str(exc),
                         age=round(time.monotonic() - self.snapshot.loaded, 1))
-            return
-        self._loaded = max(self._loaded, wanted)
+            return False
+        return True
 
     def certificate_name(self, host: str, base_domain: str) -> str | None:
         """The name to present a certificate for when a client asks for ``host``: a wildcard

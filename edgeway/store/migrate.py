@@ -15,8 +15,10 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from edgeway.store import pgconn, retry
 from edgeway.store.db import Database, SqliteDatabase, StoreUnavailable, redact
-from edgeway.store.pg import PgDatabase, asyncpg_dsn
+from edgeway.store.pg import PgDatabase
+from edgeway.store.pgconn import asyncpg_dsn
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _LOCK_KEY = 0x65646765776179  # "edgeway"
@@ -41,7 +43,11 @@ def sqlalchemy_url(url: str) -> str:
 
 
 async def migrate_postgres(url: str) -> None:
-    engine = create_async_engine(sqlalchemy_url(url))
+    # connecting is bounded and the server drops a vanished client's session (and its
+    # lock); statements are not: a migration may be long, or wait for another node's
+    settings = {k: v for k, v in pgconn.SERVER_SETTINGS.items() if k.startswith("tcp_")}
+    engine = create_async_engine(sqlalchemy_url(url), connect_args={
+        "timeout": retry.CONNECT_TIMEOUT, "server_settings": settings})
     try:
         async with engine.begin() as conn:
             await conn.run_sync(_upgrade)

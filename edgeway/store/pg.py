@@ -21,17 +21,17 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from functools import cache, partial
+from functools import cache
 from typing import Any
 
 import asyncpg
 import structlog
 
-from edgeway.store import retry
+from edgeway.store import pgconn, retry
 from edgeway.store.db import DatabaseUnavailable, OutcomeUnknown, Row, Tx, UniqueViolation
 
 log = structlog.get_logger()
-Connect = Callable[[], Awaitable[Any]]
+Connect = Callable[[float], Awaitable[Any]]  # opens a connection within the given seconds
 
 
 @cache
@@ -91,14 +91,15 @@ class _PgWriteTx(_PgTx):
         self._journal: list[tuple[str, str, tuple[Any, ...], Any]] = []
 
     async def _run(self, method: str, sql: str, args: tuple[Any, ...]) -> Any:
-        result = await self._retrying("write", lambda c: getattr(c, method)(sql, *args))
+        result = await self._retrying(
+            "write", lambda c, wait: getattr(c, method)(sql, *args, timeout=wait))
         self._journal.append((method, sql, args, result))
         return result
 
     async def commit(self) -> None:
         try:
             if self._conn is not None or self._journal:
-                await self._retrying("commit", lambda c: c.execute("COMMIT"))
+                await self._retrying("commit", lambda c, wait: c.execute("COMMIT", timeout=wait))
         finally:
             await self._release()
 
@@ -109,7 +110,7 @@ class _PgWriteTx(_PgTx):
             if self._conn is not None and isinstance(why, Exception) \
                     and not retry.lost(why, self._conn):
                 try:
-                    await self._conn.execute("ROLLBACK")
+                    await self._conn.execute("ROLLBACK", timeout=retry.STATEMENT_TIMEOUT)
                 except Exception:
                     self._lose()
             else:
@@ -117,13 +118,15 @@ class _PgWriteTx(_PgTx):
         finally:
             await self._release()
 
-    async def _retrying(self, what: str, step: Callable[[Any], Awaitable[Any]]) -> Any:
-        attempt = 0
+    async def _retrying(self, what: str, step: Callable[[Any, float], Awaitable[Any]]) -> Any:
+        """``step(connection, timeout)`` on this transaction's connection, within a
+        ``Budget``; a lost connection is replaced and the journal replayed."""
+        attempt, budget = 0, retry.Budget()
         while True:
             conn = None
             try:
-                conn = await self._open()
-                return await step(conn)
+                conn = await self._open(budget)
+                return await step(conn, budget.left(retry.STATEMENT_TIMEOUT))
             except Exception as exc:
                 if not retry.lost(exc, self._conn):
                     raise
@@ -133,20 +136,23 @@ class _PgWriteTx(_PgTx):
                     log.warning("store_commit_outcome_unknown", error=str(exc))
                     raise OutcomeUnknown("the database connection was lost while the "
                                          "transaction was being committed") from exc
-                await retry.pause(attempt, exc, what, self._reach if connecting else None)
+                reach = self._reach if connecting or retry.silent(exc, conn) else None
+                await retry.pause(attempt, exc, what, reach, budget)
                 attempt += 1
 
-    async def _open(self) -> Any:
+    async def _open(self, budget: retry.Budget) -> Any:
         """This transaction's connection: a pooled one after BEGIN and the journal."""
         if self._conn is not None:
             return self._conn
         self._reach.check()
-        self._conn = conn = await self._pool.acquire()
-        await conn.execute("BEGIN")
+        self._conn = conn = await self._pool.acquire(
+            timeout=budget.left(retry.CONNECT_TIMEOUT + retry.STATEMENT_TIMEOUT))
+        await conn.execute("BEGIN", timeout=budget.left(retry.STATEMENT_TIMEOUT))
         self._reach.reached()
         for method, sql, args, result in self._journal:
             try:
-                again = await getattr(conn, method)(sql, *args)
+                again = await getattr(conn, method)(
+                    sql, *args, timeout=budget.left(retry.STATEMENT_TIMEOUT))
             except Exception as exc:
                 if retry.lost(exc, conn):
                     raise
@@ -170,14 +176,6 @@ class _PgWriteTx(_PgTx):
                 await self._pool.release(conn)
 
 
-async def _reset(conn: Any) -> None:
-    """Replaces asyncpg's default reset on release (RESET ALL, CLOSE ALL, UNLISTEN *, unlock
-    all advisory locks: a round trip per query). Our queries leave no session state; only an
-    interrupted transaction needs undoing."""
-    if conn.is_in_transaction():
-        await conn.execute("ROLLBACK")
-
-
 class _PgReaders:
     """Autocommit reads on a few long-lived connections, each guarded by a lock.
 
@@ -198,28 +196,36 @@ class _PgReaders:
     async def run(self, method: str, sql: str, args: tuple[Any, ...]) -> Any:
         i = min(range(len(self._load)), key=self._load.__getitem__)
         self._load[i] += 1
+        budget = retry.Budget()
         try:
-            async with self._locks[i]:
-                return await self._attempts(i, method, sql, args)
+            await budget.wait(self._locks[i].acquire())
+            try:
+                return await self._attempts(i, method, sql, args, budget)
+            finally:
+                self._locks[i].release()
         finally:
             self._load[i] -= 1
 
-    async def _attempts(self, i: int, method: str, sql: str, args: tuple[Any, ...]) -> Any:
+    async def _attempts(self, i: int, method: str, sql: str, args: tuple[Any, ...],
+                        budget: retry.Budget) -> Any:
         attempt = 0
         while True:
             conn = self._conns[i]
             try:
                 if conn is None:
                     self._reach.check()
-                    conn = self._conns[i] = await self._connect()
+                    conn = self._conns[i] = await self._connect(
+                        budget.left(retry.CONNECT_TIMEOUT))
                     self._reach.reached()
-                return await getattr(conn, method)(sql, *args)
+                return await getattr(conn, method)(
+                    sql, *args, timeout=budget.left(retry.STATEMENT_TIMEOUT))
             except Exception as exc:
                 if not retry.lost(exc, conn):
                     raise
                 retry.drop(conn)
                 self._conns[i] = None
-                await retry.pause(attempt, exc, "read", self._reach if conn is None else None)
+                reach = self._reach if retry.silent(exc, conn) else None
+                await retry.pause(attempt, exc, "read", reach, budget)
                 attempt += 1
 
     async def doc_by_id(self, table: str, id_: str) -> str | None:
@@ -273,13 +279,14 @@ class PgDatabase:
 
     @classmethod
     async def open(cls, url: str, max_size: int = 10, readers: int = 4) -> PgDatabase:
-        dsn = asyncpg_dsn(url)
+        dsn = pgconn.asyncpg_dsn(url)
         # no floor of idle connections: asyncpg would keep restoring it during an outage,
         # logging a traceback each time; connections open on demand and then stay
-        pool = await asyncpg.create_pool(dsn, min_size=0, max_size=max_size, reset=_reset,
-                                         timeout=retry.CONNECT_TIMEOUT)
-        connect = partial(asyncpg.connect, dsn, timeout=retry.CONNECT_TIMEOUT)
-        conns = [await connect() for _ in range(readers)]
+        pool = await asyncpg.create_pool(dsn, min_size=0, max_size=max_size, reset=pgconn.reset,
+                                         init=pgconn.init, timeout=retry.CONNECT_TIMEOUT,
+                                         **pgconn.connect_kwargs())
+        connect = pgconn.connector(dsn)
+        conns = [await connect(retry.CONNECT_TIMEOUT) for _ in range(readers)]
         reach = retry.Reach()
         return cls(url, pool, _PgReaders(connect, conns, reach), reach)
 
@@ -299,10 +306,3 @@ class PgDatabase:
     async def close(self) -> None:
         await self._readers.close()
         await self._pool.close()
-
-
-def asyncpg_dsn(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.split("+")[0] not in ("postgresql", "postgres"):
-        raise ValueError(f"not a PostgreSQL URL: {url!r} (expected postgresql://...)")
-    return f"postgresql://{rest}"

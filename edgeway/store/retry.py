@@ -10,6 +10,12 @@ The decision what to retry lives with the callers in ``pg`` (reads: any statemen
 transactions: only while COMMIT has certainly not been sent); this module supplies the facts
 and the pacing. After ``ATTEMPTS`` tries ``pause`` raises ``DatabaseUnavailable``; when those
 were attempts to connect, ``Reach`` fails new connections at once for a moment.
+
+Every call has a deadline, so that a database that goes silent (a partition, a dead host:
+packets dropped, nothing reset) is told from a slow one within seconds: connecting waits
+``CONNECT_TIMEOUT``, a statement's answer ``STATEMENT_TIMEOUT`` (then the connection counts as
+lost), and an operation with all its attempts (a read, or one statement of a write
+transaction, its connection and replay included) ``DEADLINE``: a ``Budget``.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import asyncpg
 import structlog
@@ -25,10 +32,13 @@ import structlog
 from edgeway.store.db import DatabaseUnavailable
 
 log = structlog.get_logger()
+T = TypeVar("T")
 
 ATTEMPTS = 3
 BACKOFF = (0.05, 0.25)  # seconds before the 2nd and the 3rd attempt
-CONNECT_TIMEOUT = 3.0  # seconds for a new connection (asyncpg's default is 60)
+CONNECT_TIMEOUT = 2.0  # seconds for a new connection (asyncpg's default is 60)
+STATEMENT_TIMEOUT = 3.0  # seconds for a statement's answer before its connection is lost
+DEADLINE = 3.5  # seconds for an operation and its retries before DatabaseUnavailable
 HOLD = 1.0  # seconds new connections are not tried after connecting failed every time
 
 # SQLSTATEs of a connection that is gone or cannot be had right now: class 08 (connection
@@ -71,6 +81,12 @@ def unsent(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.InterfaceError) and (_GONE in text or _RELEASED in text)
 
 
+def silent(exc: BaseException, conn: Any) -> bool:
+    """Whether ``exc`` says the database is out of reach (not merely that one connection
+    was lost): connecting failed, or a statement's answer never came."""
+    return conn is None or isinstance(exc, TimeoutError)
+
+
 def drop(conn: Any) -> None:
     """Terminate a connection that failed: the server rolls back what it had open, and a
     pooled one goes back to its pool to be replaced on the next acquire."""
@@ -78,6 +94,30 @@ def drop(conn: Any) -> None:
         # a pooled connection that the pool already took back (it saw the loss) refuses
         with contextlib.suppress(asyncpg.InterfaceError):
             conn.terminate()
+
+
+class Budget:
+    """The time left to one operation and its attempts (``DEADLINE`` from its creation)."""
+
+    def __init__(self, seconds: float = DEADLINE) -> None:
+        self._until = time.monotonic() + seconds
+
+    def left(self, cap: float) -> float:
+        """Seconds the next step may wait (at most ``cap``); raises ``DatabaseUnavailable``
+        once none are left."""
+        left = self._until - time.monotonic()
+        if left <= 0:
+            raise DatabaseUnavailable(f"the database did not answer within {DEADLINE:g} s")
+        return min(cap, left)
+
+    async def wait(self, aw: Awaitable[T]) -> T:
+        """``aw`` within the time left (a lock, a pool's free connection)."""
+        try:
+            async with asyncio.timeout(self.left(DEADLINE)):
+                return await aw
+        except TimeoutError:
+            raise DatabaseUnavailable(
+                f"the database did not answer within {DEADLINE:g} s") from None
 
 
 class Reach:
@@ -100,17 +140,27 @@ class Reach:
         self._until = 0.0
 
 
-async def pause(attempt: int, exc: BaseException, what: str, reach: Reach | None) -> None:
-    """Wait before attempt ``attempt + 1`` of ``what``; after the last one, give up (and
-    mark the database out of ``reach`` when that attempt was connecting)."""
-    if attempt + 1 >= ATTEMPTS:
-        log.warning("store_unavailable", what=what, attempts=ATTEMPTS, error=_text(exc))
+async def pause(attempt: int, exc: BaseException, what: str, reach: Reach | None,
+                budget: Budget | None = None) -> None:
+    """Wait before attempt ``attempt + 1`` of ``what``; after the last one, or when the
+    ``budget`` has no time left for it, give up (and mark the database out of ``reach``
+    when that attempt was connecting or went unanswered)."""
+    spent = budget is not None and _spent(budget, BACKOFF[min(attempt, len(BACKOFF) - 1)])
+    if attempt + 1 >= ATTEMPTS or spent:
+        log.warning("store_unavailable", what=what, attempts=attempt + 1, error=_text(exc))
         if reach is not None:
             reach.failed()
         raise DatabaseUnavailable("the database connection was lost and could not be "
                                   "re-established") from exc
     log.warning("store_connection_lost", what=what, attempt=attempt + 1, error=_text(exc))
     await asyncio.sleep(BACKOFF[attempt])
+
+
+def _spent(budget: Budget, pause: float) -> bool:
+    try:
+        return budget.left(DEADLINE) <= pause
+    except DatabaseUnavailable:
+        return True
 
 
 def _text(exc: BaseException) -> str:
