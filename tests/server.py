@@ -25,9 +25,21 @@ HEADERS = {"Edgeway-Version": "2"}
 
 # Ports for test listeners come from below the kernel's ephemeral range (32768 and up), where
 # no outgoing connection of a busy suite can take one between this check and the server's bind,
-# and above the server's default TCP tunnel range (20000-20999). Each process walks the range
-# from its own random start, so two suites on one machine rarely meet either.
-_PORTS = range(21000, 32768)
+# and above the server's default TCP tunnel range (20000-20999). Parallel workers of one run
+# (pytest-xdist) each get a slice of the range of their own, so they never hand out the same
+# port; each process walks its slice from its own random start, so two suites on one machine
+# rarely meet either.
+def worker_slice(ports: range) -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count <= 1:
+        return ports
+    size = len(ports) // count
+    low = ports.start + int(worker[2:]) * size
+    return range(low, low + size)
+
+
+_PORTS = worker_slice(range(21000, 32768))
 _next_port = random.randrange(len(_PORTS))
 
 
@@ -47,7 +59,7 @@ def free_port() -> int:
             except OSError:
                 continue
             return port
-    raise RuntimeError("no free loopback port in 21000-32767")
+    raise RuntimeError(f"no free loopback port in {_PORTS}")
 
 
 def free_block(size: int) -> list[int]:
@@ -70,7 +82,7 @@ def free_block(size: int) -> list[int]:
         _next_port += size - 1
         _taken.update(block)
         return block
-    raise RuntimeError(f"no {size} free consecutive loopback ports in 21000-32767")
+    raise RuntimeError(f"no {size} free consecutive loopback ports in {_PORTS}")
 
 
 @dataclass

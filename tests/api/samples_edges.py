@@ -8,6 +8,7 @@ import random
 import httpx
 
 from tests.api.samples import Body, Sample, created, uniq
+from tests.server import worker_slice
 
 
 def reserved(api: httpx.Client, wildcard: bool = False) -> str:
@@ -25,8 +26,10 @@ def _https(api: httpx.Client) -> Body:
     return {"hostports": [f"{reserved(api)}:443"], "description": "web"}
 
 
-# TCP edges listen on their ports: one each, outside the agents' TCP range (20000-20999)
-_TCP_PORTS = itertools.count(10000 + random.randrange(8000))
+# TCP edges listen on their ports: one each, outside the agents' TCP range (20000-20999), in
+# this worker's slice of 10000-19999
+_EDGE_PORTS = worker_slice(range(10000, 20000))
+_TCP_PORTS = itertools.count(_EDGE_PORTS.start + random.randrange(len(_EDGE_PORTS) // 2))
 
 
 def tcp_port() -> int:
