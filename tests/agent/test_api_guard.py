@@ -200,3 +200,43 @@ def test_the_api_through_its_tunnel_takes_its_own_origin(srv: Server, token: str
                 assert r.status_code == status, (origin, r.text)
     finally:
         a.stop()
+
+
+def test_which_tunnels_count_as_guarding_the_api(tmp_path: Path) -> None:
+    """Loaded configs (no agent needed): a traffic policy guards only with a rule that runs for
+    every request; the API's address in its spellings; other ports are not the API."""
+    from edgeway.agent.config import ConfigError, load
+
+    def loads(tunnel: str, web: str = "127.0.0.1:4040") -> str:
+        path = tmp_path / "a.yml"
+        path.write_text(f"version: 2\nweb_addr: {web}\ntunnels:\n  api:\n" + "".join(
+            f"    {line}\n" for line in tunnel.splitlines()))
+        try:
+            load([str(path)])
+        except ConfigError as exc:
+            return str(exc)
+        return ""
+
+    policy = ("traffic_policy:\n  on_http_request:\n    - actions: [{type: %s, config: %s}]"
+              "%s")
+    basic = "{credentials: ['a:a-long-password']}"
+    assert loads("proto: http\naddr: 4040\n" + policy % ("basic-auth", basic, "")) == ""
+    assert loads("proto: http\naddr: 4040\n" + policy % (
+        "restrict-ips", "{allow: [10.0.0.0/8]}", "")) == ""
+    conditional = policy % ("basic-auth", basic,
+                            "\n      expressions: [\"req.url.path == '/x'\"]")
+    assert OPTION in loads("proto: http\naddr: 4040\n" + conditional)
+    assert OPTION in loads("proto: http\naddr: 4040\n" + policy % (
+        "add-headers", "{headers: {a: b}}", ""))
+    for addr in ("4040", "localhost:4040", "127.0.0.1:4040", "0.0.0.0:4040", "[::1]:4040",
+                 "http://localhost:4040"):
+        assert "tunnels.api: forwards to this agent's own API" in loads(
+            f"proto: http\naddr: '{addr}'"), addr
+    assert "a labeled tunnel" in loads("labels: [edge=api]\naddr: 4040")
+    assert loads("labels: [edge=api]\naddr: 4040\nallow_unauthenticated: true") == ""
+    assert loads("proto: http\naddr: 4041") == ""
+    assert loads("proto: http\naddr: 4040", web="127.0.0.1:5050") == ""
+    assert loads("proto: http\naddr: 4040\nverify_webhook: {provider: github, secret: s}"
+                 ).count(OPTION) == 1
+    assert "allow_unauthenticated: must be true or false" in loads(
+        "proto: http\naddr: 4040\nallow_unauthenticated: 'yes'")
