@@ -20,7 +20,7 @@ import pytest
 from tests.agent.test_agent import Agent, run_agent, write_config
 from tests.agent.test_inspect import captures, counting_upstream
 from tests.edge.agents import EdgeClient
-from tests.server import Server, free_port
+from tests.server import Server, free_block, free_port
 
 OPTION = "allow_unauthenticated: true"
 
@@ -240,3 +240,18 @@ def test_which_tunnels_count_as_guarding_the_api(tmp_path: Path) -> None:
                  ).count(OPTION) == 1
     assert "allow_unauthenticated: must be true or false" in loads(
         "proto: http\naddr: 4040\nallow_unauthenticated: 'yes'")
+
+
+def test_the_check_follows_the_api_when_its_port_was_taken(tmp_path: Path) -> None:
+    """web_addr's port in use: the API listens on the next one, and a config tunnel to that
+    one is refused as a tunnel to web_addr would be (exit 2, before any session)."""
+    taken, moved = free_block(2)
+    cfg = tmp_path / "a.yml"
+    cfg.write_text(f"version: 2\nauthtoken: abcdefghijk\nserver_addr: 127.0.0.1:9\n"
+                   f"web_addr: 127.0.0.1:{taken}\ntunnels:\n  api:\n    proto: http\n"
+                   f"    addr: {moved}\n")
+    with socket.create_server(("127.0.0.1", taken)):
+        done = check(cfg, "start", "api", "--log", "stderr")
+    assert done.returncode == 2, done.stderr
+    assert f"tunnels.api: forwards to this agent's own API and web inspector (web_addr " \
+           f"127.0.0.1:{moved})" in done.stderr and OPTION in done.stderr, done.stderr
