@@ -2,32 +2,33 @@
 tunnels, and the agent's status, in the shapes of the ngrok agent API; the captured requests
 (``edgeway.agent.requestsapi``) and the web inspector's page (``edgeway.agent.webui``).
 
-Only requests whose Host is local (localhost, 127.0.0.1, ::1), listed in ``web_allow_hosts``
-(names, ``.suffix`` names, addresses or CIDRs), or the public host of a tunnel that points at
-this API (the spec's way to reach it from outside) are served; others get 403. Errors use the
-agent API's body: ``{"error_code", "status_code", "msg", "details": {"err"}}`` — 400 for a bad
-body, 404 for an unknown name, 502 when the server refuses a bind, 503 before the session is
-up.
+Every request passes ``edgeway.agent.webguard`` first (its Host, its Origin, a JSON body on
+writes: 403 and 415), and a tunnel started here that points at this API passes
+``edgeway.agent.apitunnel`` (a login, or ``allow_unauthenticated``). Errors use the agent API's
+body: ``{"error_code", "status_code", "msg", "details": {"err"}}`` — 400 for a bad body, 404
+for an unknown name, 502 when the server refuses a bind, 503 before the session is up.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import structlog
+
 from edgeway import __version__
-from edgeway.agent import webui
+from edgeway.agent import apitunnel, webui
 from edgeway.agent.config import ConfigError, TunnelConfig, parse_tunnel
 from edgeway.agent.proxy import LocalTunnel
 from edgeway.agent.requestsapi import EVENTS, REQUESTS, ApiError, Requests
 from edgeway.agent.session import LOST, AgentSession, BindFailed, NotConnected
+from edgeway.agent.webguard import WebGuard
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-LOCAL = ("localhost", "127.0.0.1", "::1")
+log = structlog.get_logger()
 
 __all__ = ["ApiError", "LocalApi", "tunnel_json"]
 
@@ -42,40 +43,27 @@ def tunnel_json(t: LocalTunnel) -> dict[str, Any]:
 
 
 class LocalApi:
-    def __init__(self, agent: AgentSession, allow_hosts: tuple[str, ...], port: int) -> None:
-        self.agent, self.allow_hosts, self.port = agent, allow_hosts, port
+    def __init__(self, agent: AgentSession, allow_hosts: tuple[str, ...], host: str, port: int
+                 ) -> None:
+        self.agent, self.host, self.port = agent, host, port
+        self.guard = WebGuard(host, port, allow_hosts)
         self.requests = Requests(agent)
 
-    def host_allowed(self, host: str) -> bool:
-        name = host.rsplit(":", 1)[0].strip("[]").lower() if not host.startswith("[") \
-            else host[1:].split("]", 1)[0]
-        if name in LOCAL:
-            return True
-        for t in self.agent.tunnels.values():  # a tunnel exposing this API
-            if t.config.addr.port == self.port and t.url and \
-                    t.url.split("//", 1)[-1].rsplit(":", 1)[0] == name:
-                return True
-        for rule in self.allow_hosts:
-            rule = rule.lower()
-            if name == rule or (rule.startswith(".") and name.endswith(rule)):
-                return True
-            try:
-                if ipaddress.ip_address(name) in ipaddress.ip_network(rule, strict=False):
-                    return True
-            except ValueError:
-                continue
-        return False
+    def tunnel_hosts(self) -> set[str]:
+        """The public host names of the tunnels that point at this API."""
+        return {t.url.split("//", 1)[-1].rsplit(":", 1)[0].lower()
+                for t in self.agent.tunnels.values()
+                if t.url and apitunnel.reaches(t.config.addr, self.host, self.port)}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
         method, path = scope["method"], scope["path"]
-        if not self.host_allowed(headers.get("host", "")):
-            host = headers.get("host", "")
-            await _json(send, 403, _error(ApiError(
-                403, 101, "this Host is not allowed", f"Host '{host}' is not in "
-                "web_allow_hosts")))
+        if (refused := self.guard.refusal(method, headers, self.tunnel_hosts())) is not None:
+            log.warning("agent_api_refused", method=method, path=path, status=refused.status,
+                        reason=refused.msg)
+            await _json(send, refused.status, _error(refused))
         elif path == EVENTS and method == "GET":
             try:
                 await self.requests.events(receive, send)
@@ -146,6 +134,8 @@ class LocalApi:
             config: TunnelConfig = parse_tunnel(name or "api", doc, "request body")
         except ConfigError as exc:
             raise ApiError(400, 100, "invalid tunnel configuration", str(exc)) from None
+        if why := apitunnel.refusal(config, self.host, self.port):
+            raise ApiError(400, 100, "invalid tunnel configuration", f"request body: {why}")
         try:
             return await self.agent.start_tunnel(config)
         except NotConnected as exc:

@@ -30,8 +30,8 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
+from edgeway.agent import apitunnel, settings
 from edgeway.agent import configcheck as check
-from edgeway.agent import settings
 from edgeway.agent.configcheck import DEFAULT_INSPECT_DB_SIZE, show
 from edgeway.agent.context import ConfigError, Context
 from edgeway.agent.tunnelconfig import (
@@ -213,7 +213,7 @@ def validate(doc: dict[str, Any], origins: dict[str, str], files: tuple[str, ...
                                       f"(got {show(tunnels)})")
     web_default: str | None = DEFAULT_WEB_ADDR
     server_addr = ctx.get(doc, ("server_addr",), check.server_addr, "")
-    return AgentConfig(
+    config = AgentConfig(
         version=2,
         authtoken=ctx.get(doc, ("authtoken",), check.authtoken, ""),
         server_addr=server_addr,
@@ -231,6 +231,12 @@ def validate(doc: dict[str, Any], origins: dict[str, str], files: tuple[str, ...
         files=files,
         options=_settings(ctx, doc, server_addr),
     )
+    if config.web_addr:
+        host, port = check.host_port(config.web_addr)
+        for name, one in config.tunnels.items():
+            if why := apitunnel.refusal(one, host, port):
+                raise ctx.error(("tunnels", name), why)
+    return config
 
 
 def _settings(ctx: Context, doc: dict[str, Any], server_addr: str) -> settings.AgentSettings:

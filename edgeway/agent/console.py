@@ -41,9 +41,9 @@ def exposed(agent: AgentSession, web_port: int) -> Iterator[LocalTunnel]:
 
 
 def warnings(agent: AgentSession, web_port: int) -> list[str]:
-    return [f"tunnel {t.config.name} publishes this agent's API (port {web_port}) with no "
-            "basic_auth, oauth, oidc or ip_restriction: anyone with its URL can start "
-            "tunnels" for t in exposed(agent, web_port)]
+    return [f"tunnel {t.config.name} publishes this agent's API (port {web_port}) with "
+            "allow_unauthenticated and no login: anyone with its URL can start tunnels"
+            for t in exposed(agent, web_port)]
 
 
 def _ms(ns: float) -> str:

@@ -51,6 +51,9 @@ def _common(p: argparse.ArgumentParser, url_help: str) -> None:
                    help="allow only these client addresses (repeatable)")
     p.add_argument("--cidr-deny", action="append", default=[], metavar="CIDR",
                    help="refuse these client addresses (repeatable)")
+    p.add_argument("--allow-unauthenticated", action="store_true",
+                   help="publish the agent's own API (web_addr) without any login or address "
+                        "restriction")
 
 
 def _http(p: argparse.ArgumentParser) -> None:
@@ -201,6 +204,8 @@ def tunnel_doc(args: argparse.Namespace) -> dict[str, Any]:
         doc["labels"] = args.label
     if args.metadata is not None:
         doc["metadata"] = args.metadata
+    if args.allow_unauthenticated:
+        doc["allow_unauthenticated"] = True
     if args.cidr_allow or args.cidr_deny:
         doc["ip_restriction"] = {"allow_cidrs": args.cidr_allow, "deny_cidrs": args.cidr_deny}
     if proto == "http":

@@ -3,7 +3,8 @@ until SIGINT/SIGTERM.
 
 ``web_addr`` taken by another process: the API listens on the next free port (up to
 ``WEB_TRIES`` ports on), and the console and the log say so. A tunnel publishing the API
-without any login or address restriction gets a warning in the console and in the log.
+without any login or address restriction is refused (``apitunnel``) unless it says
+``allow_unauthenticated: true``; then it gets a warning in the console and in the log.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 import structlog
 import uvicorn
 
+from edgeway.agent import apitunnel
 from edgeway.agent.api import LocalApi
 from edgeway.agent.config import AgentConfig
 from edgeway.agent.console import Console, exposed
@@ -55,6 +57,16 @@ def listen(web_addr: str) -> tuple[socket.socket, str]:
     raise OSError(errno.EADDRINUSE, f"web_addr {web_addr}: in use")  # (not reached)
 
 
+def _refuse_api_tunnels(config: AgentConfig, names: list[str], sock: socket.socket) -> None:
+    """The config's checks of tunnels to the API (``apitunnel``) again, when the API listens
+    on another port than ``web_addr`` says (it was in use)."""
+    host, port = sock.getsockname()[:2]
+    for name in names:
+        if why := apitunnel.refusal(config.tunnels[name], host, port):
+            sock.close()
+            raise ValueError(f"{', '.join(config.files)}: tunnels.{name}: {why}")
+
+
 async def run(config: AgentConfig, names: list[str], resolve: dict[str, str],
               console_on: bool) -> str:
     """Run until a signal or the server stops the agent; the refusal text if the server
@@ -69,22 +81,24 @@ async def run(config: AgentConfig, names: list[str], resolve: dict[str, str],
                 if t.config.name not in warned:
                     warned.add(t.config.name)
                     log.warning("agent_api_exposed", tunnel=t.config.name, url=t.url or None,
-                                reason="no basic_auth, oauth, oidc or ip_restriction")
+                                reason="allow_unauthenticated")
 
     ids = TunnelIds(config.server_addr, config.authtoken)
     agent = AgentSession(config, resolve, on_change=changed, ids=ids)
     server: uvicorn.Server | None = None
-    tasks = [asyncio.create_task(agent.run(names))]
     web, note = "off", ""
+    tasks: list[asyncio.Task[None]] = []
     if config.web_addr:
         sock, note = listen(config.web_addr)
         host, port = sock.getsockname()[:2]
+        _refuse_api_tunnels(config, names, sock)
         web = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        api = LocalApi(agent, config.web_allow_hosts, port)
+        api = LocalApi(agent, config.web_allow_hosts, host, port)
         server = _Server(uvicorn.Config(api, log_config=None, access_log=False,
                                         lifespan="off", server_header=False,
                                         timeout_graceful_shutdown=2))
         tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
+    tasks.insert(0, asyncio.create_task(agent.run(names)))
     console = Console(agent, web, note, enabled=console_on)
     screens.append(console)
     loop = asyncio.get_running_loop()

@@ -16,13 +16,13 @@ from edgeway.agent import tunnelopts as opts
 from edgeway.agent.configcheck import NAME, show
 from edgeway.agent.context import Context
 
-_COMMON = frozenset({"proto", "addr", "metadata"})
+_COMMON = frozenset({"proto", "addr", "metadata", "allow_unauthenticated"})
 TUNNEL_KEYS = {  # by proto; "" is a labeled tunnel
     "http": _COMMON | {"domain", "hostname", "subdomain", "inspect", "basic_auth", "host_header",
                        "schemes", "traffic_policy", *opts.MIDDLEWARE},
     "tcp": _COMMON | {"remote_addr", "traffic_policy", *opts.TCP_MIDDLEWARE},
     "tls": _COMMON | {"domain", "hostname", "subdomain", *opts.TLS_MIDDLEWARE},
-    "": frozenset({"addr", "labels", "metadata"}),
+    "": frozenset({"addr", "labels", "metadata", "allow_unauthenticated"}),
 }
 TUNNEL_UNSUPPORTED = {
     "mutual_tls_cas": "mutual TLS on agent tunnels is not supported by the edge",
@@ -75,6 +75,7 @@ class TunnelConfig:
     schemes: tuple[str, ...] = ("https",)  # http only: () for the others
     traffic_policy: str = ""  # http and tcp: the policy document as JSON (the edge runs it)
     middleware: dict[str, Any] = field(default_factory=dict)  # Opts member -> its object
+    allow_unauthenticated: bool = False  # may publish the agent's own API with no login
 
     def rewritten_host(self) -> str:
         """The Host the agent sends to the local service, or "" to pass it unchanged."""
@@ -84,7 +85,8 @@ class TunnelConfig:
 
     def guarded(self) -> bool:
         """Whether visitors must log in or come from allowed addresses."""
-        return bool(self.basic_auth) or bool(opts.GUARDS & set(self.middleware))
+        return bool(self.basic_auth) or bool(opts.GUARDS & set(self.middleware)) or \
+            opts.policy_guards(self.traffic_policy)
 
 
 def parse_tunnel(name: str, doc: dict[str, Any], origin: str) -> TunnelConfig:
@@ -168,4 +170,6 @@ def tunnel(ctx: Context, name: str, doc: object, base: tuple[str, ...]) -> Tunne
         traffic_policy=ctx.get(doc, (*base, "traffic_policy"),
                                lambda v: opts.traffic_policy(v, kind), ""),
         middleware=_middleware(ctx, doc, base),
+        allow_unauthenticated=ctx.get(doc, (*base, "allow_unauthenticated"), check.boolean,
+                                      False),
     )

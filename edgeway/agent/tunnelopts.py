@@ -105,6 +105,18 @@ def traffic_policy(value: object, kind: str) -> str:
     return text
 
 
+def policy_guards(text: str) -> bool:
+    """Whether a (checked) traffic policy logs every visitor in or restricts every visitor's
+    address: a rule without expressions (it runs for every request or connection) running one
+    of GUARD_ACTIONS in its first phase."""
+    doc = json.loads(text) if text else {}
+    first = [doc[p] for p in ("on_http_request", "on_tcp_connect") if p in doc]
+    return any(not rule.get("expressions") and any(
+        isinstance(action, dict) and action.get("type") in GUARD_ACTIONS
+        for action in rule.get("actions") or ())
+        for rules in first for rule in rules or () if isinstance(rule, dict))
+
+
 def _cidrs(values: list[str]) -> list[str]:
     for i, text in enumerate(values, 1):
         try:
@@ -244,7 +256,9 @@ MIDDLEWARE: dict[str, tuple[str, Any]] = {
 }
 TCP_MIDDLEWARE = frozenset({"ip_restriction"})
 TLS_MIDDLEWARE = frozenset({"ip_restriction"})
-# The options that log a visitor in or keep others out (the agent API's own warning)
+# The options that log a visitor in or keep others out (a tunnel to the agent's own API needs
+# one), and the traffic policy actions that do
 GUARDS = frozenset({"BasicAuth", "OAuth", "OIDC", "IPRestriction"})
+GUARD_ACTIONS = frozenset({"basic-auth", "oauth", "oidc", "jwt-validation", "restrict-ips"})
 SECRETS = {"basic_auth": None, "oauth": "client_secret", "oidc": "client_secret",
            "verify_webhook": "secret"}

@@ -233,8 +233,9 @@ def test_config_check_prints_the_merged_config(srv: Server, tmp_path: Path) -> N
 
 def test_the_site_to_site_flow(srv: Server, tmp_path: Path) -> None:
     """The spec's flow: ingress, wildcard reservation, bot user and its credential with an
-    ACL, an agent config naming a region domain, the agent API exposed through a tunnel,
-    and tunnels started through that public API for two local services."""
+    ACL, an agent config naming a region domain, the agent API exposed through a tunnel
+    behind basic auth, and tunnels started through that public API for two local
+    services."""
     with srv.client() as api:
         ingress = api.post("/agent_ingresses", json={"domain": "connect.example.org"}).json()
         region = ingress["region_domains"][0]
@@ -247,19 +248,24 @@ def test_the_site_to_site_flow(srv: Server, tmp_path: Path) -> None:
     with upstream.running("alpha") as alpha, upstream.running("beta") as beta:
         cfg = write_config(tmp_path / "site.yml", srv, token, web,
                            f"tunnels:\n  agent-api:\n    proto: http\n"
-                           f"    domain: api.site1.example.org\n    addr: {web}\n",
+                           f"    domain: api.site1.example.org\n    addr: {web}\n"
+                           "    basic_auth: ['ops:a-long-password']\n",
                            server_addr=f"{region}:{srv.tunnel_port}")
         a = run_agent("agent-api", "--config", str(cfg), "--resolve", f"{region}:127.0.0.1",
                       web_port=web)
         try:
             public_api = a.api("GET", "/api/tunnels/agent-api").json()["public_url"]
+            login = ("ops", "a-long-password")
             with EdgeClient(srv) as client:
+                r = client.request("POST", public_api + "/api/tunnels", json={
+                    "name": "alpha", "proto": "http", "addr": str(alpha)})
+                assert r.status_code == 401, r.text  # (the published API needs the login)
                 for name, port in (("alpha", alpha), ("beta", beta)):
-                    r = client.request("POST", public_api + "/api/tunnels", json={
+                    r = client.request("POST", public_api + "/api/tunnels", auth=login, json={
                         "name": name, "proto": "http", "addr": str(port),
                         "domain": f"{name}.site1.example.org"})
                     assert r.status_code == 201, r.text
-                r = client.request("POST", public_api + "/api/tunnels", json={
+                r = client.request("POST", public_api + "/api/tunnels", auth=login, json={
                     "name": "outside", "proto": "http", "addr": str(alpha),
                     "domain": "other.example.org"})
                 assert r.status_code == 502

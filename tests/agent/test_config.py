@@ -513,7 +513,8 @@ def test_labeled_tunnels(tmp_path: Path) -> None:
     assert tunnel_error(tmp_path, "labels: [a=b]\nproto: http\naddr: 80\n").startswith(
         "proto: must be left out when labels is set")
     assert tunnel_error(tmp_path, "labels: [a=b]\naddr: 80\ndomain: x.example.com\n") == (
-        "domain: does not apply to labeled tunnels (they take: addr, labels, metadata)")
+        "domain: does not apply to labeled tunnels (they take: addr, allow_unauthenticated, "
+        "labels, metadata)")
     for bad, rule in (("[novalue]", "entry 1 must be a distinct name=value (got 'novalue')"),
                       ("[a=1, a=2]", "entry 2 must be a distinct name=value (got 'a=2')"),
                       ("['bad name=1']", "entry 1 must be a distinct name=value"),
@@ -537,7 +538,8 @@ def test_unknown_tunnel_keys(tmp_path: Path) -> None:
     assert tunnel_error(tmp_path, "proto: http\nadr: 80\n") == (
         "adr: unknown key (did you mean 'addr'?)")
     message = tunnel_error(tmp_path, "proto: http\naddr: 80\nqqqqqqq: 1\n")
-    assert message.startswith("qqqqqqq: unknown key; allowed keys: addr, basic_auth, "
+    assert message.startswith("qqqqqqq: unknown key; allowed keys: addr, "
+                              "allow_unauthenticated, basic_auth, "
                               "circuit_breaker, compression, domain, ")
 
 

@@ -77,11 +77,11 @@ def test_the_console_shows_refusals_and_requests(srv: Server, tmp_path: Path) ->
         cfg = write_config(tmp_path / "a.yml", srv, token, web, (
             f"tunnels:\n  site:\n    proto: http\n    addr: {svc}\n"
             f"  taken:\n    proto: http\n    addr: {svc}\n    domain: nobody.example.net\n"
-            f"  api:\n    proto: http\n    addr: {web}\n"))
+            f"  api:\n    proto: http\n    addr: {web}\n    allow_unauthenticated: true\n"))
         with terminal(tmp_path, "start", "--all", "--config", str(cfg)) as term:
             screen = term.wait_for("Session Status", "online", "refused:")
             assert "nobody.example.net" in screen and "is not reserved" in screen
-            assert "publishes this agent's API" in screen  # the api tunnel, unguarded
+            assert "publishes this agent's API" in screen  # the api tunnel, allowed unguarded
             url = next(w for line in screen.splitlines() if "-> http://127.0.0.1:" +
                        str(svc) in line and "https://" in line for w in line.split()
                        if w.startswith("https://"))

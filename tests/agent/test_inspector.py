@@ -83,3 +83,43 @@ def test_the_inspector_lists_shows_and_replays(srv: Server, tmp_path: Path) -> N
             assert origins == {f"127.0.0.1:{web}"}  # the page's own files only
         finally:
             agent.stop()
+
+
+def test_a_page_of_another_site_cannot_start_tunnels(srv: Server, tmp_path: Path) -> None:
+    """What a visited web page can send without asking (a no-cors text/plain fetch, a
+    text/plain form) reaches the agent and is refused there: no tunnel is created."""
+    from tests.agent.test_agent import run_agent, write_config
+    from tests.stub_http import StubHandler, serving
+
+    with srv.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+    web = free_port()
+    target = f"http://127.0.0.1:{web}/api/tunnels"
+    body = '{"name": "evil", "proto": "tcp", "addr": "22"}'
+    form = '{"name": "evil2", "proto": "tcp", "addr": "22", "metadata": "'  # + '=' + '"}'
+    page_html = (
+        f'<form method="post" enctype="text/plain" action="{target}">'
+        f"<input name='{form}' value='\"}}'></form><script>"
+        f"fetch('{target}', {{method: 'POST', mode: 'no-cors', body: '{body}',"
+        " headers: {'Content-Type': 'text/plain'}}).then(() => { document.title = 'sent'; },"
+        " () => { document.title = 'failed'; });</script>").encode()
+
+    class Evil(StubHandler):
+        def do_GET(self) -> None:
+            self.send(200, {"Content-Type": "text/html"}, page_html)
+
+    cfg = write_config(tmp_path / "a.yml", srv, token, web, "")
+    agent = run_agent("--none", "--config", str(cfg), web_port=web)
+    try:
+        with serving(Evil) as evil, playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.goto(f"http://localhost:{evil.server_address[1]}/")
+            playwright.expect(page).to_have_title("sent")  # the fetch was answered
+            with page.expect_navigation():
+                page.evaluate("document.forms[0].submit()")
+            assert "this Origin is not allowed" in page.content()
+            browser.close()
+        assert agent.api("GET", "/api/tunnels").json()["tunnels"] == []
+    finally:
+        agent.stop()
