@@ -100,6 +100,11 @@ class Acceptor:
         finally:
             ticket.release()
 
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        """The listening socket (as ``asyncio.Server.sockets``)."""
+        return (self.sock,)
+
     def close(self) -> None:
         if self._accepting is not None:
             self._accepting.cancel()

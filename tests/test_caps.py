@@ -13,9 +13,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
+from tests.api.test_api_restrictions import from_address
 from tests.conftest import BACKENDS, backend_server
 from tests.domains.resolver import udp_and_tcp_port
 from tests.edge.agents import sdk_connect
@@ -47,13 +47,6 @@ def ending(sock: socket.socket, within: float) -> bytes | None:
             return got
         got += data
     return None
-
-
-def api_from(srv: Server, source: str) -> httpx.Client:
-    transport = httpx.HTTPTransport(local_address=source)
-    return httpx.Client(base_url=srv.base_url, transport=transport, timeout=10,
-                        headers={"Authorization": f"Bearer {srv.token}",
-                                 "Ngrok-Version": "2"})
 
 
 def cap_lines(srv: Server, **want: object) -> list[dict[str, object]]:
@@ -94,7 +87,7 @@ def test_the_api_closes_connections_whose_head_is_slow(quick: Server) -> None:
             if ending(sock, 0.2 / len(open_)) is not None:
                 closed[sock] = time.monotonic() - started
                 open_.discard(sock)
-        with api_from(quick, "127.0.0.40") as api:  # the API answers meanwhile
+        with from_address(quick, "127.0.0.40") as api:  # the API answers meanwhile
             assert api.get("/credentials").status_code == 200
     assert not open_, f"{len(open_)} slow connections still open after 10 s"
     assert all(0.5 < seconds < 5 for seconds in closed.values()), closed
@@ -128,7 +121,7 @@ def _served(srv: Server, listener: str, source: str) -> bool:
     """A normal client from ``source`` is served (HTTP listeners: answered; the others:
     kept, or greeted by the SSH gateway)."""
     if listener == "api":
-        with api_from(srv, source) as api:
+        with from_address(srv, source) as api:
             return api.get("/credentials").status_code == 200
     sock = held(_port(srv, listener), source)
     try:
