@@ -62,13 +62,16 @@ def _latency(seconds: list[float]) -> str:
     return f"median {statistics.median(ms):.1f} ms, max {ms[-1]:.1f} ms"
 
 
-async def _timed(call: Callable[[], Awaitable[object]], n: int = 50) -> list[float]:
-    out = []
+async def _timed(call: Callable[[], Awaitable[object]], n: int = 50
+                 ) -> tuple[list[float], Counter[str]]:
+    """How long ``n`` calls took, and what they answered."""
+    times, answers = [], Counter[str]()
     for _ in range(n):
         t0 = time.monotonic()
-        await call()
-        out.append(time.monotonic() - t0)
-    return out
+        got = await call()
+        times.append(time.monotonic() - t0)
+        answers[str(getattr(got, "status_code", got))] += 1
+    return times, answers
 
 
 async def flood(srv: Server, host: str) -> None:
@@ -86,10 +89,10 @@ async def flood(srv: Server, host: str) -> None:
     client = httpx.AsyncClient(base_url=srv.base_url, timeout=10,
                                headers={**HEADERS, "Authorization": f"Bearer {srv.token}"})
     async with client:
-        api_times = await _timed(lambda: client.get("/credentials"))
-    tunnel_times = await _timed(lambda: fetch(srv.http_port, host))
-    print(f"  meanwhile, 50 API requests: {_latency(api_times)}; 50 requests through the "
-          f"tunnel: {_latency(tunnel_times)}")
+        api_times, api_got = await _timed(lambda: client.get("/credentials"))
+    tunnel_times, tunnel_got = await _timed(lambda: fetch(srv.http_port, host))
+    print(f"  meanwhile, 50 API requests: {_latency(api_times)} {dict(api_got)}; 50 public "
+          f"requests through the tunnel: {_latency(tunnel_times)} {dict(tunnel_got)}")
     t0 = time.monotonic()
     held = [(r, w) for (r, w), s in zip(api, statuses, strict=False) if s == "held"]
     await asyncio.gather(*[r.read() for r, _ in held])
