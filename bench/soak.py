@@ -14,6 +14,9 @@ tunnel listener under rounds of abuse. Prints counts and ratios, not timings to 
    settled (unmoved for 2 s: the server hands freed memory back to the system every second or
    so), the ratio of the settled sizes after the last and the first round (and the third),
    and the number of log lines the abuse produced.
+3. Slowloris against the connection caps (``bench.slowloris``): the server's descriptors in
+   use with slow-header connections at the per-address and the process's caps, and a normal
+   request's latency meanwhile.
 
 Run from the repository root:  python -m bench.soak [--rounds N]
 Needs the ngrok SDK (``pip install --ignore-requires-python ngrok==1.7.0``). Takes about two
@@ -32,6 +35,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bench import slowloris
 from tests.edge import upstream
 from tests.edge.agents import agent
 from tests.edge.test_streams import fetch, session_starts, sessions, tally
@@ -130,7 +134,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
-    srv = start(Path(tempfile.mkdtemp()) / "soak")
+    # (10,000 held connections come from one address: more than its default cap)
+    srv = start(Path(tempfile.mkdtemp()) / "soak", None, "--max-connections-per-address", "0")
     try:
         with srv.client() as api:
             token = api.post("/credentials", json={}).json()["token"]
@@ -144,6 +149,7 @@ def main() -> int:
         asyncio.run(abuse_rounds(srv, args.rounds))
     finally:
         srv.stop()
+    slowloris.main()
     return 0 if ok else 1
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from edgeway.caps import API_HEAD_TIMEOUT, CapsConfig
 from edgeway.catalog.model import Settings
 
 
@@ -120,6 +121,8 @@ class ServerConfig:
     identity: IdentityOptions = IdentityOptions()
     domains: DomainsConfig = DomainsConfig()
     events: EventsConfig = EventsConfig()
+    caps: CapsConfig = field(default_factory=CapsConfig)  # (edgeway.caps)
+    api_head_timeout: float = API_HEAD_TIMEOUT  # seconds for a request head on the management API
 
 
 def cors_origins(given: tuple[str, ...]) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from edgeway.config import (
     public_url_for,
     split_list,
 )
-from edgeway.options import domains, env, events, identity, public, ssh
+from edgeway.options import domains, env, events, identity, limits, public, ssh
 
 DEFAULTS = Settings()
 LOG_FORMATS = {"json": "json", "logfmt": "logfmt", "console": "term"}
@@ -43,6 +43,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     identity.add(serve)
     domains.add(serve)
     events.add(serve)
+    limits.add(serve)
     serve.add_argument("--log-format", choices=tuple(LOG_FORMATS),
                        default=env("LOG_FORMAT", "json"),
                        help="json: one JSON object per line; logfmt; console: for people "
@@ -164,6 +165,7 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
         raise ValueError(f"--tcp-grace {args.tcp_grace:g} must be 0 to 86400 seconds")
     http_addr, https_addr = public(args.http_addr), public(args.https_addr)
     ssh_addr, ssh_host_ca, ssh_keepalive = ssh.parse(args)
+    caps, api_head_timeout = limits.parse(args)
     own = [(port, "management API"), (t_port, "tunnel listener")]
     own += [(addr[1], what) for what, addr in (("public HTTP listener", http_addr),
                                                ("public HTTPS listener", https_addr),
@@ -188,4 +190,5 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                         tunnel_cert=_tunnel_cert(args), identity=ident,
                         domains=dom, ssh_addr=ssh_addr, ssh_host_ca=ssh_host_ca,
                         ssh_keepalive=ssh_keepalive,
-                        events=events.parse(args))
+                        events=events.parse(args), caps=caps,
+                        api_head_timeout=api_head_timeout)

@@ -12,8 +12,9 @@ from typing import Any
 import structlog
 import uvicorn
 
-from edgeway import bootstrap, catalog, heap, ids, logs
+from edgeway import bootstrap, caps, catalog, heap, ids, logs
 from edgeway.acme.manager import CertificateManager
+from edgeway.api import listener
 from edgeway.api.app import build
 from edgeway.api.render import render
 from edgeway.catalog.modules import saml
@@ -128,6 +129,7 @@ async def serve(cfg: ServerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, early.append, sig)
+    limits = caps.configure(cfg.caps)  # (before any listener takes its door)
     db = await open_database(cfg.database_url, cfg.data_dir)
     try:
         token = await bootstrap.first_start(db)
@@ -187,8 +189,11 @@ async def serve(cfg: ServerConfig) -> None:
                 await gateway.start(*cfg.ssh_addr, cfg.reuse_port)
                 platform.watchers.append(gateway.changed)
                 platform.agents = _Commands(tunnels, gateway)
+            door = limits.door("management API", own=True, refusal=listener.refusal())
             config = uvicorn.Config(build(platform, cfg.cors_origins), log_config=None,
-                                    access_log=False, lifespan="off", server_header=False)
+                                    access_log=False, lifespan="off", server_header=False,
+                                    http=listener.protocol(door, cfg.api_head_timeout),
+                                    ws="none")
             heap.settle()  # (before the API listens: clients wait for that port)
             api_socket = listen_socket("management API", cfg.api_host, cfg.api_port,
                                        cfg.reuse_port)
@@ -197,7 +202,9 @@ async def serve(cfg: ServerConfig) -> None:
                 else "PostgreSQL"
             log.info("start", api=cfg.settings.public_url,
                      tunnel=f"{cfg.tunnel_host}:{cfg.tunnel_port}", http=_addr(cfg.http_addr),
-                     https=_addr(cfg.https_addr), ssh=_addr(cfg.ssh_addr), store=where)
+                     https=_addr(cfg.https_addr), ssh=_addr(cfg.ssh_addr), store=where,
+                     descriptor_limit=limits.limit, fd_reserve=limits.reserve,
+                     max_connections_per_address=limits.per_address)
             trimmer = heap.trimmer()
             chores = [asyncio.create_task(_report_suppressed())]
             if trimmer is not None:

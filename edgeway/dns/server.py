@@ -14,6 +14,8 @@ from typing import cast
 
 import structlog
 
+from edgeway import caps
+from edgeway.accept import Acceptor
 from edgeway.catalog.model import Settings
 from edgeway.config import listen_socket
 from edgeway.dns import records
@@ -44,7 +46,7 @@ class DnsServer:
         self.db, self.settings, self.max_age = db, settings, max_age
         self.zones = Zones()
         self._changed = asyncio.Event()
-        self._closers: list[asyncio.BaseTransport | asyncio.Server] = []
+        self._closers: list[asyncio.BaseTransport | Acceptor] = []
         self._follow: asyncio.Task[None] | None = None
 
     def changed(self, collection: str) -> None:
@@ -78,7 +80,8 @@ class DnsServer:
         transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self), sock=udp)
         self._closers.append(transport)
         tcp = listen_socket("DNS server (TCP)", host, port, reuse_port)
-        self._closers.append(await asyncio.start_server(self._tcp_client, sock=tcp))
+        self._closers.append(Acceptor.streams(tcp, caps.process().door("DNS server (TCP)"),
+                                              self._tcp_client).start())
         self._follow = asyncio.create_task(self._follow_changes())
         log.info("dns_listening", addr=f"{host}:{port}", zones=list(self.zones.apexes))
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import structlog
 
+from edgeway import caps
+from edgeway.accept import Acceptor, Peer, open_streams
 from edgeway.config import listen_socket
 from edgeway.edge.backends import Static, Target
 from edgeway.edge.http import HttpEdge
@@ -40,16 +42,6 @@ from edgeway.tunnel.tcp import CLOSE_WAIT, Closed, TcpListener, client_addr
 log = structlog.get_logger()
 PEEK_TIMEOUT = 10.0
 MAX_HELLO = 65536 + 4096
-
-
-async def _streams(sock: socket.socket, context: ssl.SSLContext | None
-                   ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=65536)
-    protocol = asyncio.StreamReaderProtocol(reader)
-    transport, _ = await loop.connect_accepted_socket(
-        lambda: protocol, sock, ssl=context, ssl_handshake_timeout=10 if context else None)
-    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
 
 def _wake(ready: asyncio.Future[None]) -> None:
@@ -109,8 +101,7 @@ class PublicListeners:
         self.https = HttpEdge(router, "https", https_port, login, self.pool,
                               restrictions, sns)
         router.bounce = login.bounce
-        self._servers: list[asyncio.Server] = []
-        self._tls_socket: socket.socket | None = None
+        self._servers: list[Acceptor] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._tcp_edges: dict[int, TcpListener] = {}
         self.tcp_closed: Closed | None = None  # set by the server: each connection's end
@@ -124,12 +115,13 @@ class PublicListeners:
             await self.restrictions.of("endpoints")  # (kept while the database is away)
         if http is not None:
             plain = listen_socket("public HTTP listener", *http, reuse_port)
-            self._servers.append(await asyncio.start_server(self._http_client, sock=plain))
-        if https is not None:
+            door = caps.process().door("public HTTP listener",
+                                       refusal=caps.http_refusal(caps.text_body))
+            self._servers.append(Acceptor.streams(plain, door, self._http_client).start())
+        if https is not None:  # (no answer before a TLS handshake: refused ones are closed)
             sock = listen_socket("public HTTPS/TLS listener", *https, reuse_port)
-            sock.setblocking(False)
-            self._tls_socket = sock
-            self._spawn(self._accept_tls(sock))
+            door = caps.process().door("public HTTPS/TLS listener")
+            self._servers.append(Acceptor(sock, door, self._tls_connection).start())
         await self._sync_tcp_edges()
         self._watch = asyncio.create_task(self._follow())
 
@@ -141,8 +133,6 @@ class PublicListeners:
             self._watch.cancel()
         for server in self._servers:
             server.close()
-        if self._tls_socket is not None:
-            self._tls_socket.close()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -188,18 +178,15 @@ class PublicListeners:
 
     # -- TLS: SNI routing, passthrough or termination ----------------------------------------
 
-    async def _accept_tls(self, sock: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                conn, addr = await loop.sock_accept(sock)
-            except OSError:
-                if sock.fileno() < 0:
-                    return
-                await asyncio.sleep(0.05)  # out of descriptors: back off, keep serving
-                continue
-            conn.setblocking(False)
-            self._spawn(self._tls_client(conn, (addr[0], addr[1])))
+    async def _tls_connection(self, sock: socket.socket, peer: Peer) -> None:
+        """One connection to the TLS port (ended by ``stop``, which waits for its end)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await self._tls_client(sock, peer)
+        finally:
+            self._tasks.discard(task)
 
     async def _tls_client(self, sock: socket.socket, peer: tuple[str, int]) -> None:
         try:
@@ -217,7 +204,7 @@ class PublicListeners:
             if edge is not None:
                 await self._tls_edge(sock, peer, edge, name)
             elif bound:
-                reader, writer = await _streams(sock, None)
+                reader, writer = await open_streams(sock, None)
                 await self._forward(reader, writer, peer, self.router.registry.pick(bound),
                                     "tls", "", True)
             else:
@@ -230,7 +217,7 @@ class PublicListeners:
                 context = self.certs.context(cert_name, True, options.client_cas,
                                              options.min_version) if cert_name \
                     else self.certs.default
-                reader, writer = await _streams(sock, context)
+                reader, writer = await open_streams(sock, context)
                 await self.https.serve(reader, writer, peer, https_edge,
                                        (cert_name,) if cert_name else self.certs.default_names,
                                        name)
@@ -253,7 +240,7 @@ class PublicListeners:
         cert_name = self.router.certificate_name(name, self.base_domain) or name
         context = self.certs.context(cert_name, False, options.client_cas,
                                      options.min_version) if terminate else None
-        reader, writer = await _streams(sock, context)
+        reader, writer = await open_streams(sock, context)
         await self._forward(reader, writer, peer, target, "tls", "tls", not terminate)
 
     # -- raw forwarding (TLS passthrough, TCP edges) -----------------------------------------

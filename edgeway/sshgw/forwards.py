@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import asyncssh
 import structlog
 
+from edgeway.caps import Door
 from edgeway.platform import Platform
 from edgeway.sshgw import command
 from edgeway.sshgw.channels import Forward, SshCarrier
@@ -48,6 +49,7 @@ class Services:
     connections: dict[str, GatewayConnection]  # live sessions by id
     background: set[asyncio.Task[None]]  # connections' ends being recorded
     changes: Callable[[], Changes | None] = lambda: None  # session events' writer
+    door: Door | None = None  # the gateway's connection caps
 
 
 class Listener(asyncssh.SSHListener):

@@ -19,7 +19,7 @@ from typing import Any
 import asyncssh
 import structlog
 
-from edgeway import __version__
+from edgeway import __version__, caps
 from edgeway.config import listen_socket
 from edgeway.platform import Platform
 from edgeway.restrictions import KINDS as RESTRICTION_KINDS
@@ -49,7 +49,7 @@ class SshGateway:
         self.host_ca, self.keepalive = host_ca, keepalive
         self.keys = Keys(platform)
         self.services = Services(platform, binder, self.keys, Admission(platform), node, {},
-                                 set(), changes)
+                                 set(), changes, caps.process().door("SSH gateway"))
         self._acceptor: asyncssh.SSHAcceptor | None = None
         self._background: set[asyncio.Task[None]] = set()
 

@@ -31,6 +31,7 @@ import asyncssh
 import structlog
 
 from edgeway import catalog, ids
+from edgeway.caps import Ticket
 from edgeway.sshgw import command
 from edgeway.sshgw.channels import SshCarrier
 from edgeway.sshgw.command import Command, CommandError
@@ -66,6 +67,7 @@ class GatewayConnection(asyncssh.SSHServer):
         self.ended = asyncio.Event()  # the session is gone, with its tunnels and row
         self.tasks: set[asyncio.Task[None]] = set()
         self._wait: asyncio.TimerHandle | None = None
+        self._ticket: Ticket | None = None  # of the connection caps
 
     @property
     def conn(self) -> SshCarrier:
@@ -84,8 +86,14 @@ class GatewayConnection(asyncssh.SSHServer):
         self.peer = str((conn.get_extra_info("peername") or ("",))[0])
         self.forwards = Forwards(self, self.services, SshCarrier(conn, self._raw_connection),
                                  self.terminal, self._spawn, self.peer)
+        if self.services.door is not None:  # over a cap: closed at once
+            self._ticket = self.services.door.admit(conn.get_extra_info("peername"))
+            if self._ticket is None:
+                asyncio.get_running_loop().call_soon(conn.abort)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._ticket is not None:
+            self._ticket.release()
         self.conn.closed.set()
         self.ready.set()  # (a binding waiting for it finds the connection gone)
         task = asyncio.get_running_loop().create_task(self._ended(exc))

@@ -13,7 +13,8 @@ from typing import Any
 
 import structlog
 
-from edgeway import catalog, ids
+from edgeway import caps, catalog, ids
+from edgeway.accept import Acceptor
 from edgeway.config import listen_socket
 from edgeway.pki.platform_ca import EdgeCerts, TunnelTLS
 from edgeway.platform import Platform
@@ -82,7 +83,7 @@ class TunnelServer:
         # region domains of agent ingresses: agents dialing them get a certificate for them
         self.ingress_names: set[str] = set()
         self.certs: EdgeCerts | None = None
-        self._server: asyncio.Server | None = None
+        self._server: Acceptor | None = None
         self._background: set[asyncio.Task[None]] = set()
         self.changes: Callable[[], Changes | None] = lambda: None  # session events' writer
 
@@ -96,9 +97,10 @@ class TunnelServer:
         await self.load_ingress_names()
         await self.binder.tcp.load_reserved()
         await self.platform.restrictions.of("agent")  # (kept while the database is away)
-        self._server = await asyncio.start_server(
-            self._connection, sock=listen_socket("tunnel listener", host, port, reuse_port),
-            ssl=self.context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+        self._server = Acceptor.streams(
+            listen_socket("tunnel listener", host, port, reuse_port),
+            caps.process().door("tunnel listener", own=True), self._connection,
+            self.context, HANDSHAKE_TIMEOUT).start()
         self._spawn(self._recheck_every(RECHECK_EVERY))
 
     def _sni(self, sslobj: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:

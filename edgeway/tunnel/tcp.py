@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from edgeway import caps
+from edgeway.accept import Acceptor
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 # told of each connection as it ends (listener, peer, socket, start time): traffic events
@@ -31,12 +35,17 @@ class TcpListener:
                  closed: Closed | None = None) -> None:
         self.host, self.port, self.owner = host, port, owner  # owner: a TCP tunnel's id
         self._handler, self._closed = handler, closed
-        self._server: asyncio.Server | None = None
+        self._server: Acceptor | None = None
         self._clients: set[asyncio.Task[None]] = set()
         self._closing = False
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._client, self.host, self.port)
+        """Listen (an OSError as the system gives it: the port is taken, ...)."""
+        sock = socket.create_server((self.host, self.port), backlog=1024,
+                                    family=socket.AF_INET6 if ":" in self.host
+                                    else socket.AF_INET)
+        door = caps.process().door(f"TCP {client_addr((self.host, self.port))}")
+        self._server = Acceptor.streams(sock, door, self._client).start()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

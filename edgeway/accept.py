@@ -1,0 +1,116 @@
+"""The accept loop the stream listeners share (public HTTP and HTTPS/TLS, TCP edges and TCP
+tunnels, the tunnel listener, DNS over TCP): it accepts on a listening socket, asks the
+listener's door (``edgeway.caps``), hands each admitted connection to its handler in a task
+of its own and closes a refused one at once. ``close`` and ``wait_closed`` are those of
+``asyncio.Server``: the listening stops, the connections are left to their handlers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from edgeway.caps import Door, Ticket
+
+log = structlog.get_logger()
+Peer = tuple[str, int]
+SocketHandler = Callable[[socket.socket, Peer], Awaitable[None]]
+StreamHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+BACKOFF = 0.05  # seconds between accepts while the process is out of descriptors
+
+
+async def open_streams(sock: socket.socket, context: ssl.SSLContext | None = None,
+                       handshake_timeout: float | None = None
+                       ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Streams over an accepted socket (TLS with ``context``: after the handshake); the
+    socket belongs to them from here, and is closed if this fails."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=65536)
+    protocol = asyncio.StreamReaderProtocol(reader)
+    try:
+        transport, _ = await loop.connect_accepted_socket(
+            lambda: protocol, sock, ssl=context,
+            ssl_handshake_timeout=(handshake_timeout or 10.0) if context else None)
+    except BaseException:
+        if sock.fileno() >= 0:  # (not taken by a transport yet)
+            sock.close()
+        raise
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
+class Acceptor:
+    def __init__(self, sock: socket.socket, door: Door, handler: SocketHandler) -> None:
+        self.sock, self.door, self.handler = sock, door, handler
+        self._accepting: asyncio.Task[None] | None = None
+        self._clients: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def streams(cls, sock: socket.socket, door: Door, handler: StreamHandler,
+                context: ssl.SSLContext | None = None,
+                handshake_timeout: float | None = None) -> Acceptor:
+        """An acceptor whose handler gets streams, as ``asyncio.start_server``'s does (over
+        TLS with ``context``); the connection is closed when the handler returns."""
+        async def run(conn: socket.socket, _peer: Peer) -> None:
+            try:
+                reader, writer = await open_streams(conn, context, handshake_timeout)
+            except (ConnectionError, OSError, ssl.SSLError, TimeoutError):
+                return  # (a failed handshake: nothing to serve)
+            try:
+                await handler(reader, writer)
+            finally:
+                with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+                    writer.close()
+        return cls(sock, door, run)
+
+    def start(self) -> Acceptor:
+        self.sock.setblocking(False)
+        self._accepting = asyncio.create_task(self._accept())
+        return self
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, addr = await loop.sock_accept(self.sock)
+            except OSError:
+                if self.sock.fileno() < 0:
+                    return
+                await asyncio.sleep(BACKOFF)  # out of descriptors: back off, keep serving
+                continue
+            ticket = self.door.admit(addr)
+            if ticket is None:
+                self.door.refuse(conn)
+                continue
+            conn.setblocking(False)
+            with contextlib.suppress(OSError):
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            task = asyncio.create_task(self._serve(conn, (addr[0], addr[1]), ticket))
+            self._clients.add(task)
+            task.add_done_callback(self._clients.discard)
+
+    async def _serve(self, conn: socket.socket, peer: Peer, ticket: Ticket) -> None:
+        try:
+            await self.handler(conn, peer)
+        except Exception:  # one connection's failure is logged, never the listener's end
+            log.exception("connection_failed", listener=self.door.listener)
+        finally:
+            ticket.release()
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        """The listening socket (as ``asyncio.Server.sockets``)."""
+        return (self.sock,)
+
+    def close(self) -> None:
+        if self._accepting is not None:
+            self._accepting.cancel()
+        self.sock.close()
+
+    async def wait_closed(self) -> None:
+        if self._accepting is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accepting
