@@ -13,12 +13,14 @@ import sys
 import textwrap
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.server import Server, start
+from tests.conftest import BACKENDS
+from tests.server import Server, fresh_pg_database, start
 
 if not os.environ.get("CI"):  # CI installs the SDK (scripts/test) and must not skip
     pytest.importorskip("ngrok", reason="install the SDK: pip install "
@@ -99,12 +101,21 @@ def drained(srv: Server) -> dict[str, Any]:
 
 # --drain-timeout 3: all close within about a second (each waits up to one for the agent's TLS
 # close); EDGEWAY_DRAIN_TIMEOUT=0: the closes are cut at once, and the agents see that too.
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(("extra", "env", "cut"), [(["--drain-timeout", "3"], None, False),
                                                    ([], {"EDGEWAY_DRAIN_TIMEOUT": "0"}, True)])
 def test_stopping_closes_all_agent_sessions_together(
-        tmp_path: Path, extra: list[str], env: dict[str, str] | None, cut: bool) -> None:
+        tmp_path: Path, backend: str, extra: list[str], env: dict[str, str] | None,
+        cut: bool) -> None:
     count = 30
-    srv = start(tmp_path / "srv", None, *extra, env=env)
+    with ExitStack() as stack:
+        url = stack.enter_context(fresh_pg_database()) if backend == "postgres" else None
+        srv = start(tmp_path / "srv", url, *extra, env=env)
+        stack.callback(srv.stop)
+        _stop_with_agents(srv, count, cut)
+
+
+def _stop_with_agents(srv: Server, count: int, cut: bool) -> None:
     agents: Agents | None = None
     try:
         with srv.client() as api:
@@ -122,6 +133,5 @@ def test_stopping_closes_all_agent_sessions_together(
         assert report["connections"] == count
         assert report["cut"] == (count if cut else 0), report
     finally:
-        srv.stop()
         if agents is not None:
             agents.close()
