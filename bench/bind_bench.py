@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from tests.server import start
-from tests.tunnel.test_ports import Agent
+from tests.tunnel.raw import Agent
 
 IN_FLIGHT = 32
 

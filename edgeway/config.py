@@ -109,6 +109,7 @@ class ServerConfig:
     tcp_host: str = "127.0.0.1"
     tcp_ports: tuple[int, int] = (20000, 20999)
     tcp_grace: float = 120.0
+    drain_timeout: float = 10.0  # seconds the agents' sessions get to end when stopping
     http_addr: tuple[str, int] | None = ("127.0.0.1", 8880)
     https_addr: tuple[str, int] | None = ("127.0.0.1", 8443)
     reuse_port: bool = False

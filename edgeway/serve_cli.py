@@ -94,6 +94,10 @@ def _tunnel_options(serve: argparse.ArgumentParser) -> None:
                        metavar="SECONDS",  # (argparse converts the default as it does -x)
                        help="how long a TCP tunnel whose agent dropped keeps its port for the "
                             "agent's reconnect (default: %(default)s)")
+    serve.add_argument("--drain-timeout", type=float, default=env("DRAIN_TIMEOUT") or "10",
+                       metavar="SECONDS",
+                       help="on SIGTERM/SIGINT, how long the agents' sessions, all ended at "
+                            "once, get to close before they are cut (default: %(default)s)")
 
 
 def _public_options(serve: argparse.ArgumentParser) -> None:
@@ -163,6 +167,8 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     tcp_ports = _port_range(args.tcp_ports)
     if not 0 <= args.tcp_grace <= 86400:
         raise ValueError(f"--tcp-grace {args.tcp_grace:g} must be 0 to 86400 seconds")
+    if not 0 <= args.drain_timeout <= 3600:
+        raise ValueError(f"--drain-timeout {args.drain_timeout:g} must be 0 to 3600 seconds")
     http_addr, https_addr = public(args.http_addr), public(args.https_addr)
     ssh_addr, ssh_host_ca, ssh_keepalive = ssh.parse(args)
     caps, api_head_timeout = limits.parse(args)
@@ -184,6 +190,7 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                                    oauth_apps=tuple(p for p, _, _ in ident.oauth_apps))
     return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,
                         names, args.tcp_host, tcp_ports, tcp_grace=args.tcp_grace,
+                        drain_timeout=args.drain_timeout,
                         http_addr=http_addr, https_addr=https_addr, reuse_port=args.reuse_port,
                         cors_origins=cors_origins(split_list(args.api_cors_origins)),
                         sns_cert_hosts=_regex("--sns-cert-hosts", args.sns_cert_hosts),

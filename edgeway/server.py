@@ -167,7 +167,7 @@ async def serve(cfg: ServerConfig) -> None:
             await events.start()  # those that started, however the start went)
             running.push_async_callback(events.stop)
             await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
-            running.push_async_callback(tunnels.stop)
+            running.push_async_callback(tunnels.stop, cfg.drain_timeout)
             running.push_async_callback(edge.stop)
             await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
             if cfg.domains.dns_addr is not None:

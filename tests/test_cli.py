@@ -137,6 +137,7 @@ def test_log_format_and_level(tmp_path: Path) -> None:
     (["--events-queue", "5"], "--events-queue 5 must be 10 to 10000000"),
     (["--events-datadog-url", "ftp://intake"], "must be an http:// or https:// URL"),
     (["--events-ca-file", "/nope.pem"], "--events-ca-file /nope.pem: no such file"),
+    (["--drain-timeout", "nan"], "--drain-timeout nan must be 0 to 3600 seconds"),
 ])
 def test_bad_options_fail_clearly(tmp_path: Path, args: list[str], words: str) -> None:
     r = edgeway("serve", "--data-dir", str(tmp_path), *args)
@@ -150,6 +151,7 @@ def test_bad_options_fail_clearly(tmp_path: Path, args: list[str], words: str) -
     ("--events-retry", "1s", "float", "0 must be 0.01 to 300 seconds"),
     ("--ssh-keepalive", "15s", "float", "0 must be 1 to 3600 seconds"),
     ("--tcp-grace", "2m", "float", "-1 must be 0 to 86400 seconds"),
+    ("--drain-timeout", "10s", "float", "-1 must be 0 to 3600 seconds"),
 ])
 def test_a_bad_number_in_the_environment_is_an_error_of_serve_alone(
         tmp_path: Path, option: str, value: str, kind: str, out_of_range: str) -> None:

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from edgeway import catalog, ids
 from edgeway.api import guards, hostports, present, validate
-from edgeway.api.http import body_bytes, decode, json_response, no_content
+from edgeway.api.http import body_bytes, create_body, decode, json_response, no_content
 from edgeway.api.platform import Caller
 from edgeway.api.render import render
 from edgeway.catalog.model import Context, Kind
@@ -82,7 +82,7 @@ async def load(repo: Repo, request: Request, kind: Kind) -> tuple[str, dict[str,
 
 
 async def create(request: Request, platform: Platform, caller: Caller, kind: Kind) -> Response:
-    body = decode(await body_bytes(request, True), shapes(kind).create, _codes(kind))
+    body = decode(await create_body(request), shapes(kind).create, _codes(kind))
     ctx = context(platform, caller)
     given = validate.members(kind, body, ctx, update=False)
     flags = _flags(kind, given)

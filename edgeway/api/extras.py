@@ -15,7 +15,7 @@ from edgeway import catalog
 from edgeway.api import listing, present, validate
 from edgeway.api.crud import writing
 from edgeway.api.dns_checks import dns_check
-from edgeway.api.http import body_bytes, decode, json_response, no_content
+from edgeway.api.http import body_bytes, create_body, decode, json_response, no_content
 from edgeway.api.platform import Caller
 from edgeway.catalog.event_sources import SourceIn, SourceUpdate, present_source, source
 from edgeway.errors import ApiError, Conflict, NotFound
@@ -87,7 +87,7 @@ def _find(doc: dict[str, Any], type_: str) -> dict[str, Any]:
 
 async def create_source(request: Request, platform: Platform, caller: Caller) -> Response:
     sub_id = request.path_params["id"]
-    body = decode(await body_bytes(request, True), SourceIn, {"type": 238})
+    body = decode(await create_body(request), SourceIn, {"type": 238})
     made = source("", body)
 
     def change(doc: dict[str, Any]) -> None:

@@ -112,6 +112,16 @@ async def body_bytes(request: Request, allowed: bool) -> bytes:
     return body
 
 
+async def create_body(request: Request) -> bytes:
+    """A create's body: a JSON object, required (empty or blank is not JSON: 400, as any other
+    body that is not; ``{}`` asks for every default)."""
+    body = await body_bytes(request, True)
+    if not body:
+        raise ApiError("The request body is not valid JSON: it is empty. A create takes a JSON "
+                       "object ({} for every member's default).", 213)
+    return body
+
+
 def _member(path: str) -> str:
     return path.lstrip(".")
 

@@ -1,7 +1,8 @@
 """The built-in DNS server's listeners: UDP and TCP on ``--dns-addr`` (TCP: two-byte length
 prefixed messages, several per connection, closed after 10 s idle). Answers come from the
 zones in memory (``zones.answer``); the zones are reloaded from the store when this node
-changes a domain, an ingress or a challenge, and every ``max_age`` seconds (changes made on
+changes a domain, an ingress or a challenge, or an agent binds or ends an endpoint (all
+announced on the platform's change bus), and every ``max_age`` seconds (changes made on
 other nodes). While the database is out of reach the last zones keep serving."""
 
 from __future__ import annotations

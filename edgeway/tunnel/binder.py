@@ -152,6 +152,8 @@ class Binder:
                 await Repo(tx).insert(ENDPOINTS, endpoint_id, records.endpoint_doc(
                     settings, node, session.id, tunnel, domain_id))
         tunnel.endpoint_id = endpoint_id
+        if endpoint_id:  # (the built-in DNS answers its name at once, as after API writes)
+            self.platform.changed(ENDPOINTS.collection)
 
     # -- ending tunnels ----------------------------------------------------------------------
 
@@ -173,6 +175,8 @@ class Binder:
                 await Repo(tx).delete(TUNNELS, tunnel_id)
                 if tunnel.endpoint_id:
                     await Repo(tx).delete(ENDPOINTS, tunnel.endpoint_id)
+            if tunnel.endpoint_id:
+                self.platform.changed(ENDPOINTS.collection)
 
     async def stop_tunnel(self, tunnel_id: str, message: str, code: int) -> bool:
         """Tell the client to close one tunnel (an agent: StopTunnel, no reply) and drop it

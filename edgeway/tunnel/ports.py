@@ -10,7 +10,9 @@ port the operating system refused (another process listens there) is set aside f
 seconds too, so that allocations do not keep trying it.
 
 Ports of reserved addresses are never handed out by ``take_any``; a bind asking for one by
-name takes it (from a dropped session's hold too: the address is the account's).
+name takes it. A dropped session's hold of one is its owner's (the credential that bound it):
+the owner's re-bind takes it back under any tunnel id (a restarted agent has new ones),
+another credential's waits for the grace period to end.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class PortPool:
         # tunnel id -> (port, until) and port -> until; both in expiry order (one grace)
         self._held: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._holder: dict[int, str] = {}  # held port -> its tunnel id
+        self._owner: dict[str, str] = {}  # held tunnel id -> the credential that bound it
         self._blocked: OrderedDict[int, float] = OrderedDict()
         self._reserved: set[int] = set()
 
@@ -54,6 +57,7 @@ class PortPool:
     def _unhold(self, tunnel_id: str) -> None:
         port, _until = self._held.pop(tunnel_id)
         del self._holder[port]
+        self._owner.pop(tunnel_id, None)
 
     def _return(self, port: int) -> None:
         if port in self and port not in self._reserved:
@@ -76,15 +80,16 @@ class PortPool:
         entry = self._held.get(tunnel_id)
         return entry[0] if entry else None
 
-    def take(self, tunnel_id: str, port: int, now: float) -> bool:
-        """Claim ``port`` (in the range or not) for ``tunnel_id``: False when another tunnel
-        uses or holds it. The tunnel's own held port is taken back, and so is a reserved one
-        a dropped session holds."""
+    def take(self, tunnel_id: str, port: int, now: float, owner: str = "") -> bool:
+        """Claim ``port`` (in the range or not) for ``tunnel_id`` of the credential
+        ``owner``: False when another tunnel uses or holds it. The tunnel's own held port is
+        taken back, and so is a reserved one a dropped session of the same owner holds."""
         self._expire(now)
         entry = self._held.get(tunnel_id)
         if entry is not None and entry[0] == port:
             self._unhold(tunnel_id)
-        elif port in self._holder and port in self._reserved and port not in self._used:
+        elif port in self._holder and port in self._reserved and port not in self._used \
+                and owner and self._owner.get(self._holder[port]) == owner:
             self._unhold(self._holder[port])
         elif port in self._used or port in self._holder:
             return False
@@ -92,6 +97,10 @@ class PortPool:
         self._free.discard(port)
         self._used[port] = tunnel_id
         return True
+
+    def holding(self, port: int) -> bool:
+        """Whether a dropped session's tunnel holds ``port`` for its agent's reconnect."""
+        return port in self._holder
 
     def take_any(self, tunnel_id: str, preferred: int, allowed: set[int] | None,
                  now: float) -> int | None:
@@ -119,8 +128,9 @@ class PortPool:
             self._unhold(tunnel_id)
             self._return(port)
 
-    def hold(self, tunnel_id: str, port: int, now: float) -> None:
-        """The tunnel's session dropped: keep its port for its id for ``grace`` seconds."""
+    def hold(self, tunnel_id: str, port: int, now: float, owner: str = "") -> None:
+        """The tunnel's session dropped: keep its port for its id (and, a reserved one, for
+        its credential ``owner``) for ``grace`` seconds."""
         if self._used.get(port) != tunnel_id:
             return
         del self._used[port]
@@ -129,6 +139,8 @@ class PortPool:
             self._unhold(tunnel_id)
         self._held[tunnel_id] = (port, now + self.grace)
         self._holder[port] = tunnel_id
+        if owner:
+            self._owner[tunnel_id] = owner
 
     def block(self, tunnel_id: str, port: int, now: float) -> None:
         """The system refused to listen on ``port`` (taken for ``tunnel_id``): set it aside."""

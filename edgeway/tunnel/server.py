@@ -45,6 +45,7 @@ AGENT_STREAMS = 448
 # reconnect within seconds, the Edgeway agent within its backoff's 30 s.
 TCP_GRACE = 120.0
 RECHECK_EVERY = 10.0  # seconds: credentials changed through another node reach us this late
+DRAIN_TIMEOUT = 10.0  # seconds a stopping server gives its agents' sessions to end
 
 
 async def _warned(coro: Coroutine[Any, Any, None]) -> None:
@@ -85,6 +86,7 @@ class TunnelServer:
         self.certs: EdgeCerts | None = None
         self._server: Acceptor | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self._connections: dict[asyncio.Task[Any], AgentConnection] = {}  # (with their tasks)
         self.changes: Callable[[], Changes | None] = lambda: None  # session events' writer
 
     async def start(self, host: str, port: int, reuse_port: bool = False) -> None:
@@ -146,13 +148,29 @@ class TunnelServer:
             if self.sessions:
                 await _warned(self.recheck())
 
-    async def stop(self) -> None:
+    async def stop(self, drain: float = DRAIN_TIMEOUT) -> None:
+        """Stop listening, then end every agent's connection at once (a GOAWAY each: the
+        SDKs reconnect, to another node when there is one) and let their ends run (tunnels
+        dropped, rows deleted) for at most ``drain`` seconds; what is left then is cut off.
+        Closing one waits up to a second for the agent's TLS close: one after the other,
+        60 agents took a minute."""
         for task in list(self._background):
             task.cancel()
         if self._server is not None:
             self._server.close()
-        for session in list(self.sessions.values()):
-            await session.conn.close()
+        began = asyncio.get_running_loop().time()
+        handlers = list(self._connections)
+        closes = [asyncio.create_task(session.conn.close())
+                  for session in list(self._connections.values())]
+        left: set[asyncio.Task[Any]] = set()
+        if handlers:
+            _, left = await asyncio.wait([*closes, *handlers], timeout=drain)
+        for task in left:
+            task.cancel()  # (a cut close aborts its transport)
+        if handlers:
+            log.info("agent_sessions_drained", connections=len(handlers),
+                     cut=len(left.intersection(handlers)),
+                     seconds=round(asyncio.get_running_loop().time() - began, 3))
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -163,6 +181,9 @@ class TunnelServer:
         session = AgentConnection(conn, str(peer[0]))
         auth.pre_auth(session)
         session.client_cert = bool(writer.get_extra_info("peercert"))
+        if (this := asyncio.current_task()) is not None:  # (for stop: see there)
+            self._connections[this] = session
+            this.add_done_callback(self._connections.pop)
         watchdog = asyncio.create_task(self._watch(session))
         try:
             while (stream := await session.conn.accept()) is not None:

@@ -61,8 +61,10 @@ class TcpBinds:
         if asked is not None:
             target = f"{self.host}:{asked}"
             acl.require(rules, target)
-            if not pool.take(tunnel.id, asked, now):
-                raise BindRefused(f"the address {target} is already bound")
+            if not pool.take(tunnel.id, asked, now, tunnel.credential):
+                raise BindRefused(f"the address {target} is already bound" + (
+                    " (held for the reconnect of the agent that bound it, up to "
+                    f"{pool.grace:g} s)" if pool.holding(asked) else ""))
             try:
                 await self._open(tunnel, asked)
             except OSError as exc:
@@ -94,7 +96,7 @@ class TcpBinds:
             if clean:
                 self.pool.release(tunnel.id, tunnel.port)
             else:
-                self.pool.hold(tunnel.id, tunnel.port, self._now())
+                self.pool.hold(tunnel.id, tunnel.port, self._now(), tunnel.credential)
 
     async def _open(self, tunnel: Tunnel, port: int) -> None:
         listener = TcpListener(self.host, port, partial(self._client, tunnel), tunnel.id,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+from typing import Any
 
 import httpx
 import pytest
@@ -106,11 +108,55 @@ def test_a_deeply_nested_body_is_a_400(server: Server, version: str) -> None:
                 assert got["details"]["member"] == "description", got
 
 
-def test_no_body_means_an_empty_object(api: httpx.Client) -> None:
-    r = api.post("/ip_policies")
-    assert r.status_code == 201 and r.json()["description"] == ""
-    r = api.post("/bot_users")
+def _raw_post(server: Server, path: str, head: str) -> tuple[int, dict[str, Any]]:
+    """POST ``path`` over a socket of its own: ``head`` holds the framing headers (or none:
+    no body at all), the status and the JSON body answered."""
+    host, port = server.base_url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nEdgeway-Version: 2\r\n"
+                     f"Authorization: Bearer {server.token}\r\nConnection: close\r\n"
+                     f"{head}\r\n".encode())
+        raw = b"".join(iter(lambda: sock.recv(65536), b""))
+    top, _, body = raw.partition(b"\r\n\r\n")
+    return int(top.split()[1]), json.loads(body)
+
+
+@pytest.mark.parametrize("body", [b"", b" ", b"\r\n\t  \n"], ids=["empty", "space", "blank"])
+def test_an_empty_or_blank_body_on_create_is_not_json(api: httpx.Client, server: Server,
+                                                      body: bytes) -> None:
+    sub = api.post("/event_subscriptions", json={}).json()["id"]
+    creates = ["/ip_policies", "/credentials", "/reserved_domains", "/bot_users",
+               "/tls_certificates", "/vaults", f"/event_subscriptions/{sub}/sources"]
+    for path in creates:
+        listing = path if not path.endswith("/sources") else f"/event_subscriptions/{sub}"
+        before = api.get(listing).json()
+        for ctype in ({"Content-Type": "application/json"}, {}):
+            r = api.post(path, content=body, headers=ctype)
+            assert r.status_code == 400, (path, body, r.text)
+            got = r.json()
+            assert code(r) == "ERR_EDGEWAY_213" and got["status_code"] == 400, got
+            assert "not valid JSON" in got["msg"] and "empty" in got["msg"], got
+            assert got["details"]["operation_id"] == r.headers["edgeway-operation-id"]
+        assert api.get(listing).json() == before, path  # nothing was made
+    # no body at all (no length, not chunked), or a declared length of 0: the same
+    for head in ("", "Content-Length: 0\r\n", "Content-Type: application/json\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n0\r\n"):
+        status, got = _raw_post(server, "/ip_policies", head)
+        assert (status, got["error_code"]) == (400, "ERR_EDGEWAY_213"), (head, got)
+    # an object is still one, however spaced; {} asks for every default
+    r = api.post("/ip_policies", content=b" \n{ } \n", headers={"Content-Type":
+                                                                  "application/json"})
+    assert r.status_code == 201 and r.json()["description"] == "", r.text
+    r = api.post("/bot_users", json={})
     assert r.status_code == 400 and "name" in r.json()["msg"]
+
+
+def test_the_vendor_dialect_refuses_an_empty_create_body_with_its_code(server: Server) -> None:
+    headers = {"Ngrok-Version": "2", "Authorization": f"Bearer {server.token}",
+               "Content-Type": "application/json"}
+    with httpx.Client(base_url=server.base_url, headers=headers) as c:
+        r = c.post("/ip_policies", content=b"  ")
+        assert r.status_code == 400 and r.json()["error_code"] == "ERR_NGROK_213", r.text
 
 
 def test_missing_required_member_is_named(api: httpx.Client) -> None:

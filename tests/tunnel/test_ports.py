@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import socket
-import ssl
 import subprocess
 import sys
 import textwrap
@@ -20,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from edgeway.tunnel.muxado.aio import MuxConnection
 from edgeway.tunnel.ports import PortPool
 from tests.server import Server, free_block, start
+from tests.tunnel.raw import Agent, port_of
 
 if not os.environ.get("CI"):
     pytest.importorskip("ngrok", reason="pip install --ignore-requires-python ngrok==1.7.0")
@@ -40,46 +39,6 @@ def small(tmp_path: Path) -> Iterator[tuple[Server, list[int]]]:
         yield srv, ports
     finally:
         assert srv.stop() == 0
-
-
-class Agent:
-    """A raw agent: an authenticated muxado session whose transport can be dropped."""
-
-    def __init__(self, conn: MuxConnection, writer: asyncio.StreamWriter) -> None:
-        self.conn, self.writer = conn, writer
-
-    @classmethod
-    async def connect(cls, srv: Server, token: str, **extra: Any) -> Agent:
-        ctx = ssl.create_default_context(cafile=str(srv.data_dir / "ca.pem"))
-        reader, writer = await asyncio.open_connection("localhost", srv.tunnel_port, ssl=ctx)
-        agent = cls(MuxConnection(reader, writer, client=True), writer)
-        reply = await agent.rpc(0, {"Version": ["3"], "Extra": {"AuthToken": token, **extra}})
-        assert reply["ClientId"].startswith("ts_"), reply
-        return agent
-
-    async def rpc(self, kind: int, msg: dict[str, Any]) -> dict[str, Any]:
-        stream = await self.conn.open_stream()
-        await stream.write(kind.to_bytes(4, "big") + json.dumps(msg).encode())
-        raw = bytearray()
-        while chunk := await stream.read():
-            raw += chunk
-        stream.close()  # (our half too: the server counts the streams an agent holds)
-        out: dict[str, Any] = json.loads(raw)
-        return out
-
-    async def bind_tcp(self, tunnel_id: str = "", addr: str = "") -> dict[str, Any]:
-        return await self.rpc(1, {"Id": tunnel_id, "Proto": "tcp", "Opts": {"Addr": addr},
-                                  "Extra": {"Token": ""}})
-
-    def drop(self) -> None:
-        """Gone without a goodbye, as when the network or the agent's host fails."""
-        assert self.writer.transport is not None
-        self.writer.transport.abort()
-
-
-def port_of(reply: dict[str, Any]) -> int:
-    assert reply.get("URL", "").startswith("tcp://"), reply
-    return int(reply["URL"].rsplit(":", 1)[1])
 
 
 SDK_CYCLES = textwrap.dedent("""
@@ -145,6 +104,45 @@ def test_a_dropped_session_holds_its_port_for_its_own_tunnel_then_frees_it(
             else:
                 await asyncio.sleep(0.2)
         assert got <= set(ports)
+        await thief.conn.close()
+
+    asyncio.run(main())
+
+
+def test_a_reserved_address_in_its_grace_is_its_owners(
+        small: tuple[Server, list[int]]) -> None:
+    """A dropped session's reserved address waits for its own credential: another's bind of
+    it is refused until the grace ends; the owner's agent, back with new tunnel ids (a
+    restart), gets it at once."""
+    srv, ports = small
+    with srv.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+        other = api.post("/credentials", json={}).json()["token"]
+        addr = api.post("/reserved_addrs", json={"description": "db"}).json()["addr"]
+    assert int(addr.rsplit(":", 1)[1]) in ports
+
+    async def main() -> None:
+        owner = await Agent.connect(srv, token)
+        assert port_of(await owner.bind_tcp(addr=addr)) == int(addr.rsplit(":", 1)[1])
+        owner.drop()
+        with srv.client() as api:  # the server saw the drop: the tunnel has ended
+            deadline = time.monotonic() + 10
+            while api.get("/tunnels").json()["tunnels"]:
+                assert time.monotonic() < deadline, "the dropped tunnel did not end"
+                await asyncio.sleep(0.05)
+        thief = await Agent.connect(srv, other)
+        stolen = await thief.bind_tcp(addr=addr)
+        assert "already bound (held for the reconnect" in stolen.get("Error", ""), stolen
+        back = await Agent.connect(srv, token)  # a new process: no tunnel id of before
+        again = await back.bind_tcp(addr=addr)
+        assert again["URL"] == f"tcp://{addr}", again
+        back.drop()
+        # the grace period passes: the address is the account's, any credential binds it
+        deadline = time.monotonic() + GRACE + 10
+        while (got := await thief.bind_tcp(addr=addr)).get("Error"):
+            assert time.monotonic() < deadline, got
+            await asyncio.sleep(0.2)
+        assert got["URL"] == f"tcp://{addr}"
         await thief.conn.close()
 
     asyncio.run(main())
@@ -300,12 +298,18 @@ def test_reserved_ports_are_only_taken_by_name() -> None:
     pool.reserve({101})
     got = {pool.take_any(f"t{i}", 101, None, 0) for i in range(3)}
     assert got == {100, 102, None}  # 101 is never generated
-    assert pool.take("r1", 101, 0)  # asked for by name
-    pool.hold("r1", 101, 1)  # its session dropped
-    assert pool.take("r2", 101, 2)  # the account's address: another bind takes it over
-    assert not pool.take("r3", 101, 2)  # while a live tunnel uses it, nobody else
+    assert pool.take("r1", 101, 0, "cr_a")  # asked for by name
+    pool.hold("r1", 101, 1, "cr_a")  # its session dropped
+    assert not pool.take("x1", 101, 2, "cr_b")  # the grace is its owner's: not another's
+    assert not pool.take("x2", 101, 2)
+    assert pool.take("r2", 101, 2, "cr_a")  # the owner's re-bind, under a new tunnel id
+    assert not pool.take("r3", 101, 2, "cr_a")  # while a live tunnel uses it, nobody else
     pool.release("r2", 101)
     assert pool.free == 0  # released, still reserved
     pool.release("t0", 100)
     pool.reserve(set())  # the reservation was deleted: back to the pool
     assert pool.free == 2 and pool.take_any("t9", 101, None, 3) == 101
+    pool.reserve({101})
+    pool.hold("t9", 101, 4, "cr_a")
+    assert pool.held("t9", 15) is None  # the grace ran out: anyone's again, by name
+    assert pool.take("x3", 101, 15, "cr_b")

@@ -20,7 +20,7 @@ from tests.agent.test_agent import run_agent, write_config
 from tests.edge import upstream
 from tests.edge.agents import EdgeClient
 from tests.server import Server, free_port
-from tests.tunnel.test_ports import Agent
+from tests.tunnel.raw import Agent
 
 
 def test_binds_unbinds_and_commands_do_not_use_up_a_long_sessions_streams(
