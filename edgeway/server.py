@@ -12,7 +12,7 @@ from typing import Any
 import structlog
 import uvicorn
 
-from edgeway import bootstrap, catalog, heap, ids, logs
+from edgeway import bootstrap, catalog, datadir, heap, ids, logs
 from edgeway.acme.manager import CertificateManager
 from edgeway.api.app import build
 from edgeway.api.render import render
@@ -34,6 +34,7 @@ from edgeway.sshgw.server import SshGateway
 from edgeway.store.db import Database
 from edgeway.store.migrate import open_database
 from edgeway.store.repo import Repo
+from edgeway.store.sealing import seal_stored
 from edgeway.tunnel.server import TunnelServer
 
 log = structlog.get_logger()
@@ -128,6 +129,7 @@ async def serve(cfg: ServerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, early.append, sig)
+    datadir.prepare(cfg.data_dir)
     db = await open_database(cfg.database_url, cfg.data_dir)
     try:
         token = await bootstrap.first_start(db)
@@ -135,6 +137,7 @@ async def serve(cfg: ServerConfig) -> None:
             print(f"First start: created an admin API key. It is shown only this once:\n"
                   f"  {token}", flush=True)
         sealer = seal.load(cfg.data_dir)
+        await seal_stored(db, sealer)
         platform = Platform(cfg.settings, db, sealer)
         tls = platform_ca.ensure(cfg.data_dir, sealer, list(cfg.tunnel_names))
         if cfg.tunnel_cert is not None:  # the operator's own certificate for agents
