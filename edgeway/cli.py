@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from edgeway import __version__, bootstrap, logs, runner, serve_cli
+from edgeway import __version__, bootstrap, datadir, logs, runner, serve_cli
 from edgeway.agent import cli as agent_cli
 from edgeway.config import default_data_dir
 from edgeway.options import env
@@ -69,6 +69,7 @@ def _ca_export(args: argparse.Namespace) -> None:
     from edgeway.pki import platform_ca, seal
 
     _initialised(args.data_dir, "", "ca.pem")
+    datadir.prepare(args.data_dir)
     print(platform_ca.ca_pem(args.data_dir, seal.load(args.data_dir)).read_text(), end="")
 
 
@@ -79,6 +80,8 @@ async def _api_key(args: argparse.Namespace) -> None:
 
     if not args.database_url and not args.init:
         _initialised(args.data_dir, " (or pass --init to create it)", "edgeway.db")
+    if not args.database_url:  # (the SQLite file is made there)
+        datadir.prepare(args.data_dir)
     db = await open_database(args.database_url, args.data_dir)
     try:
         # its event (api_key_created.v0) renders the key's uri with the server's public URL

@@ -12,7 +12,7 @@ from typing import Any
 import structlog
 import uvicorn
 
-from edgeway import bootstrap, caps, catalog, heap, ids, logs
+from edgeway import bootstrap, caps, catalog, datadir, heap, ids, logs
 from edgeway.acme.manager import CertificateManager
 from edgeway.api import listener
 from edgeway.api.app import build
@@ -35,6 +35,7 @@ from edgeway.sshgw.server import SshGateway
 from edgeway.store.db import Database
 from edgeway.store.migrate import open_database
 from edgeway.store.repo import Repo
+from edgeway.store.sealing import seal_stored
 from edgeway.tunnel.server import TunnelServer
 
 log = structlog.get_logger()
@@ -130,6 +131,7 @@ async def serve(cfg: ServerConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, early.append, sig)
     limits = caps.configure(cfg.caps)  # (before any listener takes its door)
+    datadir.prepare(cfg.data_dir)
     db = await open_database(cfg.database_url, cfg.data_dir)
     try:
         token = await bootstrap.first_start(db)
@@ -137,6 +139,7 @@ async def serve(cfg: ServerConfig) -> None:
             print(f"First start: created an admin API key. It is shown only this once:\n"
                   f"  {token}", flush=True)
         sealer = seal.load(cfg.data_dir)
+        await seal_stored(db, sealer)
         platform = Platform(cfg.settings, db, sealer)
         tls = platform_ca.ensure(cfg.data_dir, sealer, list(cfg.tunnel_names))
         if cfg.tunnel_cert is not None:  # the operator's own certificate for agents

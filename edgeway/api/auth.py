@@ -56,6 +56,9 @@ async def authenticate(request: Request, platform: Platform, cache: AuthCache) -
     else:
         user = await repo.get(catalog.BY_COLLECTION["users"], owner)
         is_admin = bool(user and user.get("admin"))
-    caller = Caller(item.id, owner, is_admin, str(item.doc.get("role") or "admin"))
+    role = str(item.doc.get("role") or "admin")
+    # an admin is an admin user's key of the admin role (an operator key of the same user
+    # may not act as another identity: owner_id)
+    caller = Caller(item.id, owner, is_admin and role == "admin", role)
     cache.put(digest, caller)
     return caller

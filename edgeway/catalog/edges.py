@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from edgeway.catalog import checks
-from edgeway.catalog.model import Child, Context, Field, Kind, Link
+from edgeway.catalog.model import Child, Context, Derive, Field, Kind, Link
 from edgeway.catalog.modules import field as module
-from edgeway.catalog.modules import saml
+from edgeway.catalog.modules import saml, sealed
 from edgeway.catalog.shapes import response_of
 from edgeway.errors import Invalid
 
@@ -103,7 +103,13 @@ def _route_check(doc: dict[str, Any], _ctx: Context) -> None:
 def _route_derive(doc: dict[str, Any], ctx: Context,
                   old: dict[str, Any] | None) -> dict[str, Any]:
     subject = f"{ctx.settings.public_url}/saml"
-    return {"saml": saml.carry(doc.get("saml"), (old or {}).get("saml"), ctx, subject)}
+    return {"saml": saml.carry(doc.get("saml"), (old or {}).get("saml"), ctx, subject),
+            **sealed(doc, ctx, old, ROUTE_MODULES)}
+
+
+def _sealing(names: tuple[str, ...]) -> Derive:
+    """The derive of an edge kind: its modules' secrets sealed."""
+    return lambda doc, ctx, old: sealed(doc, ctx, old, names)
 
 
 ROUTE_MODULES = ("backend", "ip_restriction", "circuit_breaker", "compression",
@@ -133,13 +139,15 @@ ROUTES = Kind(
     check=_route_check, derive=_route_derive,
 )
 
+HTTPS_EDGE_MODULES = ("mutual_tls", "tls_termination")
 HTTPS_EDGES = Kind(
     collection="edges/https", prefix="edghts", list_key="https_edges", title="HTTPSEdge",
     not_found_code=7000, describe="HTTPS edges: hostports, TLS settings and routes.",
     children=(Child("routes", ROUTES.collection, "edge_id"),),
+    derive=_sealing(HTTPS_EDGE_MODULES),
     fields=(
         *_standard(), _hostports_field(domains=True),
-        module("mutual_tls", "https_edge"), module("tls_termination", "https_edge"),
+        *(module(m, "https_edge") for m in HTTPS_EDGE_MODULES),
         Field("routes", list[response_of(ROUTES)], "the edge's routes",  # type: ignore
               create="no", default=list),
     ),
@@ -158,20 +166,26 @@ def _tls_check(doc: dict[str, Any], _ctx: Context) -> None:
                       "tls_termination.terminate_at to 'edge' first", 215)
 
 
+TCP_EDGE_MODULES = ("backend", "ip_restriction", "traffic_policy")
 TCP_EDGES = Kind(
     collection="edges/tcp", prefix="edgtcp", list_key="tcp_edges", title="TCPEdge",
     not_found_code=7000, describe="TCP edges: raw TCP hostports forwarded to a backend.",
     fields=(*_standard(), _hostports_field(domains=False),
-            *(module(m, "tcp_edge") for m in ("backend", "ip_restriction", "traffic_policy"))),
+            *(module(m, "tcp_edge") for m in TCP_EDGE_MODULES)),
+    derive=_sealing(TCP_EDGE_MODULES),
 )
 
+TLS_EDGE_MODULES = ("backend", "ip_restriction", "mutual_tls", "tls_termination",
+                    "traffic_policy")
 TLS_EDGES = Kind(
     collection="edges/tls", prefix="edgtls", list_key="tls_edges", title="TLSEdge",
     not_found_code=7000, describe="TLS edges: routed by SNI, terminated or passed through.",
     fields=(*_standard(), _hostports_field(domains=True),
-            *(module(m, "tls_edge") for m in ("backend", "ip_restriction", "mutual_tls",
-                                              "tls_termination", "traffic_policy"))),
-    check=_tls_check,
+            *(module(m, "tls_edge") for m in TLS_EDGE_MODULES)),
+    check=_tls_check, derive=_sealing(TLS_EDGE_MODULES),
 )
 
 KINDS = (HTTPS_EDGES, ROUTES, TCP_EDGES, TLS_EDGES)
+# the modules each kind carries (their secrets are sealed: store.sealing, edge.router)
+MODULES_OF = {HTTPS_EDGES.collection: HTTPS_EDGE_MODULES, ROUTES.collection: ROUTE_MODULES,
+              TCP_EDGES.collection: TCP_EDGE_MODULES, TLS_EDGES.collection: TLS_EDGE_MODULES}

@@ -16,6 +16,7 @@ import msgspec
 from edgeway.catalog import checks
 from edgeway.catalog.event_sources import EventSource, SourceIn, present_sources, sources
 from edgeway.catalog.model import Context, Field, Kind, Link, Where, standard
+from edgeway.catalog.sealing import MASK
 from edgeway.errors import Invalid
 
 
@@ -115,7 +116,6 @@ def _target(value: dict[str, Any], _ctx: Context) -> dict[str, Any]:
     return value
 
 
-MASK = "********"
 SEAL_CONTEXT = "event destination secret"
 _CREDS = (("auth", "creds", "secret_access_key"),)
 SECRETS: dict[str, tuple[tuple[str, ...], ...]] = {

@@ -14,14 +14,17 @@ MACHINE_USERS = ("bot_users", "service_users")
 OWNER = Link(("users", *MACHINE_USERS), "cascade", code=627)
 
 
-def _owner_check(doc: dict[str, Any], ctx: Context) -> None:
+def _default_owner(doc: dict[str, Any], ctx: Context,
+                   old: dict[str, Any] | None) -> dict[str, Any]:
+    """The owner: the caller unless given. Only an admin (an admin-role API key of an admin
+    user) may set one other than itself; keeping the stored owner on an update is no
+    setting."""
     owner = doc.get("owner_id")
-    if owner is not None and owner != ctx.caller_id and not ctx.caller_is_admin:
-        raise Forbidden("Only an admin may set 'owner_id' to an identity other than itself.", 630)
-
-
-def _default_owner(doc: dict[str, Any], ctx: Context, _old: object) -> dict[str, Any]:
-    return {"owner_id": doc.get("owner_id") or ctx.caller_id}
+    kept = old is not None and owner == old.get("owner_id")
+    if owner and owner != ctx.caller_id and not ctx.caller_is_admin and not kept:
+        raise Forbidden(f"Only an admin may set 'owner_id' to an identity other than itself: "
+                        f"this API key is no admin key and may not set '{owner}'.", 630)
+    return {"owner_id": owner or ctx.caller_id}
 
 
 def _owner_field() -> Field:
@@ -54,7 +57,7 @@ API_KEYS = Kind(
                   "admin: everything; operator: everything but API keys, bot users and the "
                   "IP restrictions guarding the API or dashboard; read_only: reads only",
                   update=True, default="admin")),
-    check=_owner_check, derive=_default_owner,
+    derive=_default_owner,
 )
 
 def _machine_user(collection: str, prefix: str, title: str, describe: str) -> Kind:
@@ -86,7 +89,7 @@ CREDENTIALS = Kind(
               update=True, default=list, check=checks.acl_rules),
         _owner_field(),
     ),
-    check=_owner_check, derive=_default_owner,
+    derive=_default_owner,
 )
 
 KINDS = (USERS, API_KEYS, BOT_USERS, SERVICE_USERS, CREDENTIALS)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgeway.catalog import checks
-from edgeway.catalog.identity import _default_owner, _owner_check, _owner_field
+from edgeway.catalog.identity import _default_owner, _owner_field
 from edgeway.catalog.model import Context, Field, Kind, standard
 from edgeway.errors import Invalid
 from edgeway.pki import ssh
@@ -147,7 +147,7 @@ SSH_CREDENTIALS = Kind(
         Field("fingerprint", str, "SHA256 fingerprint of public_key (unique); not rendered",
               create="no", default="", response=False),
     ),
-    check=_owner_check, derive=_derive_credential,
+    derive=_derive_credential,
 )
 
 KINDS = (SSH_CERTIFICATE_AUTHORITIES, SSH_CREDENTIALS)

@@ -20,6 +20,8 @@ from weakref import WeakKeyDictionary
 import structlog
 
 from edgeway import catalog
+from edgeway.catalog import modules
+from edgeway.catalog.edges import MODULES_OF
 from edgeway.catalog.modules import saml
 from edgeway.edge import backends, certificates, login, pipeline
 from edgeway.edge.backends import Backend, Target, compile_backend
@@ -86,6 +88,19 @@ class Snapshot:
     loaded: float = 0.0
 
 
+def _opened(collection: str, id_: str, doc: dict[str, Any],
+            sealer: Sealer | None) -> dict[str, Any]:
+    """An edge's or route's stored document with its modules' secrets opened; one that
+    cannot be opened gets a value no one knows (what checks it refuses), and an error log."""
+    if sealer is None:
+        return doc
+    out, failed = modules.opened(doc, sealer, MODULES_OF[collection])
+    if failed:
+        log.error("module_secret_unreadable", id=id_, members=failed,
+                  why="sealed with another platform secret key, or damaged")
+    return out
+
+
 def _hosts(doc: dict[str, Any]) -> list[tuple[str, int]]:
     out = []
     for hp in doc.get("hostports") or []:
@@ -97,8 +112,8 @@ def _hosts(doc: dict[str, Any]) -> list[tuple[str, int]]:
 async def load(db: Database, breakers: Breakers | None = None,
                sealer: Sealer | None = None) -> Snapshot:
     """The snapshot now in the store; circuit breakers keep their counts from ``breakers``
-    (the last snapshot's) while their configuration stays the same; vault secrets are
-    unsealed with ``sealer``."""
+    (the last snapshot's) while their configuration stays the same; vault secrets and the
+    modules' secrets are unsealed with ``sealer``."""
     repo = Repo(db.reader())
     snap = Snapshot(loaded=time.monotonic(), breakers=Breakers(breakers),
                     secrets=await secrets.load(repo, sealer))
@@ -113,7 +128,8 @@ async def load(db: Database, breakers: Breakers | None = None,
     by_id: dict[str, Edge] = {}
     for collection, kind in (("edges/https", "https"), ("edges/tls", "tls"),
                              ("edges/tcp", "tcp")):
-        for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
+        for id_, stored in await repo.all_docs(catalog.BY_COLLECTION[collection]):
+            doc = _opened(collection, id_, stored, sealer)
             plan = pipeline.compile_doc(doc, Compiling(snap.rules, id_, snap.breakers,
                                                        snap.secrets))
             edge = by_id[id_] = Edge(id_, kind, doc, plan, tls=mutual_tls.options(
@@ -123,7 +139,8 @@ async def load(db: Database, breakers: Breakers | None = None,
                     snap.tcp[port] = edge
                 else:
                     getattr(snap, kind)[host] = edge
-    for id_, doc in await repo.all_docs(catalog.BY_COLLECTION["edges/https/routes"]):
+    for id_, stored in await repo.all_docs(catalog.BY_COLLECTION["edges/https/routes"]):
+        doc = _opened("edges/https/routes", id_, stored, sealer)
         parent = by_id.get(doc.get("edge_id", ""))
         if parent is None:
             continue

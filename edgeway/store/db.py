@@ -101,6 +101,7 @@ def sqlite_connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA busy_timeout=10000")
     conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA secure_delete=ON")  # (no cleartext left in freed space: sealing.py)
     # Reads by id land anywhere in a big table: keep pages in memory (a 64 MiB cache) and read
     # the file through mmap instead of a pread per page miss.
     conn.execute("PRAGMA cache_size=-65536")

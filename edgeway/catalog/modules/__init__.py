@@ -15,7 +15,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from edgeway.catalog import sealing
 from edgeway.catalog.model import Context, Field, Link, Where
+from edgeway.pki.seal import Sealer
 
 On = Literal["https_edge", "route", "tcp_edge", "tls_edge"]
 UInt32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
@@ -46,6 +48,8 @@ class Module:
     variants: tuple[tuple[On, type[msgspec.Struct]], ...] = ()
     # a check that depends on the attachment point (traffic policy phases)
     check_on: Callable[[dict[str, Any], Context, str, On], dict[str, Any]] | None = None
+    # its secret members (paths in its value, ``*``: every key): stored sealed, shown masked
+    secrets: tuple[sealing.Path, ...] = ()
 
     def request_for(self, on: On) -> type[msgspec.Struct]:
         return dict(self.variants).get(on, self.request)
@@ -74,11 +78,57 @@ def field(name: str, on: On) -> Field:
         return m.refs(value, at) if m.refs else []
 
     def present(value: dict[str, Any], where: Where) -> dict[str, Any]:
-        return m.render(value, where) if m.render else value
+        shown = m.render(value, where) if m.render else value
+        return sealing.mask(shown, m.secrets) if m.secrets else shown
 
     return Field(name, m.request_for(on) | None, m.doc, update=True, null_is_unset=True,
                  out_type=m.response | None, check=check, link=m.link,
                  refs=refs if m.refs else None, present=present)
+
+
+def context(name: str) -> str:
+    """What module ``name``'s secrets are sealed for (a sealed value opens only there)."""
+    return f"module {name} secret"
+
+
+def sealed(doc: dict[str, Any], ctx: Context, old: dict[str, Any] | None,
+           names: tuple[str, ...]) -> dict[str, Any]:
+    """The modules among ``names`` that this write sets, with their secrets sealed (a module
+    the write leaves alone is the stored one: already sealed)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        m, value = REGISTRY[name], doc.get(name)
+        if not m.secrets or not value or (old is not None and value is old.get(name)):
+            continue
+        out[name] = sealing.seal(value, (old or {}).get(name), m.secrets, ctx.sealer,
+                                 context(name), f"{name}.")
+    return out
+
+
+def stored_plain(doc: dict[str, Any], sealer: Sealer,
+                 names: tuple[str, ...]) -> dict[str, Any]:
+    """The modules of a stored ``doc`` that hold secrets in the clear, sealed."""
+    out: dict[str, Any] = {}
+    for name in names:
+        m, value = REGISTRY[name], doc.get(name)
+        if m.secrets and isinstance(value, dict):
+            done = sealing.seal_plain(value, m.secrets, sealer, context(name))
+            if done is not None:
+                out[name] = done
+    return out
+
+
+def opened(doc: dict[str, Any], sealer: Sealer,
+           names: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
+    """A stored ``doc`` with its modules' secrets opened (for the edge), and the members that
+    could not be."""
+    out, failed = dict(doc), []
+    for name in names:
+        m, value = REGISTRY[name], doc.get(name)
+        if m.secrets and isinstance(value, dict):
+            out[name], bad = sealing.opened(value, m.secrets, sealer, context(name))
+            failed += [f"{name}.{b}" for b in bad]
+    return out, failed
 
 
 def load() -> None:

@@ -10,6 +10,7 @@ import msgspec
 from edgeway.catalog.model import Context, Where
 from edgeway.catalog.modules import Module, On, Session, UInt32
 from edgeway.catalog.modules.saml import SAML_MODULE
+from edgeway.catalog.sealing import MASK
 from edgeway.errors import Invalid
 
 
@@ -108,8 +109,12 @@ def _oauth_render(value: dict[str, Any], _where: Where) -> dict[str, Any]:
 
 ROUTE: frozenset[On] = frozenset({"route"})
 MODULES = (
-    Module("oauth", OAuth, OAuth, ROUTE, "log end users in with an OAuth identity provider",
-           _oauth, render=_oauth_render),
-    Module("oidc", OIDC, OIDC, ROUTE, "log end users in with an OpenID Connect provider", _oidc),
+    Module("oauth", OAuth, OAuth, ROUTE, "log end users in with an OAuth identity provider; "
+           f"client_secret is stored sealed and shown as '{MASK}' (writing '{MASK}' back "
+           "keeps the stored one)", _oauth, render=_oauth_render,
+           secrets=(("provider", "*", "client_secret"),)),
+    Module("oidc", OIDC, OIDC, ROUTE, "log end users in with an OpenID Connect provider; "
+           f"client_secret is stored sealed and shown as '{MASK}' (writing '{MASK}' back "
+           "keeps the stored one)", _oidc, secrets=(("client_secret",),)),
     SAML_MODULE,
 )

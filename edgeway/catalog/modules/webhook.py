@@ -8,6 +8,7 @@ import msgspec
 
 from edgeway.catalog.model import Context
 from edgeway.catalog.modules import Module
+from edgeway.catalog.sealing import MASK
 from edgeway.errors import Invalid
 
 # The providers whose signatures the edge verifies (edgeway.edge.modules.webhook_verification
@@ -51,5 +52,7 @@ def _check(value: dict[str, Any], _ctx: Context, at: str) -> dict[str, Any]:
 
 MODULES = (
     Module("webhook_verification", WebhookVerification, WebhookVerification,
-           frozenset({"route"}), "verify webhook signatures of a known provider", _check),
+           frozenset({"route"}), "verify webhook signatures of a known provider; the secret "
+           f"is stored sealed and shown as '{MASK}' (writing '{MASK}' back keeps the stored "
+           "one)", _check, secrets=(("secret",),)),
 )
