@@ -132,12 +132,11 @@ def kind_paths(kind: Kind) -> dict[str, dict[str, Any]]:
     item = _ref(s.response.__name__)
     coll: dict[str, Any] = {}
     one: dict[str, Any] = {}
-    required = any(f.create == "required" for f in kind.fields)
     parents = _parent_params(kind)
     if "create" in kind.ops:
         coll["post"] = operation(f"Create{t}", f"Create a {t}", "201", item,
-                                 body=_ref(s.create.__name__), body_required=required,
-                                 params=parents)
+                                 body=_ref(s.create.__name__), body_required=True,
+                                 params=parents)  # a create takes a JSON object, {} at least
         coll["post"]["responses"]["201"]["links"] = _links(kind)
     if "list" in kind.ops:
         coll["get"] = operation(f"List{t}", f"List {kind.collection}", "200",
