@@ -2,7 +2,8 @@
 until SIGINT/SIGTERM.
 
 ``web_addr`` taken by another process: the API listens on the next free port (up to
-``WEB_TRIES`` ports on), and the console and the log say so. A tunnel publishing the API
+``WEB_TRIES`` ports on), and the console and the log say so. Port 0: a free port the system
+picks; the console and the log (``web_listening``) show it. A tunnel publishing the API
 without any login or address restriction gets a warning in the console and in the log.
 """
 
@@ -38,8 +39,10 @@ class _Server(uvicorn.Server):
 
 
 def listen(web_addr: str) -> tuple[socket.socket, str]:
-    """A socket on ``web_addr``, or on the next free port; and a note when it moved."""
-    host, port = parse_addr(web_addr)
+    """A socket on ``web_addr``, or on the next free port; and a note when it moved. Port 0
+    (checked by the config): the port the system picks."""
+    host, _, tail = web_addr.rpartition(":")
+    host, port = (host.strip("[]"), 0) if tail == "0" else parse_addr(web_addr)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     for candidate in range(port, port + (WEB_TRIES if port else 1)):
         try:
@@ -80,6 +83,7 @@ async def run(config: AgentConfig, names: list[str], resolve: dict[str, str],
         sock, note = listen(config.web_addr)
         host, port = sock.getsockname()[:2]
         web = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        log.info("web_listening", url=f"http://{web}")  # (the port chosen, for port 0)
         api = LocalApi(agent, config.web_allow_hosts, port)
         server = _Server(uvicorn.Config(api, log_config=None, access_log=False,
                                         lifespan="off", server_header=False,
