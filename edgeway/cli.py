@@ -11,11 +11,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 from edgeway import __version__, bootstrap, datadir, logs, runner, serve_cli
 from edgeway.agent import cli as agent_cli
-from edgeway.config import default_data_dir
-from edgeway.options import env
 from edgeway.store.db import DatabaseUnavailable, StoreUnavailable
 from edgeway.store.migrate import open_database
 
@@ -31,22 +30,38 @@ EXAMPLES = """examples:
   edgeway start --all                 every tunnel of the agent's config file"""
 
 
+class Subcommand(argparse.ArgumentParser):
+    """A subcommand's parser (and, through ``add_subparsers``, its own subcommands'): an
+    argument it does not know is its error, shown with its own usage (argparse would hand it
+    up to the top level, whose usage says nothing of the subcommand's options)."""
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="edgeway", description=DESCRIPTION, epilog=EXAMPLES,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"edgeway {__version__}")
-    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = cast("argparse._SubParsersAction[argparse.ArgumentParser]", top.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=Subcommand))
     serve_cli.add_parser(sub)
     ca = sub.add_parser("ca", help="the platform CA that agents trust")
     ca_sub = ca.add_subparsers(dest="action", required=True)
     export = ca_sub.add_parser("export", help="print the CA certificate (PEM)")
-    export.add_argument("--data-dir", type=Path,
-                        default=Path(env("DATA_DIR") or default_data_dir()))
+    serve_cli.store_options(export, database=False)
     agent_cli.add_parsers(sub)
     keys = sub.add_parser("api-keys", help="manage API keys from the command line")
     keys_sub = keys.add_subparsers(dest="action", required=True)
     create = keys_sub.add_parser("create", help="create an API key and print its token")
-    create.add_argument("--description", default="created with edgeway api-keys create")
+    create.add_argument("--description", default="created with edgeway api-keys create",
+                        help="what the key is for, shown in the API's listing (default: "
+                             "%(default)s)")
     create.add_argument("--role", choices=("admin", "operator", "read_only"), default="admin",
                         help="admin: everything; operator: all but API keys, bot users and "
                              "the API's IP restrictions; read_only: reads (default: admin)")

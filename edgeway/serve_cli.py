@@ -19,22 +19,25 @@ from edgeway.config import (
     public_url_for,
     split_list,
 )
-from edgeway.options import domains, env, events, identity, limits, public, ssh
+from edgeway.options import domains, events, identity, limits, option, public, ssh, switch
 
 DEFAULTS = Settings()
 LOG_FORMATS = {"json": "json", "logfmt": "logfmt", "console": "term"}
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-def store_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir", type=Path, default=Path(env("DATA_DIR") or default_data_dir()),
-                   help="where the SQLite database lives (default: %(default)s)")
-    p.add_argument("--database-url", default=env("DATABASE_URL"),
-                   help="postgresql://user@host:port/db to use PostgreSQL instead of SQLite")
+def store_options(p: argparse.ArgumentParser, database: bool = True) -> None:
+    option(p, "--data-dir", default_data_dir(), type=Path,
+           help="where the SQLite database and the CA live (default: %(default)s)")
+    if database:
+        option(p, "--database-url", None,
+               help="postgresql://user@host:port/db to use PostgreSQL instead of SQLite")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    serve = sub.add_parser("serve", help="run the platform")
+    serve = sub.add_parser("serve", help="run the platform", description="Run the platform. "
+                           "Each option also reads the environment variable named in brackets "
+                           "(an empty one counts as unset); the command line wins.")
     store_options(serve)
     _api_options(serve)
     _tunnel_options(serve)
@@ -44,74 +47,66 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     domains.add(serve)
     events.add(serve)
     limits.add(serve)
-    serve.add_argument("--log-format", choices=tuple(LOG_FORMATS),
-                       default=env("LOG_FORMAT", "json"),
-                       help="json: one JSON object per line; logfmt; console: for people "
-                            "(default: %(default)s)")
-    serve.add_argument("--log-level", choices=LOG_LEVELS, default=env("LOG_LEVEL", "info"),
-                       help="the least severe level logged (default: %(default)s)")
+    option(serve, "--log-format", "json", choices=tuple(LOG_FORMATS),
+           help="json: one JSON object per line; logfmt; console: for people "
+                "(default: %(default)s)")
+    option(serve, "--log-level", "info", choices=LOG_LEVELS,
+           help="the least severe level logged (default: %(default)s)")
 
 
 def _api_options(serve: argparse.ArgumentParser) -> None:
-    serve.add_argument("--api-addr", default=env("API_ADDR", "127.0.0.1:8080"),
-                       help="management API listen address (default: %(default)s)")
-    serve.add_argument("--api-cors-origins", default=env("API_CORS_ORIGINS", ""),
-                       metavar="ORIGIN[,ORIGIN]",
-                       help="web origins (scheme://host[:port], or *) whose pages may call the "
-                            "management API from a browser (default: none)")
-    serve.add_argument("--public-url", default=env("PUBLIC_URL"),
-                       help="base of every uri member (default: http://<api-addr>)")
-    serve.add_argument("--base-domain", default=env("BASE_DOMAIN", DEFAULTS.base_domain),
-                       help="the platform's own domain (default: %(default)s)")
-    serve.add_argument("--regions", default=env("REGIONS", ",".join(DEFAULTS.regions)),
-                       help="comma-separated region codes (default: %(default)s)")
-    serve.add_argument("--name-servers", default=env("NAME_SERVERS", ""),
-                       help="comma-separated NS targets for agent ingresses "
-                            "(default: ns1..ns4.<base-domain>)")
+    option(serve, "--api-addr", "127.0.0.1:8080",
+           help="management API listen address (default: %(default)s)")
+    option(serve, "--api-cors-origins", "", metavar="ORIGIN[,ORIGIN]",
+           help="web origins (scheme://host[:port], or *) whose pages may call the "
+                "management API from a browser (default: none)")
+    option(serve, "--public-url", None,
+           help="base of every uri member (default: http://<api-addr>)")
+    option(serve, "--base-domain", DEFAULTS.base_domain,
+           help="the platform's own domain (default: %(default)s)")
+    option(serve, "--regions", ",".join(DEFAULTS.regions),
+           help="comma-separated region codes (default: %(default)s)")
+    option(serve, "--name-servers", "",
+           help="comma-separated NS targets for agent ingresses "
+                "(default: ns1..ns4.<base-domain>)")
 
 
 def _tunnel_options(serve: argparse.ArgumentParser) -> None:
-    serve.add_argument("--tunnel-addr", default=env("TUNNEL_ADDR", "127.0.0.1:4443"),
-                       help="TLS listener agents dial (default: %(default)s)")
-    serve.add_argument("--tunnel-hostnames", default=env("TUNNEL_HOSTNAMES", ""),
-                       help="extra names and addresses agents dial, for the tunnel "
-                            "certificate (always: localhost, 127.0.0.1, ::1, tunnel.<base>)")
-    serve.add_argument("--tunnel-cert", type=Path, default=env("TUNNEL_CERT"),
-                       help="PEM certificate chain for the tunnel listener, instead of one "
-                            "from the platform CA (with --tunnel-key)")
-    serve.add_argument("--tunnel-key", type=Path, default=env("TUNNEL_KEY"),
-                       help="PEM private key of --tunnel-cert")
-    serve.add_argument("--agent-client-cas", default=env("AGENT_CLIENT_CAS", ""),
-                       metavar="CA_ID[,CA_ID]",
-                       help="require agents to present a client certificate issued by one of "
-                            "these certificate authorities (ids of /certificate_authorities)")
-    serve.add_argument("--tcp-host", default=env("TCP_HOST", "127.0.0.1"),
-                       help="address TCP tunnels listen on and are published as "
-                            "(default: %(default)s)")
-    serve.add_argument("--tcp-ports", default=env("TCP_PORTS", "20000-20999"),
-                       help="port range for TCP tunnels (default: %(default)s)")
-    serve.add_argument("--tcp-grace", type=float, default=env("TCP_GRACE") or "120",
-                       metavar="SECONDS",  # (argparse converts the default as it does -x)
-                       help="how long a TCP tunnel whose agent dropped keeps its port for the "
-                            "agent's reconnect (default: %(default)s)")
-    serve.add_argument("--drain-timeout", type=float, default=env("DRAIN_TIMEOUT") or "10",
-                       metavar="SECONDS",
-                       help="on SIGTERM/SIGINT, how long the agents' sessions, all ended at "
-                            "once, get to close before they are cut (default: %(default)s)")
+    option(serve, "--tunnel-addr", "127.0.0.1:4443",
+           help="TLS listener agents dial (default: %(default)s)")
+    option(serve, "--tunnel-hostnames", "",
+           help="extra names and addresses agents dial, for the tunnel certificate (always: "
+                "localhost, 127.0.0.1, ::1, tunnel.<base>)")
+    option(serve, "--tunnel-cert", None, type=Path,
+           help="PEM certificate chain for the tunnel listener, instead of one from the "
+                "platform CA (with --tunnel-key)")
+    option(serve, "--tunnel-key", None, type=Path, help="PEM private key of --tunnel-cert")
+    option(serve, "--agent-client-cas", "", metavar="CA_ID[,CA_ID]",
+           help="require agents to present a client certificate issued by one of these "
+                "certificate authorities (ids of /certificate_authorities)")
+    option(serve, "--tcp-host", "127.0.0.1",
+           help="address TCP tunnels listen on and are published as (default: %(default)s)")
+    option(serve, "--tcp-ports", "20000-20999",
+           help="port range for TCP tunnels (default: %(default)s)")
+    option(serve, "--tcp-grace", "120", type=float, metavar="SECONDS",
+           help="how long a TCP tunnel whose agent dropped keeps its port for the agent's "
+                "reconnect (default: %(default)s)")
+    option(serve, "--drain-timeout", "10", type=float, metavar="SECONDS",
+           help="on SIGTERM/SIGINT, how long the agents' sessions, all ended at once, get to "
+                "close before they are cut (default: %(default)s)")
 
 
 def _public_options(serve: argparse.ArgumentParser) -> None:
-    serve.add_argument("--sns-cert-hosts", default=env("SNS_CERT_HOSTS", ""), metavar="REGEX",
-                       help="host names (a regular expression) SNS signing certificates may be "
-                            "fetched from (default: sns.<region>.amazonaws.com[.cn])")
-    serve.add_argument("--http-addr", default=env("HTTP_ADDR", "127.0.0.1:8880"),
-                       help="public HTTP listener, or 'off' (default: %(default)s)")
-    serve.add_argument("--https-addr", default=env("HTTPS_ADDR", "127.0.0.1:8443"),
-                       help="public HTTPS and TLS listener, or 'off' (default: %(default)s)")
-    serve.add_argument("--reuse-port", action="store_true",
-                       default=env("REUSE_PORT", "") not in ("", "0", "false"),
-                       help="listen with SO_REUSEPORT, so a new server can start on the same "
-                            "ports before the old one stops (rolling restarts)")
+    option(serve, "--sns-cert-hosts", "", metavar="REGEX",
+           help="host names (a regular expression) SNS signing certificates may be fetched "
+                "from (default: sns.<region>.amazonaws.com[.cn])")
+    option(serve, "--http-addr", "127.0.0.1:8880",
+           help="public HTTP listener, or 'off' (default: %(default)s)")
+    option(serve, "--https-addr", "127.0.0.1:8443",
+           help="public HTTPS and TLS listener, or 'off' (default: %(default)s)")
+    option(serve, "--reuse-port", False, read=switch, action="store_true",
+           help="listen with SO_REUSEPORT, so a new server can start on the same ports "
+                "before the old one stops (rolling restarts)")
 
 
 def _regex(option: str, text: str) -> str:
@@ -177,7 +172,7 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                                                ("public HTTPS listener", https_addr),
                                                ("SSH gateway", ssh_addr)) if addr]
     ident = identity.parse(args, settings.base_domain)
-    ips = domains.ips(args.public_ip or [env("PUBLIC_IP") or ""])
+    ips = domains.ips(args.public_ip or [])
     dom = domains.parse(args, ips)
     settings = dataclasses.replace(settings, own_ports=tuple(own), public_ips=ips,
                                    ssh_host_ca=ssh_host_ca,

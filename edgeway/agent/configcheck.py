@@ -236,9 +236,13 @@ def root_cas(value: object, origin: str) -> str:
 
 
 def web_addr(value: object) -> str | None:
+    """host:port of the local API, port 0 for one the system picks; None when ``false``."""
     if value is False:
         return None
-    return join_host_port(*host_port(string(value)))
+    text = string(value).strip()
+    if text.endswith(":0"):  # (host_port checks the host; 0 is no port it takes)
+        return join_host_port(host_port(text[:-1] + "1")[0], 0)
+    return join_host_port(*host_port(text))
 
 
 def inspect_db_size(value: object) -> int:

@@ -45,6 +45,10 @@ version: 2
 """
 
 
+VALUES = {"TOKEN": "a credential's token (POST /credentials on the server gives one)",
+          "HOST:PORT": "the server's tunnel listener (its --tunnel-addr, as agents reach it)"}
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
     config = sub.add_parser(name, help="the agent's config file: add-authtoken, "
                                        "add-server-addr, check, edit")
@@ -56,7 +60,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
             ("edit", "open the config file in $VISUAL or $EDITOR, then check it", None)):
         p = config_sub.add_parser(action, help=what, description=what)
         if arg:
-            p.add_argument("value", metavar=arg)
+            p.add_argument("value", metavar=arg, help=VALUES.get(arg, what))
         p.add_argument("--config", action="append", default=[], metavar="FILE[,FILE]",
                        help=f"the config file(s) (default: {default_config()})")
 

@@ -31,7 +31,8 @@ def session_flags(p: argparse.ArgumentParser) -> None:
                    help="CA certificates the server's certificate must chain to")
     p.add_argument("--region", help="dial tunnel.REGION.<server_addr host>")
     p.add_argument("--web-addr", metavar="HOST:PORT|false",
-                   help="the local API and web inspector (default 127.0.0.1:4040)")
+                   help="the local API and web inspector (default 127.0.0.1:4040; port 0: "
+                        "a free one, shown on the console and in the log)")
     p.add_argument("--log", metavar="stdout|stderr|false|FILE",
                    help="where log lines go (stdout turns the console off)")
     p.add_argument("--log-format", choices=LOG_FORMATS, help="json, logfmt or term")
@@ -61,28 +62,48 @@ def _http(p: argparse.ArgumentParser) -> None:
     add("--basic-auth", action="append", default=[], metavar="USER:PASSWORD",
         help="require HTTP basic auth (repeatable; passwords of 8 characters or more)")
     add("--oauth", metavar="PROVIDER", help="log visitors in with this OAuth provider")
-    add("--oauth-client-id")
-    add("--oauth-client-secret")
-    add("--oauth-scope", action="append", default=[])
-    add("--oauth-allow-email", action="append", default=[])
-    add("--oauth-allow-domain", action="append", default=[])
+    add("--oauth-client-id", metavar="ID",
+        help="your own OAuth application's client id (with --oauth-client-secret; default: "
+             "the platform's application)")
+    add("--oauth-client-secret", metavar="SECRET",
+        help="your own OAuth application's client secret (with --oauth-client-id)")
+    add("--oauth-scope", action="append", default=[], metavar="SCOPE",
+        help="an OAuth scope to ask for (repeatable)")
+    add("--oauth-allow-email", action="append", default=[], metavar="EMAIL",
+        help="let in only this e-mail address (repeatable; with --oauth-allow-domain: "
+             "either)")
+    add("--oauth-allow-domain", action="append", default=[], metavar="DOMAIN",
+        help="let in only e-mail addresses of this domain (repeatable)")
     add("--oidc", metavar="ISSUER_URL", help="log visitors in with this OpenID provider")
-    add("--oidc-client-id")
-    add("--oidc-client-secret")
-    add("--oidc-scope", action="append", default=[])
-    add("--oidc-allow-email", action="append", default=[])
-    add("--oidc-allow-domain", action="append", default=[])
+    add("--oidc-client-id", metavar="ID",
+        help="the client id registered with the OpenID provider (required with --oidc)")
+    add("--oidc-client-secret", metavar="SECRET",
+        help="the client secret registered with the OpenID provider (required with --oidc)")
+    add("--oidc-scope", action="append", default=[], metavar="SCOPE",
+        help="an OpenID scope to ask for besides openid (repeatable)")
+    add("--oidc-allow-email", action="append", default=[], metavar="EMAIL",
+        help="let in only this e-mail address (repeatable; with --oidc-allow-domain: "
+             "either)")
+    add("--oidc-allow-domain", action="append", default=[], metavar="DOMAIN",
+        help="let in only e-mail addresses of this domain (repeatable)")
     add("--verify-webhook", metavar="PROVIDER", help="verify the sender's webhook signatures")
-    add("--verify-webhook-secret")
+    add("--verify-webhook-secret", metavar="SECRET",
+        help="the secret the provider signs its webhooks with (with --verify-webhook)")
     add("--circuit-breaker", type=float, metavar="RATIO",
         help="reject requests while this share of answers are 5xx")
     add("--compression", action="store_true", help="gzip answers at the edge")
-    add("--request-header-add", action="append", default=[], metavar="'NAME: VALUE'")
-    add("--request-header-remove", action="append", default=[], metavar="NAME")
-    add("--response-header-add", action="append", default=[], metavar="'NAME: VALUE'")
-    add("--response-header-remove", action="append", default=[], metavar="NAME")
-    add("--ua-filter-allow", action="append", default=[], metavar="REGEX")
-    add("--ua-filter-deny", action="append", default=[], metavar="REGEX")
+    add("--request-header-add", action="append", default=[], metavar="'NAME: VALUE'",
+        help="add this header to requests to the local service (repeatable)")
+    add("--request-header-remove", action="append", default=[], metavar="NAME",
+        help="remove this header from requests to the local service (repeatable)")
+    add("--response-header-add", action="append", default=[], metavar="'NAME: VALUE'",
+        help="add this header to the answers visitors get (repeatable)")
+    add("--response-header-remove", action="append", default=[], metavar="NAME",
+        help="remove this header from the answers visitors get (repeatable)")
+    add("--ua-filter-allow", action="append", default=[], metavar="REGEX",
+        help="let in only visitors whose User-Agent matches (repeatable)")
+    add("--ua-filter-deny", action="append", default=[], metavar="REGEX",
+        help="refuse visitors whose User-Agent matches (repeatable)")
     add("--host-header", metavar="rewrite|HOST",
         help="the Host the local service gets: rewrite (its own address) or a value")
     add("--scheme", action="append", default=[], choices=("http", "https"),

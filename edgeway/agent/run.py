@@ -2,9 +2,15 @@
 until SIGINT/SIGTERM.
 
 ``web_addr`` taken by another process: the API listens on the next free port (up to
+<<<<<<< HEAD
 ``WEB_TRIES`` ports on), and the console and the log say so. A tunnel publishing the API
 without any login or address restriction is refused (``apitunnel``) unless it says
 ``allow_unauthenticated: true``; then it gets a warning in the console and in the log.
+=======
+``WEB_TRIES`` ports on), and the console and the log say so. Port 0: a free port the system
+picks; the console and the log (``web_listening``) show it. A tunnel publishing the API
+without any login or address restriction gets a warning in the console and in the log.
+>>>>>>> i35-ui
 """
 
 from __future__ import annotations
@@ -40,8 +46,10 @@ class _Server(uvicorn.Server):
 
 
 def listen(web_addr: str) -> tuple[socket.socket, str]:
-    """A socket on ``web_addr``, or on the next free port; and a note when it moved."""
-    host, port = parse_addr(web_addr)
+    """A socket on ``web_addr``, or on the next free port; and a note when it moved. Port 0
+    (checked by the config): the port the system picks."""
+    host, _, tail = web_addr.rpartition(":")
+    host, port = (host.strip("[]"), 0) if tail == "0" else parse_addr(web_addr)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     for candidate in range(port, port + (WEB_TRIES if port else 1)):
         try:
@@ -93,6 +101,7 @@ async def run(config: AgentConfig, names: list[str], resolve: dict[str, str],
         host, port = sock.getsockname()[:2]
         _refuse_api_tunnels(config, names, sock)
         web = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        log.info("web_listening", url=f"http://{web}")  # (the port chosen, for port 0)
         api = LocalApi(agent, config.web_allow_hosts, host, port)
         server = _Server(uvicorn.Config(api, log_config=None, access_log=False,
                                         lifespan="off", server_header=False,

@@ -14,7 +14,7 @@ from edgeway.config import (
     parse_addr,
     split_list,
 )
-from edgeway.options import env, public
+from edgeway.options import AppendOver, option, public
 
 
 def add(serve: argparse.ArgumentParser) -> None:
@@ -23,32 +23,29 @@ def add(serve: argparse.ArgumentParser) -> None:
 
 
 def _dns_options(serve: argparse.ArgumentParser) -> None:
-    serve.add_argument("--dns-addr", default=env("DNS_ADDR", "off"),
-                       help="built-in authoritative DNS server (UDP and TCP) for the base "
-                            "domain and agent ingress domains, or 'off' (default: %(default)s)")
-    serve.add_argument("--public-ip", action="append", metavar="IP[,IP]",
-                       help="the platform's public IPv4/IPv6 addresses, which its names "
-                            "resolve to (repeatable; needed by --dns-addr)")
-    serve.add_argument("--dns-check-resolver", default=env("DNS_CHECK_RESOLVER", ""),
-                       metavar="HOST[:PORT][,...]",
-                       help="recursive resolver(s) for DNS checks, before certificates are "
-                            "requested and on /dns_check (default: the system's)")
+    option(serve, "--dns-addr", "off",
+           help="built-in authoritative DNS server (UDP and TCP) for the base domain and "
+                "agent ingress domains, or 'off' (default: %(default)s)")
+    option(serve, "--public-ip", None, read=lambda text: [text], action=AppendOver,
+           metavar="IP[,IP]",
+           help="the platform's public IPv4/IPv6 addresses, which its names resolve to "
+                "(repeatable; needed by --dns-addr)")
+    option(serve, "--dns-check-resolver", "", metavar="HOST[:PORT][,...]",
+           help="recursive resolver(s) for DNS checks, before certificates are requested "
+                "and on /dns_check (default: the system's)")
 
 
 def _acme_options(serve: argparse.ArgumentParser) -> None:
-    serve.add_argument("--acme-directory", default=env("ACME_DIRECTORY", LETS_ENCRYPT),
-                       metavar="URL",
-                       help="ACME directory of managed certificates, or 'off' (default: Let's "
-                            f"Encrypt, %(default)s; staging: {LETS_ENCRYPT_STAGING})")
-    serve.add_argument("--acme-email", default=env("ACME_EMAIL", ""),
-                       help="contact e-mail of the ACME account (default: none)")
-    serve.add_argument("--acme-ca-bundle", type=Path, default=env("ACME_CA_BUNDLE"),
-                       metavar="FILE", help="PEM CA bundle trusted for the ACME directory's "
-                                            "HTTPS (a test CA); default: the system's")
-    serve.add_argument("--acme-renew-before", default=env("ACME_RENEW_BEFORE", "30d"),
-                       metavar="DURATION",
-                       help="renew managed certificates this long before they expire: "
-                            "NUMBER[s|m|h|d] (default: %(default)s)")
+    option(serve, "--acme-directory", LETS_ENCRYPT, metavar="URL",
+           help="ACME directory of managed certificates, or 'off' (default: Let's Encrypt, "
+                f"%(default)s; staging: {LETS_ENCRYPT_STAGING})")
+    option(serve, "--acme-email", "", help="contact e-mail of the ACME account (default: none)")
+    option(serve, "--acme-ca-bundle", None, type=Path, metavar="FILE",
+           help="PEM CA bundle trusted for the ACME directory's HTTPS (a test CA); default: "
+                "the system's")
+    option(serve, "--acme-renew-before", "30d", metavar="DURATION",
+           help="renew managed certificates this long before they expire: NUMBER[s|m|h|d] "
+                "(default: %(default)s)")
 
 
 def _duration(option: str, text: str) -> float:

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from edgeway.config import EventsConfig
-from edgeway.options import env
+from edgeway.options import option
 
 
 def add(serve: argparse.ArgumentParser) -> None:
@@ -22,24 +22,19 @@ def add(serve: argparse.ArgumentParser) -> None:
                                         "logs_ingestion_uri (default: none)"),
             ("aws-endpoint-url", "", "one endpoint for every AWS service (default: AWS's, "
                                      "or the AWS_ENDPOINT_URL variables)")):
-        serve.add_argument(f"--events-{name}", default=env(f"EVENTS_{_upper(name)}", default),
-                           metavar="URL", help=what)
-    serve.add_argument("--events-ca-file", type=Path, default=env("EVENTS_CA_FILE"),
-                       help="PEM CA certificates trusted for HTTPS event targets besides "
-                            "the system's")
+        option(serve, f"--events-{name}", default, metavar="URL", help=what)
+    option(serve, "--events-ca-file", None, type=Path,
+           help="PEM CA certificates trusted for HTTPS event targets besides the system's")
     # (string defaults: argparse converts them as it does the command line's, so a bad
     # EDGEWAY_EVENTS_* value is reported by `serve` alone, naming its option)
-    serve.add_argument("--events-retry", type=float,
-                       default=env("EVENTS_RETRY") or f"{d.retry:g}", metavar="SECONDS",
-                       help="back-off before the first retry of a failed delivery, doubled "
-                            "each time up to 300 (default: %(default)s)")
-    serve.add_argument("--events-attempts", type=int,
-                       default=env("EVENTS_ATTEMPTS") or str(d.attempts),
-                       help="attempts before events become dead letters (default: "
-                            "%(default)s)")
-    serve.add_argument("--events-queue", type=int, default=env("EVENTS_QUEUE") or str(d.queue),
-                       help="traffic events waiting per node and per destination; more are "
-                            "dropped and counted (default: %(default)s)")
+    option(serve, "--events-retry", f"{d.retry:g}", type=float, metavar="SECONDS",
+           help="back-off before the first retry of a failed delivery, doubled each time up "
+                "to 300 (default: %(default)s)")
+    option(serve, "--events-attempts", str(d.attempts), type=int,
+           help="attempts before events become dead letters (default: %(default)s)")
+    option(serve, "--events-queue", str(d.queue), type=int,
+           help="traffic events waiting per node and per destination; more are dropped and "
+                "counted (default: %(default)s)")
 
 
 def _upper(name: str) -> str:

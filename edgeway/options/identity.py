@@ -11,21 +11,22 @@ from edgeway.catalog import checks
 from edgeway.config import IdentityOptions, split_list
 from edgeway.edge.oauth_providers import BY_SDK_NAME, PROVIDERS, check_endpoint
 from edgeway.errors import Invalid
-from edgeway.options import env
+from edgeway.options import AppendOver, option
 
 
 def add(serve: argparse.ArgumentParser) -> None:
-    serve.add_argument("--oauth-endpoint", action="append", metavar="PROVIDER.NAME=URL",
-                       default=list(split_list(env("OAUTH_ENDPOINTS") or "")),
-                       help="replace an OAuth provider's endpoint, e.g. "
-                            "code_host_a.token=https://github.example.com/login/oauth/"
-                            "access_token (repeatable; names in the README)")
-    serve.add_argument("--oauth-apps", type=Path, default=env("OAUTH_APPS"), metavar="FILE",
-                       help="JSON file of the platform's managed OAuth applications: "
-                            '{"<provider>": {"client_id": ..., "client_secret": ...}}')
-    serve.add_argument("--login-host", default=env("LOGIN_HOST", ""),
-                       help="host of the managed OAuth applications' callback "
-                            "(default: login.<base-domain>)")
+    option(serve, "--oauth-endpoint", [], var="OAUTH_ENDPOINTS",
+           read=lambda text: list(split_list(text)), action=AppendOver,
+           metavar="PROVIDER.NAME=URL",
+           help="replace an OAuth provider's endpoint, e.g. code_host_a.token=https://"
+                "github.example.com/login/oauth/access_token (repeatable; names in the "
+                "README; the variable: comma-separated)")
+    option(serve, "--oauth-apps", None, type=Path, metavar="FILE",
+           help="JSON file of the platform's managed OAuth applications: "
+                '{"<provider>": {"client_id": ..., "client_secret": ...}}')
+    option(serve, "--login-host", "",
+           help="host of the managed OAuth applications' callback (default: "
+                "login.<base-domain>)")
 
 
 def _oauth_apps(path: Path | None) -> tuple[tuple[str, str, str], ...]:

@@ -6,26 +6,21 @@ from __future__ import annotations
 import argparse
 
 from edgeway.caps import API_HEAD_TIMEOUT, PER_ADDRESS, CapsConfig, descriptor_limit
-from edgeway.options import env
+from edgeway.options import option
 
 
 def add(serve: argparse.ArgumentParser) -> None:
-    serve.add_argument("--api-head-timeout", type=float,  # (argparse converts the default)
-                       default=env("API_HEAD_TIMEOUT") or f"{API_HEAD_TIMEOUT:g}",
-                       metavar="SECONDS",
-                       help="the management API closes a connection whose request head is "
-                            "not complete this long after it started (default: %(default)s)")
-    serve.add_argument("--max-connections-per-address", type=int,
-                       default=env("MAX_CONNECTIONS_PER_ADDRESS") or str(PER_ADDRESS),
-                       metavar="N",
-                       help="connections one client address (IPv4, or IPv6 /64) may hold at "
-                            "once on each listener; more are refused; 0: no cap "
-                            "(default: %(default)s)")
-    serve.add_argument("--fd-reserve", type=int, default=env("FD_RESERVE"), metavar="N",
-                       help="descriptors kept from clients: public listeners stop accepting "
-                            "at the descriptor limit minus twice this, the tunnel listener "
-                            "and the management API at the limit minus this (default: a "
-                            "tenth of the limit, at least 128, at most a quarter)")
+    option(serve, "--api-head-timeout", f"{API_HEAD_TIMEOUT:g}", type=float, metavar="SECONDS",
+           help="the management API closes a connection whose request head is not complete "
+                "this long after it started (default: %(default)s)")
+    option(serve, "--max-connections-per-address", str(PER_ADDRESS), type=int, metavar="N",
+           help="connections one client address (IPv4, or IPv6 /64) may hold at once on each "
+                "listener; more are refused; 0: no cap (default: %(default)s)")
+    option(serve, "--fd-reserve", None, type=int, metavar="N",
+           help="descriptors kept from clients: public listeners stop accepting at the "
+                "descriptor limit minus twice this, the tunnel listener and the management "
+                "API at the limit minus this (default: a tenth of the limit, at least 128, at "
+                "most a quarter)")
 
 
 def parse(args: argparse.Namespace, limit: int | None = None) -> tuple[CapsConfig, float]:

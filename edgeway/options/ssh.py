@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import argparse
 
-from edgeway.options import env, public
+from edgeway.options import option, public
 
 
 def add(serve: argparse.ArgumentParser) -> None:
-    serve.add_argument("--ssh-addr", default=env("SSH_ADDR", "127.0.0.1:2222"),
-                       help="the SSH gateway (ssh -R with an SSH credential's key), or 'off' "
-                            "(default: %(default)s)")
-    serve.add_argument("--ssh-host-ca", default=env("SSH_HOST_CA", ""), metavar="SSHCA_ID",
-                       help="an SSH certificate authority (/ssh_certificate_authorities) that "
-                            "signs the gateway's host key, for clients trusting "
-                            "@cert-authority (default: none, the bare key)")
-    serve.add_argument("--ssh-keepalive", type=float,  # (argparse converts the default too)
-                       default=env("SSH_KEEPALIVE") or "15", metavar="SECONDS",
-                       help="seconds between keep-alives to SSH clients; three unanswered "
-                            "end the session (default: %(default)s)")
+    option(serve, "--ssh-addr", "127.0.0.1:2222",
+           help="the SSH gateway (ssh -R with an SSH credential's key), or 'off' "
+                "(default: %(default)s)")
+    option(serve, "--ssh-host-ca", "", metavar="SSHCA_ID",
+           help="an SSH certificate authority (/ssh_certificate_authorities) that signs the "
+                "gateway's host key, for clients trusting @cert-authority (default: none, "
+                "the bare key)")
+    option(serve, "--ssh-keepalive", "15", type=float,  # (argparse converts the default too)
+           metavar="SECONDS",
+           help="seconds between keep-alives to SSH clients; three unanswered end the "
+                "session (default: %(default)s)")
 
 
 def parse(args: argparse.Namespace) -> tuple[tuple[str, int] | None, str, float]:

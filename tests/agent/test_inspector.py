@@ -123,3 +123,66 @@ def test_a_page_of_another_site_cannot_start_tunnels(srv: Server, tmp_path: Path
         assert agent.api("GET", "/api/tunnels").json()["tunnels"] == []
     finally:
         agent.stop()
+
+
+def test_the_replay_editor_shows_only_when_asked(srv: Server, tmp_path: Path) -> None:
+    """What a person sees: no editor until "Replay with changes", none after Cancel (and its
+    edits gone), and Send on the form as it opened replays the request byte for byte."""
+    import base64
+
+    from tests.agent.test_agent import run_agent, write_config
+
+    with srv.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+    web = free_port()
+    with counting_upstream() as (port, seen):
+        cfg = write_config(tmp_path / "a.yml", srv, token, web,
+                           f"tunnels:\n  web:\n    proto: http\n    addr: {port}\n")
+        agent = run_agent("web", "--config", str(cfg), web_port=web)
+        try:
+            url = agent.api("GET", "/api/tunnels/web").json()["public_url"]
+            with EdgeClient(srv) as client:  # (a CR LF a form's textarea would make LF)
+                r = client.request("POST", url + "/count/form", content=b"one\r\ntwo")
+                assert r.status_code == 200
+            with playwright.sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+                page = browser.new_page()
+                page.goto(f"http://127.0.0.1:{web}/inspect/http")
+                editor = page.locator("#editor")
+                page.locator("#requests tr", has_text="/count/form").click()
+                playwright.expect(page.locator("#req-body")).to_contain_text("two")
+                assert page.locator("#detail").is_visible()
+                assert not editor.is_visible() and editor.bounding_box() is None
+                page.click("#edit")
+                playwright.expect(editor).to_be_visible()
+                box = editor.bounding_box()
+                assert box is not None and box["height"] > 50 and box["width"] > 100
+                assert page.locator("#e-uri").input_value() == "/count/form"
+                page.fill("#e-uri", "/count/cancelled")
+                page.click("#cancel")
+                playwright.expect(editor).to_be_hidden()
+                assert editor.bounding_box() is None
+                page.click("#edit")  # the edit is gone: the form is the capture again
+                playwright.expect(editor).to_be_visible()
+                assert page.locator("#e-uri").input_value() == "/count/form"
+                page.click("#send")
+                playwright.expect(page.locator("#notice")).to_contain_text("Replayed")
+                playwright.expect(page.locator("#notice")).not_to_have_class("error")
+                playwright.expect(editor).to_be_hidden()
+                browser.close()
+            deadline = time.monotonic() + 10
+            while seen.get("/count/form") != 2:
+                assert time.monotonic() < deadline, seen
+                time.sleep(0.05)
+            assert "/count/cancelled" not in seen
+            while True:  # the upstream got the captured bytes: its answer echoes them
+                replayed = [ex for ex in agent.api("GET", "/api/requests/http").json()[
+                    "requests"] if ex["response"] and b"#2" in base64.b64decode(
+                        ex["response"]["raw"])]
+                if replayed or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert replayed and base64.b64decode(replayed[0]["response"]["raw"]).endswith(
+                b"POST /count/form #2 one\r\ntwo")
+        finally:
+            agent.stop()

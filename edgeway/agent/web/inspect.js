@@ -149,6 +149,7 @@ function headerRows(table, headers) {
 }
 
 async function select(id) {
+  if (id !== selected) closeEditor(); // the editor belongs to the request it was opened on
   selected = id;
   rows.forEach((tr, key) => tr.classList.toggle("selected", key === id));
   const r = await fetch(`/api/requests/http/${id}`);
@@ -183,6 +184,13 @@ async function replay(changes) {
   return false;
 }
 
+let opened = null; // the editor's fields as filled from the capture
+
+function fields() {
+  return { method: $("e-method").value, uri: $("e-uri").value, headers: $("e-headers").value,
+           body: $("e-body").value };
+}
+
 async function openEditor() {
   const req = current.request;
   $("e-method").value = req.method;
@@ -190,20 +198,39 @@ async function openEditor() {
   $("e-headers").value = Object.entries(req.headers).flatMap(([n, vs]) =>
     ["content-length", "transfer-encoding"].includes(n.toLowerCase()) ? [] : vs.map((v) => `${n}: ${v}`)).join("\n");
   $("e-body").value = new TextDecoder().decode(await bodyOf(req));
+  opened = fields();
   $("editor").hidden = false;
+  $("e-uri").focus();
 }
 
-function edits() {
+function closeEditor() { // edits are discarded: the next open starts from the capture again
+  $("editor").hidden = true;
+  $("editor").reset();
+  opened = null;
+}
+
+function parseHeaders(text) {
   const headers = {};
-  for (const line of $("e-headers").value.split("\n")) {
+  for (const line of text.split("\n")) {
     if (!line.trim()) continue;
     const at = line.indexOf(":");
     if (at < 1) throw new Error(`"${line}" is not "Name: value"`);
     const name = line.slice(0, at).trim();
     (headers[name] = headers[name] || []).push(line.slice(at + 1).trim());
   }
-  return { method: $("e-method").value.trim(), uri: $("e-uri").value.trim(), headers,
-           body: $("e-body").value };
+  return headers;
+}
+
+// Only what was changed is sent: an untouched form replays the request as captured (its
+// bytes, so a binary or chunked body goes as it came), a new path keeps the captured body.
+function edits() {
+  const now = fields();
+  const changes = {};
+  if (now.method.trim() !== opened.method) changes.method = now.method.trim();
+  if (now.uri.trim() !== opened.uri) changes.uri = now.uri.trim();
+  if (now.headers !== opened.headers) changes.headers = parseHeaders(now.headers);
+  if (now.body !== opened.body) changes.body = now.body;
+  return changes;
 }
 
 function follow() {
@@ -220,16 +247,17 @@ function follow() {
 document.addEventListener("DOMContentLoaded", () => {
   $("replay").addEventListener("click", () => replay({}));
   $("edit").addEventListener("click", openEditor);
-  $("cancel").addEventListener("click", () => { $("editor").hidden = true; });
+  $("cancel").addEventListener("click", closeEditor);
   $("editor").addEventListener("submit", async (e) => {
     e.preventDefault();
     let changes;
     try { changes = edits(); } catch (err) { notice(err.message, true); return; }
-    if (await replay(changes)) $("editor").hidden = true;
+    if (await replay(changes)) closeEditor();
   });
   $("clear").addEventListener("click", async () => {
     await fetch("/api/requests/http", { method: "DELETE" });
     selected = null;
+    closeEditor();
     $("detail").hidden = true;
     load();
   });
