@@ -231,8 +231,8 @@ def validate(doc: dict[str, Any], origins: dict[str, str], files: tuple[str, ...
         files=files,
         options=_settings(ctx, doc, server_addr),
     )
-    if config.web_addr:
-        host, port = check.host_port(config.web_addr)
+    if config.web_addr:  # (with port 0, checked at start against the port chosen)
+        host, port = check.web_host_port(config.web_addr)
         for name, one in config.tunnels.items():
             if why := apitunnel.refusal(one, host, port):
                 raise ctx.error(("tunnels", name), why)

@@ -239,10 +239,15 @@ def web_addr(value: object) -> str | None:
     """host:port of the local API, port 0 for one the system picks; None when ``false``."""
     if value is False:
         return None
-    text = string(value).strip()
+    return join_host_port(*web_host_port(string(value)))
+
+
+def web_host_port(text: str) -> tuple[str, int]:
+    """A ``web_addr``'s host and port, port 0 (one the system picks) included."""
+    text = text.strip()
     if text.endswith(":0"):  # (host_port checks the host; 0 is no port it takes)
-        return join_host_port(host_port(text[:-1] + "1")[0], 0)
-    return join_host_port(*host_port(text))
+        return host_port(text[:-1] + "1")[0], 0
+    return host_port(text)
 
 
 def inspect_db_size(value: object) -> int:
