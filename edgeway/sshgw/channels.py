@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -96,6 +97,14 @@ class SshCarrier:
         # is in the registry, so its first public connection finds it)
         self.routes: dict[int, tuple[BindRequest, Forward]] = {}
         self._opened = opened  # told of each raw (TCP, TLS) connection: for the terminal
+        self._pipes: weakref.WeakSet[ChannelPipe] = weakref.WeakSet()  # open channels
+
+    def stop(self) -> None:
+        """No more channels, and those open end (the user ended the session: ssh exits once
+        every channel it has is closed, kept-alive ones of the edge's pool included)."""
+        self.closed.set()
+        for pipe in list(self._pipes):
+            pipe.abort()
 
     async def open_pipe(self, tunnel: Tunnel, client: str, proto: str, edge: str,
                         passthrough: bool) -> Pipe:
@@ -119,4 +128,6 @@ class SshCarrier:
             raise UpstreamGone(f"the SSH client is gone ({exc})") from None
         if proto != "http" and proto != "https":
             self._opened(tunnel, client)
-        return ChannelPipe(reader, writer)
+        pipe = ChannelPipe(reader, writer)
+        self._pipes.add(pipe)
+        return pipe

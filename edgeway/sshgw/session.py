@@ -45,6 +45,7 @@ from edgeway.tunnel.admission import AuthFailed
 from edgeway.tunnel.registry import Tunnel
 
 log = structlog.get_logger()
+QUIT_GRACE = 2.0  # seconds a client has to close its connection after its session ended
 SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
 NO_SESSION_WAIT = 1.0  # seconds after the last forward: no session is coming (-N)
 NO_DATABASE = "the server cannot reach its database; retry"
@@ -260,10 +261,17 @@ class GatewayConnection(asyncssh.SSHServer):
                           f"{message}", error=True)
 
     def quit(self, reason: str) -> None:
-        """The user ended the session channel: the connection ends with it."""
-        if self.ssh is not None:
-            log.info("ssh_session_quit", session=self.id, reason=reason)
-            self.ssh.close()
+        """The user ended the session (Ctrl-C, Ctrl-D) or its channel: the connection ends
+        with it. The session channel ends first, with status 0, so that ssh exits as after
+        any command the user stopped (not "Received disconnect"); a client that does not
+        then close is closed after QUIT_GRACE."""
+        if self.ssh is None:
+            return
+        log.info("ssh_session_quit", session=self.id, reason=reason)
+        if self.forwards is not None:
+            self.forwards.carrier.stop()
+        self.terminal.exit(0)
+        asyncio.get_running_loop().call_later(QUIT_GRACE, self.ssh.close)
 
     def end(self, reason: str) -> None:
         """End the connection from the server's side, telling the user why."""

@@ -21,15 +21,17 @@ _ESCAPES = re.compile(rb"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][A-Z0-9]|
 
 
 class Pty:
-    """``python -m edgeway ARGV`` on a pseudo-terminal, with ``home`` as its home."""
+    """``python -m edgeway ARGV`` (or ``program ARGV``) on a pseudo-terminal, with ``home``
+    as its home."""
 
-    def __init__(self, home: Path, *argv: str) -> None:
+    def __init__(self, home: Path, *argv: str, program: tuple[str, ...] = ()) -> None:
         master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 160, 0, 0))
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
         env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
                    XDG_STATE_HOME=str(home / ".state"), TERM="xterm-256color")
-        self.proc = subprocess.Popen([sys.executable, "-m", "edgeway", *argv], stdin=slave,
+        self.proc = subprocess.Popen([*(program or (sys.executable, "-m", "edgeway")), *argv],
+                                     stdin=slave,
                                      stdout=slave, stderr=slave, env=env, cwd=home,
                                      start_new_session=True)
         os.close(slave)
@@ -58,6 +60,10 @@ class Pty:
             if time.monotonic() > deadline or not self._read(0.1):
                 raise AssertionError(f"not on the screen: {words}\n{self.text[-3000:]}")
         return self.text
+
+    def type(self, keys: bytes) -> None:
+        """Keys typed on the terminal (``b"\\x03"``: Ctrl+C as the terminal sends it)."""
+        os.write(self.master, keys)
 
     def interrupt(self, timeout: float = 20) -> int:
         """Ctrl+C (SIGINT to the process), then the whole screen until it exits: its code."""
