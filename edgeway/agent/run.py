@@ -74,7 +74,8 @@ async def run(config: AgentConfig, names: list[str], resolve: dict[str, str],
     ids = TunnelIds(config.server_addr, config.authtoken)
     agent = AgentSession(config, resolve, on_change=changed, ids=ids)
     server: uvicorn.Server | None = None
-    tasks = [asyncio.create_task(agent.run(names))]
+    agent.add(names)  # (listed before the first screen)
+    tasks = [asyncio.create_task(agent.run())]
     web, note = "off", ""
     if config.web_addr:
         sock, note = listen(config.web_addr)
