@@ -50,6 +50,11 @@ version: 2
 """
 
 
+VALUE_HELP = {"TOKEN": "a credential's token (POST /credentials on the management API)",
+              "HOST:PORT": "the server's tunnel listener (its --tunnel-addr)",
+              "FILE": "a PEM file of CA certificates (host or trusted: the system's CAs)"}
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
     config = sub.add_parser(name, help="the agent's config file: add-authtoken, "
                                        "add-server-addr, add-root-cas, check, edit")
@@ -63,7 +68,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
             ("edit", "open the config file in $VISUAL or $EDITOR, then check it", None)):
         p = config_sub.add_parser(action, help=what, description=what)
         if arg:
-            p.add_argument("value", metavar=arg)
+            p.add_argument("value", metavar=arg, help=VALUE_HELP[arg])
         p.add_argument("--config", action="append", default=[], metavar="FILE[,FILE]",
                        help=f"the config file(s) (default: {default_config()})")
 
@@ -125,7 +130,9 @@ def _value(key: str, value: str, path: Path) -> str:
             return check.authtoken(value)
         if key == "server_addr":
             return check.server_addr(value)
-        found = check.root_cas(os.path.abspath(os.path.expanduser(value)), str(path))
+        given = value if value in ("trusted", "host") else \
+            os.path.abspath(os.path.expanduser(value))  # (relative to here, not to the file)
+        found = check.root_cas(given, str(path))
         if found not in ("trusted", "host"):
             ssl.create_default_context(cafile=found)
         return found

@@ -80,6 +80,8 @@ def test_the_servers_ca_is_added_once_and_used_by_every_command(
     assert f"root_cas: {home / 'ca.pem'}" in (home / ".config/edgeway/agent.yml").read_text()
     code, screen = edgeway(home, "config", "add-root-cas", "agent.yml-does-not-exist")
     assert code == 2 and "no file" in screen, screen
+    code, screen = edgeway(home, "config", "add-root-cas", "host", "--config", "other.yml")
+    assert code == 0 and "root_cas: host" in (home / "other.yml").read_text(), screen
     stale = home / ".state" / "edgeway" / "tunnel-0123-4567.lock"  # its agent was killed
     stale.parent.mkdir(parents=True)
     stale.touch()
