@@ -46,6 +46,22 @@ def warnings(agent: AgentSession, web_port: int) -> list[str]:
             for t in exposed(agent, web_port)]
 
 
+def forwarding(t: LocalTunnel, status: str) -> Text:
+    """One tunnel's line: its URL (a labeled tunnel: its labels, and whether it is online),
+    or why the server refused it, or that it is not bound yet (and whether the session is up)."""
+    target = t.config.addr.url()
+    if t.error:
+        return Text(f"{t.config.name} -> {target}  refused: {t.error}", style="red")
+    state = "online" if t.bound and status == "online" else \
+        "(binding)" if status == "online" else f"({status})"
+    if t.config.labels:
+        labels = ", ".join(f"{k}={v}" for k, v in t.config.labels.items())
+        return Text(f"{t.config.name} [labels {labels}] -> {target}  {state}")
+    if t.url:
+        return Text(f"{t.url} -> {target}")
+    return Text(f"{t.config.name} -> {target}  {state}")
+
+
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.1f}ms" if ns else "-"
 
@@ -82,13 +98,11 @@ class Console:
         for warning in warnings(a, self.web_port):
             grid.add_row("Warning", Text(warning, style="yellow"))
         for t in a.tunnels.values():
-            target = t.config.addr.url()
-            line = Text(f"{t.url} -> {target}") if t.url else Text(
-                f"{t.config.name} -> {target}  refused: {t.error}" if t.error
-                else f"{t.config.name} -> {target}  (binding)", style="red" if t.error else "")
-            grid.add_row("Forwarding", line)
+            grid.add_row("Forwarding", forwarding(t, a.status))
         if not a.tunnels:
-            grid.add_row("Forwarding", Text("no tunnels (start some through the API)"))
+            grid.add_row("Forwarding", Text("no tunnels (start some through the API)"
+                                            if a.status == "online" else
+                                            f"none yet ({a.status})"))
         return grid
 
     def _traffic(self) -> Table:

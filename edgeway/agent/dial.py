@@ -68,8 +68,8 @@ def hint(error: str, config: AgentConfig) -> str:
         where = config.root_cas if config.root_cas not in ("trusted", "host") else \
             "the system's CAs"
         return (f"the server's certificate is not signed by a CA in root_cas ({where}): on "
-                "the server run `edgeway ca export > ca.pem` and set root_cas to that file "
-                "(--root-cas)")
+                "the server run `edgeway ca export > ca.pem`, then here `edgeway config "
+                "add-root-cas ca.pem` (or pass --root-cas ca.pem)")
     if "authtoken" in error.lower() and ("not valid" in error or "refused" in error
                                          or "required" in error):
         return ("make an authtoken with POST /credentials on the server's management API "

@@ -2,7 +2,8 @@
 naming the tunnel; the agent dials the tunnel's local address and splices both ways (HTTP
 tunnels through the tap of ``edgeway.agent.inspect``: captures, the Host header, request
 metrics), counting connections for the tunnel's metrics. A local service that cannot be
-reached gets an HTTP client a 502 page saying why; a TCP or TLS client is reset."""
+reached gets an HTTP client a 502 page saying why (the edge's kind of page, from
+``edgeway.pages``); a TCP or TLS client is reset."""
 
 from __future__ import annotations
 
@@ -20,9 +21,12 @@ from edgeway.agent.dial import LOCAL_TLS
 from edgeway.agent.inspect import Tap, splice_tapped
 from edgeway.agent.metrics import TunnelMetrics
 from edgeway.agent.tunnelconfig import TunnelConfig
+from edgeway.pages import http1, page
 from edgeway.tunnel import rpc
 from edgeway.tunnel.muxado.stream import MuxStream
 from edgeway.tunnel.pipes import StreamPipe, splice
+
+DIAL_TIMEOUT = 10.0  # seconds to reach the local service
 
 
 @dataclass
@@ -33,6 +37,7 @@ class LocalTunnel:
     url: str = ""
     proto: str = ""
     error: str = ""  # why the server refused the last bind ("" once bound)
+    bound: bool = False  # the last bind succeeded (a labeled tunnel has no url to show it)
     metrics: TunnelMetrics = field(init=False)
 
     def __post_init__(self) -> None:
@@ -53,14 +58,19 @@ async def read_header(stream: MuxStream) -> dict[str, Any]:
 
 
 async def _unreachable(stream: MuxStream, tunnel: LocalTunnel, exc: BaseException) -> None:
-    addr = tunnel.config.addr
-    if tunnel.config.proto == "http":  # the client gets a page saying why
-        body = (f"The Edgeway agent could not reach {addr.url()}: {exc}\n").encode()
-        await stream.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n"
-                           + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-                           .encode() + body, eof=True)
-    else:
+    """The local service could not be reached: an HTTP client gets the same kind of page as
+    the edge's (``ERR_EDGEWAY_8012``, as ngrok's ERR_NGROK_8012), a TCP or TLS client a
+    reset."""
+    if tunnel.config.proto != "http":
         stream.reset()
+        return
+    why = str(exc) or type(exc).__name__
+    if isinstance(exc, TimeoutError):
+        why = f"no connection within {DIAL_TIMEOUT:g} s"
+    answer = page(502, "Bad gateway", f"The tunnel reached its Edgeway agent, but the agent "
+                  f"could not reach the local service at {tunnel.config.addr.url()}: {why}.",
+                  8012)
+    await stream.write(http1(answer), eof=True)
 
 
 async def serve(stream: MuxStream, tunnel: LocalTunnel, client: str, store: Store | None,
@@ -75,7 +85,7 @@ async def serve(stream: MuxStream, tunnel: LocalTunnel, client: str, store: Stor
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(
                 c.addr.host, c.addr.port, ssl=LOCAL_TLS if c.addr.scheme == "https" else None),
-                10)
+                DIAL_TIMEOUT)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             await _unreachable(stream, tunnel, exc)
             return

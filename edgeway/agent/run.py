@@ -2,15 +2,10 @@
 until SIGINT/SIGTERM.
 
 ``web_addr`` taken by another process: the API listens on the next free port (up to
-<<<<<<< HEAD
-``WEB_TRIES`` ports on), and the console and the log say so. A tunnel publishing the API
-without any login or address restriction is refused (``apitunnel``) unless it says
-``allow_unauthenticated: true``; then it gets a warning in the console and in the log.
-=======
 ``WEB_TRIES`` ports on), and the console and the log say so. Port 0: a free port the system
 picks; the console and the log (``web_listening``) show it. A tunnel publishing the API
-without any login or address restriction gets a warning in the console and in the log.
->>>>>>> i35-ui
+without any login or address restriction is refused (``apitunnel``) unless it says
+``allow_unauthenticated: true``; then it gets a warning in the console and in the log.
 """
 
 from __future__ import annotations
@@ -94,6 +89,7 @@ async def run(config: AgentConfig, names: list[str], resolve: dict[str, str],
     ids = TunnelIds(config.server_addr, config.authtoken)
     agent = AgentSession(config, resolve, on_change=changed, ids=ids)
     server: uvicorn.Server | None = None
+    agent.add(names)  # (listed before the first screen)
     web, note = "off", ""
     tasks: list[asyncio.Task[None]] = []
     if config.web_addr:
@@ -107,7 +103,7 @@ async def run(config: AgentConfig, names: list[str], resolve: dict[str, str],
                                         lifespan="off", server_header=False,
                                         timeout_graceful_shutdown=2))
         tasks.append(asyncio.create_task(server.serve(sockets=[sock])))
-    tasks.insert(0, asyncio.create_task(agent.run(names)))
+    tasks.insert(0, asyncio.create_task(agent.run()))  # (after the API tunnels' check)
     console = Console(agent, web, note, enabled=console_on)
     screens.append(console)
     loop = asyncio.get_running_loop()

@@ -15,20 +15,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import platform
-import secrets
 import ssl
 import struct
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 
-from edgeway import __version__
-from edgeway.agent import dial, proxy
-from edgeway.agent.bindmsg import bind_message
+from edgeway.agent import dial, heartbeat, proxy
+from edgeway.agent.bindmsg import auth_message, bind_message
 from edgeway.agent.captures import Exchange, Store
 from edgeway.agent.config import AgentConfig, TunnelConfig
 from edgeway.agent.proxy import LocalTunnel
@@ -72,6 +68,7 @@ class AgentSession:
         self.ids = ids  # where config tunnels keep their ids across restarts
         self._conn: MuxConnection | None = None
         self._authed = False  # the current connection's Auth was answered
+        self._first = True  # no session has bound the config tunnels yet
         self._online = asyncio.Event()
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -86,12 +83,21 @@ class AgentSession:
 
     # -- public ------------------------------------------------------------------------------
 
-    async def run(self, names: list[str]) -> None:
-        """Connect (and reconnect) until ``stop``; bind the named config tunnels each time."""
+    def add(self, names: list[str]) -> None:
+        """List the named config tunnels (bound once the session is up)."""
+        if self.ids is not None:
+            self.ids.sweep()
         for name in names:
             tunnel = LocalTunnel(self.config.tunnels[name], from_config=True)
             tunnel.id = self.ids.get(name) if self.ids is not None else ""
             self.tunnels[name] = tunnel
+
+    async def run(self, names: list[str] | None = None) -> None:
+        """Connect (and reconnect) until ``stop``; bind the config tunnels (``add``, or
+        ``names``) each time. When the server refuses every one of them in the first session,
+        the agent stops: ``status`` "refused", ``error`` the reasons."""
+        if names is not None:
+            self.add(names)
         delay = 0.5
         while not self._stop.is_set():
             started = asyncio.get_running_loop().time()
@@ -152,6 +158,8 @@ class AgentSession:
         tunnel = self.tunnels.pop(name, None)
         if tunnel is None:
             return False
+        if tunnel.from_config and self.ids is not None:
+            self.ids.release(name)
         if self._conn is not None and tunnel.id and not tunnel.error:
             with contextlib.suppress(StreamClosed, StreamError, rpc.RPCError,
                                      asyncio.IncompleteReadError, TimeoutError):
@@ -168,7 +176,7 @@ class AgentSession:
         try:
             await self._auth(conn)
             self._authed = True
-            tasks += [asyncio.create_task(self._heartbeat(conn)),
+            tasks += [asyncio.create_task(heartbeat.beat(conn, self.config, self._latency)),
                       asyncio.create_task(self._accept(conn))]
             for tunnel in list(self.tunnels.values()):
                 if not tunnel.from_config:  # started through the API: not re-bound
@@ -176,6 +184,8 @@ class AgentSession:
                     continue
                 with contextlib.suppress(BindFailed):  # (the tunnel shows the reason)
                     await self._bind(conn, tunnel)
+            if self._all_refused():
+                return
             self.status, self.error = "online", ""
             self._online.set()
             self._on_change()
@@ -184,6 +194,20 @@ class AgentSession:
             for task in tasks:
                 task.cancel()
             await conn.close()
+
+    def _all_refused(self) -> bool:
+        """In the first session, the server refused every config tunnel (and there was one):
+        the agent stops, as the ngrok agent does, instead of serving nothing."""
+        first, self._first = self._first, False
+        if not first or not self.tunnels or any(not t.error for t in self.tunnels.values()):
+            return False
+        self._stop.set()
+        self.status = "refused"
+        self.error = "; ".join(f"the server refused tunnel {name}: {t.error}"
+                               for name, t in self.tunnels.items())
+        log.error("tunnels_refused", error=self.error)
+        self._on_change()
+        return True
 
     async def _call(self, conn: MuxConnection, kind: int, body: dict[str, Any]
                     ) -> dict[str, Any]:
@@ -198,17 +222,8 @@ class AgentSession:
         return answer
 
     async def _auth(self, conn: MuxConnection) -> None:
-        c = self.config
-        answer = rpc.folded(await self._call(conn, StreamType.AUTH, {
-            "Version": ["3", "2"], "ClientId": self.session_id, "Extra": {
-                "OS": platform.system().lower(), "Arch": platform.machine(),
-                "Authtoken": c.authtoken, "Version": __version__, "Hostname": "",
-                "UserAgent": f"edgeway-agent/{__version__}", "Metadata": c.metadata,
-                "Cookie": self.cookie, "HeartbeatInterval": int(c.heartbeat_interval * 1e9),
-                "HeartbeatTolerance": int(c.heartbeat_tolerance * 1e9),
-                "ClientType": "edgeway-agent", "StopUnsupportedError": "",
-                "RestartUnsupportedError": "",
-                "UpdateUnsupportedError": "the Edgeway agent is updated with its package"}}))
+        answer = rpc.folded(await self._call(conn, StreamType.AUTH, auth_message(
+            self.config, self.session_id, self.cookie)))
         if answer.get("error"):
             self._stop.set()  # a refused token does not get better by retrying
             self.status, self.error = "refused", str(answer["error"]).split("\n")[0]
@@ -224,43 +239,21 @@ class AgentSession:
             answer = rpc.folded(await self._call(conn, *bind_message(tunnel.config, "")))
             error = str(answer.get("error") or "").split("\nERR_")[0]
         if error:
-            tunnel.url, tunnel.proto, tunnel.error = "", "", error
+            tunnel.url, tunnel.proto, tunnel.error, tunnel.bound = "", "", error, False
             log.warning("bind_refused", tunnel=tunnel.config.name, error=error)
             self._on_change()
             raise BindFailed(error)
         tunnel.id = str(answer.get("id") or "")
         tunnel.url = str(answer.get("url") or "")
-        tunnel.proto, tunnel.error = str(answer.get("proto") or ""), ""
+        tunnel.proto, tunnel.error, tunnel.bound = str(answer.get("proto") or ""), "", True
         if tunnel.from_config and self.ids is not None:
             self.ids.put(tunnel.config.name, tunnel.id)
         log.info("tunnel_bound", tunnel=tunnel.config.name, url=tunnel.url,
                  addr=tunnel.config.addr.url())
 
-    async def _heartbeat(self, conn: MuxConnection) -> None:
-        """Beat at once, then every interval; no echo within the tolerance ends the session.
-        The round trip is timed with ``time.perf_counter``: uvloop's ``loop.time()`` is the
-        loop pass's start in whole milliseconds, so a loopback or LAN round trip read 0."""
-        try:
-            stream = await conn.open_stream()
-            await stream.write(struct.pack(">I", StreamType.HEARTBEAT))
-        except (StreamClosed, StreamError):
-            return  # the session is ending
-        while True:
-            beat = secrets.token_bytes(4)
-            sent = time.perf_counter()
-            try:
-                await stream.write(beat)
-                echo = await asyncio.wait_for(stream.readexactly(4),
-                                              self.config.heartbeat_tolerance)
-            except (TimeoutError, asyncio.IncompleteReadError, StreamClosed):
-                if not conn.closed.is_set():
-                    log.warning("heartbeat_missed")
-                await conn.close()
-                return
-            if echo == beat:
-                self.latency = time.perf_counter() - sent
-                self._on_change()
-            await asyncio.sleep(self.config.heartbeat_interval)
+    def _latency(self, seconds: float) -> None:
+        self.latency = seconds
+        self._on_change()
 
     def _set_offline(self) -> None:
         if self._online.is_set() or self.status == "online":
@@ -302,6 +295,8 @@ class AgentSession:
         for name, t in list(self.tunnels.items()):
             if t.id == msg.get("id"):
                 del self.tunnels[name]
+                if t.from_config and self.ids is not None:
+                    self.ids.release(name)
                 log.warning("tunnel_stopped_by_server", tunnel=name, message=msg.get("message"))
                 self._on_change()
 

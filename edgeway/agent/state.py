@@ -7,6 +7,8 @@ issues ids bound to the credential, so re-binding the saved id gets the same URL
 agent runs a tunnel it holds a lock on that tunnel's id (``fcntl.flock`` on a file next to
 the ids): a second agent on this machine starting the same tunnel name with the same authtoken
 does not take the tunnel over, it binds a new id of its own (and keeps no record of it).
+The lock file goes when its tunnel ends (``release``), and files left by agents that were
+killed are removed when the next agent starts (``sweep``).
 """
 
 from __future__ import annotations
@@ -43,21 +45,21 @@ class TunnelIds:
             return {}
         return doc if isinstance(doc, dict) else {}
 
+    def _lock_path(self, name: str) -> Path:
+        return self.dir / f"tunnel-{self.key}-{hashlib.sha256(name.encode()).hexdigest()[:16]}.lock"
+
     def claim(self, name: str) -> bool:
         """Hold ``name``'s lock for this process; False when another agent holds it."""
         if name in self._locks:
             return True
+        path = self._lock_path(name)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-            f = open(self.dir / f"tunnel-{self.key}-{digest}.lock", "ab")  # noqa: SIM115
+            f = _lock(path)
         except OSError as exc:
             log.warning("tunnel_ids_unavailable", path=str(self.dir), error=str(exc))
             return False
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.close()
+        if f is None:
             return False
         self._locks[name] = f
         return True
@@ -94,7 +96,42 @@ class TunnelIds:
             with contextlib.suppress(OSError):
                 tmp.unlink()
 
-    def release(self) -> None:
-        for f in self._locks.values():
+    def release(self, name: str | None = None) -> None:
+        """Give up ``name``'s lock (None: every lock held), removing its file."""
+        for held in [name] if name is not None else list(self._locks):
+            f = self._locks.pop(held, None)
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(f.name)  # (still locked: see _lock)
+                f.close()
+
+    def sweep(self) -> None:
+        """Remove the lock files left by agents that are gone (none holds their lock)."""
+        with contextlib.suppress(OSError):
+            for path in self.dir.glob("tunnel-*-*.lock"):
+                with contextlib.suppress(OSError):
+                    f = _lock(path)
+                    if f is not None:
+                        os.unlink(path)
+                        f.close()
+
+
+def _lock(path: Path) -> IO[bytes] | None:
+    """The open, locked file at ``path``; None when another process holds it. A holder
+    removes the file before it unlocks it, so a lock taken on a file no longer at ``path``
+    is worthless: then the path is opened again."""
+    while True:
+        f = open(path, "ab")  # noqa: SIM115
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
             f.close()
-        self._locks.clear()
+            return None
+        try:
+            here = os.stat(path)
+        except FileNotFoundError:
+            here = None
+        mine = os.fstat(f.fileno())
+        if here is not None and (here.st_ino, here.st_dev) == (mine.st_ino, mine.st_dev):
+            return f
+        f.close()
