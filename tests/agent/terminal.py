@@ -24,15 +24,17 @@ class Pty:
     """``python -m edgeway ARGV`` (or ``program ARGV``) on a pseudo-terminal, with ``home``
     as its home."""
 
-    def __init__(self, home: Path, *argv: str, program: tuple[str, ...] = ()) -> None:
+    def __init__(self, home: Path, *argv: str, program: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
         master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 160, 0, 0))
-        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-        env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
-                   XDG_STATE_HOME=str(home / ".state"), TERM="xterm-256color")
+        environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        environ.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
+                       XDG_STATE_HOME=str(home / ".state"), TERM="xterm-256color",
+                       **(env or {}))
         self.proc = subprocess.Popen([*(program or (sys.executable, "-m", "edgeway")), *argv],
                                      stdin=slave,
-                                     stdout=slave, stderr=slave, env=env, cwd=home,
+                                     stdout=slave, stderr=slave, env=environ, cwd=home,
                                      start_new_session=True)
         os.close(slave)
         self.master, self.raw = master, bytearray()

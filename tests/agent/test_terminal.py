@@ -54,3 +54,30 @@ def test_start_without_a_config_file_says_so(home: Path, log: list[str]) -> None
         assert "Traceback" not in term.text
     finally:
         term.close()
+
+
+def test_config_commands_on_a_terminal(home: Path) -> None:
+    """``config add-authtoken``, ``check`` and ``edit`` (with an editor that changes
+    nothing) typed on a terminal: each says what it did, none shows a traceback."""
+    def run(*argv: str, env_editor: str | None = None) -> tuple[int, str]:
+        term = Pty(home, *argv, env={"EDITOR": env_editor} if env_editor else None)
+        try:
+            code = term.finish()
+        finally:
+            term.close()
+        assert "Traceback" not in term.text, term.text
+        return code, term.text
+
+    code, screen = run("config", "add-authtoken", "tok-123")
+    assert code == 0 and "agent.yml" in screen, screen
+    code, screen = run("config", "check")  # no server address yet: says what to run
+    assert code == 2 and "config add-server-addr" in screen, screen
+    code, screen = run("config", "add-server-addr", f"127.0.0.1:{free_port()}")
+    assert code == 0 and "could not be checked" in screen, screen
+    code, screen = run("config", "check")
+    assert code == 0 and "tok-123" not in screen and "authtoken" in screen, screen
+    code, screen = run("config", "edit", env_editor="true")
+    assert code == 0, screen
+    (home / ".config" / "edgeway" / "agent.yml").write_text("version: 3\n")
+    code, screen = run("config", "check")
+    assert code == 2 and "version" in screen and "Traceback" not in screen, screen
