@@ -2,7 +2,9 @@
 and the change bus. The API, the tunnel listener and the edge build on it; none on another's
 handlers. Writes through the API announce the collection they changed (``changed``): the
 restrictions drop what they compiled, and every watcher (the edge's router, the listeners,
-the tunnel listener, the API's key cache) is told."""
+the tunnel listener, the API's key cache) is told. With ``publish`` set (nodes sharing a
+PostgreSQL database: ``store.pgnotify``), the other nodes are told too, and what they
+announce arrives here through ``local``."""
 
 from __future__ import annotations
 
@@ -10,11 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from edgeway import catalog
 from edgeway.catalog.model import Settings
 from edgeway.pki.seal import Sealer
 from edgeway.restrictions import KINDS as RESTRICTION_KINDS
 from edgeway.restrictions import Restrictions
 from edgeway.store.db import Database
+
+# what is announced besides the catalog's collections (``everything`` tells them all)
+OTHER_CHANGES = ("acme_challenges", "managed_certificates", "event_outbox")
 
 
 class AgentCommands(Protocol):
@@ -38,12 +44,26 @@ class Platform:
     events: EventDelivery | None = None
     # called with the collection after each committed write
     watchers: list[Callable[[str], None]] = field(default_factory=list)
+    # tells the other nodes of a committed write (set by ``edgeway serve`` on PostgreSQL)
+    publish: Callable[[str], None] | None = None
 
     def __post_init__(self) -> None:
         self.restrictions = Restrictions(self.db)
 
     def changed(self, collection: str) -> None:
-        """A write to ``collection`` committed: drop what was compiled from it."""
+        """A write to ``collection`` committed on this node: drop what was compiled from it,
+        here and on the other nodes."""
+        self.local(collection)
+        if self.publish is not None:
+            self.publish(collection)
+
+    def everything(self) -> None:
+        """Anything may have changed (announcements from other nodes were missed)."""
+        for collection in (*(k.collection for k in catalog.ALL), *OTHER_CHANGES):
+            self.local(collection)
+
+    def local(self, collection: str) -> None:
+        """A write to ``collection`` committed, here or on another node: this node's part."""
         if collection in RESTRICTION_KINDS:
             self.restrictions.invalidate()
         for watch in self.watchers:

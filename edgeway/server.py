@@ -34,6 +34,7 @@ from edgeway.platform import AgentCommands, Platform
 from edgeway.sshgw.server import SshGateway
 from edgeway.store.db import Database
 from edgeway.store.migrate import open_database
+from edgeway.store.pgnotify import ChangeLink
 from edgeway.store.repo import Repo
 from edgeway.store.sealing import seal_stored
 from edgeway.tunnel.server import TunnelServer
@@ -164,11 +165,17 @@ async def serve(cfg: ServerConfig) -> None:
                                platform.restrictions,
                                SnsVerifier(cfg.sns_cert_hosts or sns.CERT_HOSTS))
         platform.watchers += [router.changed, edge.changed, tunnels.changed]
+        link = ChangeLink(cfg.database_url, node, platform.local, platform.everything) \
+            if cfg.database_url else None  # (nodes sharing the database hear each other)
         edge.http.events = edge.https.events = events.traffic
         binder.tcp.closed = edge.tcp_closed = TcpEvents(events.traffic, router).closed
         async with contextlib.AsyncExitStack() as running:  # (stopped in reverse order,
             await events.start()  # those that started, however the start went)
             running.push_async_callback(events.stop)
+            if link is not None:
+                platform.publish = link.publish
+                link.start()
+                running.push_async_callback(link.stop)
             await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
             running.push_async_callback(tunnels.stop, cfg.drain_timeout)
             running.push_async_callback(edge.stop)

@@ -136,7 +136,7 @@ class _PgWriteTx(_PgTx):
                     log.warning("store_commit_outcome_unknown", error=str(exc))
                     raise OutcomeUnknown("the database connection was lost while the "
                                          "transaction was being committed") from exc
-                reach = self._reach if connecting or retry.silent(exc, conn) else None
+                reach = self._reach if retry.silent(exc, connecting) else None
                 await retry.pause(attempt, exc, what, reach, budget)
                 attempt += 1
 
@@ -224,7 +224,7 @@ class _PgReaders:
                     raise
                 retry.drop(conn)
                 self._conns[i] = None
-                reach = self._reach if retry.silent(exc, conn) else None
+                reach = self._reach if retry.silent(exc, conn is None) else None
                 await retry.pause(attempt, exc, "read", reach, budget)
                 attempt += 1
 

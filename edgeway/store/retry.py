@@ -81,10 +81,12 @@ def unsent(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.InterfaceError) and (_GONE in text or _RELEASED in text)
 
 
-def silent(exc: BaseException, conn: Any) -> bool:
+def silent(exc: BaseException, connecting: bool) -> bool:
     """Whether ``exc`` says the database is out of reach (not merely that one connection
-    was lost): connecting failed, or a statement's answer never came."""
-    return conn is None or isinstance(exc, TimeoutError)
+    was lost): connecting failed at the network (refused, unreachable), or an answer never
+    came. A server that answered, if only to end the connection (a terminated backend, a
+    restart: SQLSTATE 57P01...), is within reach: the next attempt may well succeed."""
+    return isinstance(exc, TimeoutError) or (connecting and isinstance(exc, OSError))
 
 
 def drop(conn: Any) -> None:
