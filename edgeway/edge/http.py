@@ -52,7 +52,8 @@ from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pool import Pool, Upstream
 from edgeway.edge.relay import Relay
-from edgeway.edge.router import Decision, Edge, EdgeRouter
+from edgeway.edge.router import Decision, EdgeRouter
+from edgeway.edge.snapshot import Edge
 from edgeway.events.traffic import TrafficSink
 from edgeway.restrictions import Restrictions
 from edgeway.tunnel.muxado.events import StreamError

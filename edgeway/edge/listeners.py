@@ -29,7 +29,8 @@ from edgeway.edge.modules.mutual_tls import TlsOptions
 from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.pages import Fixed
 from edgeway.edge.pool import Pool
-from edgeway.edge.router import Edge, EdgeRouter
+from edgeway.edge.router import EdgeRouter
+from edgeway.edge.snapshot import Edge
 from edgeway.edge.sni import ClientHello, NotTLS, parse_client_hello
 from edgeway.pki.platform_ca import EdgeCerts
 from edgeway.restrictions import Restrictions

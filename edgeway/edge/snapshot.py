@@ -1,0 +1,140 @@
+"""The routing snapshot: the edges, routes, backends, IP policy rules, reserved domains and
+certificates as loaded from the store, their modules compiled (``pipeline``), immutable
+once built. ``load`` builds one; the router (``edge.router``) keeps the current one and
+decides with it."""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from edgeway import catalog
+from edgeway.catalog import modules
+from edgeway.catalog.edges import MODULES_OF
+from edgeway.catalog.modules import saml
+from edgeway.edge import certificates, pipeline
+from edgeway.edge.backends import Backend, compile_backend
+from edgeway.edge.hooks import Compiling
+from edgeway.edge.modules import mutual_tls, secrets
+from edgeway.edge.modules.circuit_breaker import Breakers
+from edgeway.edge.pipeline import Plan
+from edgeway.ippolicy import Network
+from edgeway.pki.platform_ca import ServedCert
+from edgeway.pki.seal import Sealer
+from edgeway.store.db import Database
+from edgeway.store.repo import Repo
+
+log = structlog.get_logger()
+BACKEND_COLLECTIONS = ("backends/tunnel_group", "backends/failover", "backends/weighted",
+                       "backends/static", "backends/http_response")
+
+
+@dataclass
+class Route:
+    id: str
+    exact: bool
+    host: str
+    path: str
+    plan: Plan
+
+
+@dataclass
+class Edge:
+    id: str
+    kind: str  # https, tls or tcp
+    doc: dict[str, Any]
+    plan: Plan
+    routes: list[Route] = field(default_factory=list)
+    # the TLS server options of its names (mutual_tls, min_version), made with the snapshot;
+    # None: a certificate authority it names is gone (its connections are refused)
+    tls: mutual_tls.TlsOptions | None = field(default_factory=mutual_tls.TlsOptions)
+
+
+@dataclass
+class Snapshot:
+    https: dict[str, Edge] = field(default_factory=dict)  # host -> edge
+    tls: dict[str, Edge] = field(default_factory=dict)  # host -> edge
+    tcp: dict[int, Edge] = field(default_factory=dict)  # port -> edge
+    backends: dict[str, Backend] = field(default_factory=dict)  # compiled, by id
+    rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
+    domains: set[str] = field(default_factory=set)  # reserved domain names
+    cas: dict[str, str] = field(default_factory=dict)  # certificate authority id -> PEM
+    breakers: Breakers = field(default_factory=Breakers)  # the routes' circuit breakers
+    # name (a reserved domain, an ingress region domain) -> its uploaded or issued certificate
+    certificates: dict[str, ServedCert] = field(default_factory=dict)
+    secrets: dict[tuple[str, str], str] = field(default_factory=dict)  # (vault, name) -> value
+    loaded: float = 0.0
+
+
+def _opened(collection: str, id_: str, doc: dict[str, Any],
+            sealer: Sealer | None) -> dict[str, Any]:
+    """An edge's or route's stored document with its modules' secrets opened; one that
+    cannot be opened gets a value no one knows (what checks it refuses), and an error log."""
+    if sealer is None:
+        return doc
+    out, failed = modules.opened(doc, sealer, MODULES_OF[collection])
+    if failed:
+        log.error("module_secret_unreadable", id=id_, members=failed,
+                  why="sealed with another platform secret key, or damaged")
+    return out
+
+
+def _hosts(doc: dict[str, Any]) -> list[tuple[str, int]]:
+    out = []
+    for hp in doc.get("hostports") or []:
+        host, _, port = hp.rpartition(":")
+        out.append((host, int(port)))
+    return out
+
+
+async def load(db: Database, breakers: Breakers | None = None,
+               sealer: Sealer | None = None) -> Snapshot:
+    """The snapshot now in the store; circuit breakers keep their counts from ``breakers``
+    (the last snapshot's) while their configuration stays the same; vault secrets and the
+    modules' secrets are unsealed with ``sealer``."""
+    repo = Repo(db.reader())
+    snap = Snapshot(loaded=time.monotonic(), breakers=Breakers(breakers),
+                    secrets=await secrets.load(repo, sealer))
+    for _id, doc in await repo.all_docs(catalog.BY_COLLECTION["ip_policy_rules"]):
+        snap.rules.setdefault(doc.get("ip_policy_id", ""), []).append(
+            (doc.get("action", "deny"), ipaddress.ip_network(doc["cidr"], strict=False)))
+    domains = await repo.all_docs(catalog.BY_COLLECTION["reserved_domains"])
+    snap.domains = {doc.get("domain", "") for _id, doc in domains}
+    snap.certificates = await certificates.served(db, domains)
+    snap.cas = {id_: str(doc.get("ca_pem", "")) for id_, doc in
+                await repo.all_docs(catalog.BY_COLLECTION["certificate_authorities"])}
+    by_id: dict[str, Edge] = {}
+    for collection, kind in (("edges/https", "https"), ("edges/tls", "tls"),
+                             ("edges/tcp", "tcp")):
+        for id_, stored in await repo.all_docs(catalog.BY_COLLECTION[collection]):
+            doc = _opened(collection, id_, stored, sealer)
+            plan = pipeline.compile_doc(doc, Compiling(snap.rules, id_, snap.breakers,
+                                                       snap.secrets))
+            edge = by_id[id_] = Edge(id_, kind, doc, plan, tls=mutual_tls.options(
+                plan.client_cas, plan.min_tls_version, snap.cas))
+            for host, port in _hosts(doc):
+                if kind == "tcp":
+                    snap.tcp[port] = edge
+                else:
+                    getattr(snap, kind)[host] = edge
+    for id_, stored in await repo.all_docs(catalog.BY_COLLECTION["edges/https/routes"]):
+        doc = _opened("edges/https/routes", id_, stored, sealer)
+        parent = by_id.get(doc.get("edge_id", ""))
+        if parent is None:
+            continue
+        match = doc.get("match", "")
+        host, path = ("", match) if match.startswith("/") else \
+            (match.split("/", 1)[0], "/" + match.split("/", 1)[1] if "/" in match else "/")
+        own = saml.route_host(parent.doc, doc)  # (where its SAML service provider lives)
+        parent.routes.append(Route(id_, doc.get("match_type") == "exact_path", host, path,
+                                   pipeline.compile_doc(doc, Compiling(snap.rules, id_,
+                                                                       snap.breakers,
+                                                                       snap.secrets, own))))
+    for collection in BACKEND_COLLECTIONS:
+        for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
+            snap.backends[id_] = compile_backend(collection, doc)
+    return snap
