@@ -197,10 +197,10 @@ def test_an_agent_ingress_certificate_on_the_tunnel_listener(domains: Domains) -
 
 
 def test_two_nodes_on_one_database_issue_once(domains: Domains, tmp_path: Path) -> None:
-    """A second node on the same PostgreSQL database (same secret key): the node whose API
-    saw the new policy orders the certificate, the CA's http-01 request reaches the other
-    node (Pebble's port is the first node's), which answers it from the shared store; the
-    certificate is issued once and both nodes serve it."""
+    """A second node on the same PostgreSQL database (same secret key): both hear the new
+    policy at once (LISTEN/NOTIFY) and one of them claims the order; the CA's http-01
+    request reaches the first node (Pebble's port is its), which answers it from the shared
+    store whichever node ordered; the certificate is issued once and both nodes serve it."""
     first = domains.server
     if first.database_url is None:
         pytest.skip("several nodes share a PostgreSQL database")
@@ -218,7 +218,7 @@ def test_two_nodes_on_one_database_issue_once(domains: Domains, tmp_path: Path) 
         until(lambda: rd(domains, made["id"]), issued)
         root = domains.pebble.root()
         for node in (first, second):
-            deadline = time.monotonic() + 10  # (the other node's snapshot: within 5 s)
+            deadline = time.monotonic() + 10  # (the other node's snapshot: at once)
             while "Pebble" not in presented(node.https_port, "both.acme.example"
                                             ).issuer.rfc4514_string():
                 assert time.monotonic() < deadline
@@ -226,6 +226,5 @@ def test_two_nodes_on_one_database_issue_once(domains: Domains, tmp_path: Path) 
             presented(node.https_port, "both.acme.example", root)
         logs = first.log() + second.log()
         assert logs.count(f'"acme_certificate_issued","id":"{made["id"]}"') == 1
-        assert f'"acme_certificate_issued","id":"{made["id"]}"' in second.log()
     finally:
         assert second.stop() == 0
