@@ -131,15 +131,22 @@ def _read_token(proc: subprocess.Popen[str], deadline: float) -> str:
     raise RuntimeError("edgeway serve printed no API key")
 
 
-def _wait_listening(port: int, proc: subprocess.Popen[str], deadline: float) -> None:
+def _wait_listening(port: int, proc: subprocess.Popen[str], deadline: float,
+                    log_path: Path | None) -> None:
+    """Until this process serves: its API port answers and, with ``log_path``, its log says
+    it started (when the port may be another server's: a rolling restart's new process
+    shares the old one's ports, so a connection could reach the old one)."""
+    started = f"Started server process [{proc.pid}]"
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"edgeway serve exited ({proc.returncode})")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
+            if log_path is None or started in log_path.read_text(errors="replace"):
+                return
         except OSError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     raise RuntimeError("edgeway serve did not start listening")
 
 
@@ -168,7 +175,7 @@ def start(data_dir: Path, database_url: str | None = None, *extra: str,
     deadline = time.monotonic() + 60
     try:
         token = token or _read_token(proc, deadline)
-        _wait_listening(port, proc, deadline)
+        _wait_listening(port, proc, deadline, log_path if ports else None)
     except Exception:
         proc.kill()
         raise RuntimeError(log_path.read_text()) from None
