@@ -82,6 +82,19 @@ class Pty:
                 raise AssertionError(f"still running after {timeout} s\n{self.text[-3000:]}")
         return self.proc.wait(timeout)
 
+    @classmethod
+    def run(cls, home: Path, *argv: str, env: dict[str, str] | None = None
+            ) -> tuple[int, str]:
+        """A command that ends by itself, on a terminal: its exit code and its screen, which
+        must show no traceback."""
+        term = cls(home, *argv, env=env)
+        try:
+            code = term.finish()
+        finally:
+            term.close()
+        assert "Traceback" not in term.text, term.text
+        return code, term.text
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()

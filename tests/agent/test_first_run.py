@@ -45,13 +45,7 @@ def svc() -> Iterator[int]:
 
 def edgeway(home: Path, *argv: str) -> tuple[int, str]:
     """A command that ends by itself, on a terminal: its exit code and its screen."""
-    term = Pty(home, *argv)
-    try:
-        code = term.finish()
-    finally:
-        term.close()
-    assert "Traceback" not in term.text, term.text
-    return code, term.text
+    return Pty.run(home, *argv)
 
 
 def url_of(screen: str, target: str) -> str:
