@@ -96,6 +96,16 @@ class EventsConfig:
     timeout: float = 10.0  # seconds for a call to a target
 
 
+LEASE = 15.0  # seconds a node counts as alive after its last heartbeat
+
+
+@dataclass(frozen=True)
+class NodesConfig:
+    """A cluster of nodes sharing one PostgreSQL database (``edgeway.nodes``)."""
+    addr: tuple[str, int] | None = None  # the node link's listener; None: not in a cluster
+    lease: float = LEASE
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     data_dir: Path
@@ -124,6 +134,7 @@ class ServerConfig:
     events: EventsConfig = EventsConfig()
     caps: CapsConfig = field(default_factory=CapsConfig)  # (edgeway.caps)
     api_head_timeout: float = API_HEAD_TIMEOUT  # seconds for a request head on the management API
+    nodes: NodesConfig = NodesConfig()
 
 
 def cors_origins(given: tuple[str, ...]) -> tuple[str, ...]:

@@ -29,6 +29,7 @@ from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.router import EdgeRouter
 from edgeway.edge.traffic import TcpEvents
 from edgeway.events.service import Events
+from edgeway.nodes import cluster
 from edgeway.pki import platform_ca, seal
 from edgeway.platform import AgentCommands, Platform
 from edgeway.sshgw.server import SshGateway
@@ -142,6 +143,8 @@ async def serve(cfg: ServerConfig) -> None:
         sealer = seal.load(cfg.data_dir)
         await seal_stored(db, sealer)
         platform = Platform(cfg.settings, db, sealer)
+        if cfg.nodes.addr is not None:
+            await cluster.share_ca(platform, cfg.data_dir)
         tls = platform_ca.ensure(cfg.data_dir, sealer, list(cfg.tunnel_names))
         if cfg.tunnel_cert is not None:  # the operator's own certificate for agents
             tls = platform_ca.TunnelTLS(tls.ca_pem, *cfg.tunnel_cert)
@@ -177,6 +180,11 @@ async def serve(cfg: ServerConfig) -> None:
                 link.start()
                 running.push_async_callback(link.stop)
             await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
+            member = cluster.Cluster(cfg.nodes, platform, cfg.data_dir, tunnels) \
+                if cfg.nodes.addr is not None else None
+            if member is not None:
+                running.push_async_callback(member.stop)
+                await member.start(cfg.reuse_port)
             running.push_async_callback(tunnels.stop, cfg.drain_timeout)
             running.push_async_callback(edge.stop)
             await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
@@ -199,6 +207,8 @@ async def serve(cfg: ServerConfig) -> None:
                 await gateway.start(*cfg.ssh_addr, cfg.reuse_port)
                 platform.watchers.append(gateway.changed)
                 platform.agents = _Commands(tunnels, gateway)
+            if member is not None:  # (first of all when stopping: sent nothing more)
+                running.push_async_callback(member.leave)
             door = limits.door("management API", own=True, refusal=listener.refusal())
             config = uvicorn.Config(build(platform, cfg.cors_origins), log_config=None,
                                     access_log=False, lifespan="off", server_header=False,

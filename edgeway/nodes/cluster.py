@@ -1,0 +1,53 @@
+"""A node of a cluster, as ``edgeway serve`` runs it with ``--node-addr``: its shared CA, its
+lease, its link listener, its links to the others and their tunnels in its registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgeway.config import NodesConfig
+from edgeway.nodes import ca, tls
+from edgeway.nodes.lease import Node, NodeLease
+from edgeway.nodes.link import LinkPeers, LinkServer
+from edgeway.nodes.remote import RemoteTunnels
+from edgeway.platform import Platform
+from edgeway.tunnel.server import TunnelServer
+
+
+async def share_ca(platform: Platform, data_dir: Path) -> None:
+    """Before any certificate is issued: the cluster's CA becomes this node's."""
+    await ca.share(platform.db, data_dir, platform.sealer)
+
+
+class Cluster:
+    def __init__(self, cfg: NodesConfig, platform: Platform, data_dir: Path,
+                 tunnels: TunnelServer) -> None:
+        assert cfg.addr is not None
+        self.cfg, self.platform, self.tunnels = cfg, platform, tunnels
+        server_ctx, client_ctx = tls.contexts(data_dir, platform.sealer, tunnels.node)
+        me = Node(tunnels.node, f"{cfg.addr[0]}:{cfg.addr[1]}", platform.settings.region,
+                  platform.settings.public_ips)
+        self.lease = NodeLease(platform.db, me, cfg.lease, platform.changed,
+                               tunnels.reconnect_all)
+        self.peers = LinkPeers(client_ctx)
+        self.remote = RemoteTunnels(platform.db, platform.sealer, tunnels.registry,
+                                    self.lease, self.peers)
+        self.server = LinkServer(server_ctx, self.remote.local)
+
+    async def start(self, reuse_port: bool) -> None:
+        assert self.cfg.addr is not None
+        self.server.start(*self.cfg.addr, reuse_port)
+        self.tunnels.binder.clustered = True
+        self.platform.watchers.append(self.remote.changed)
+        await self.lease.join()
+        self.lease.start()
+        self.remote.changed("nodes")
+        await self.remote.settle()
+
+    async def leave(self) -> None:
+        """Stop being sent connections (a clean stop, before the agents are told to go)."""
+        await self.lease.leave()
+
+    async def stop(self) -> None:
+        await self.server.stop()
+        await self.peers.close()
