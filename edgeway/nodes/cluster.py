@@ -31,7 +31,7 @@ class Cluster:
                                tunnels.reconnect_all)
         self.peers = LinkPeers(client_ctx)
         self.remote = RemoteTunnels(platform.db, platform.sealer, tunnels.registry,
-                                    self.lease, self.peers)
+                                    tunnels.binder.tcp, self.lease, self.peers)
         self.server = LinkServer(server_ctx, self.remote.local)
 
     async def start(self, reuse_port: bool) -> None:
@@ -39,6 +39,7 @@ class Cluster:
         self.server.start(*self.cfg.addr, reuse_port)
         self.tunnels.binder.clustered = True
         self.platform.watchers.append(self.remote.changed)
+        self.lease.tick = lambda: self.remote.changed("nodes")  # (the safety net)
         await self.lease.join()
         self.lease.start()
         self.remote.changed("nodes")

@@ -40,6 +40,7 @@ class NodeLease:
         self.db, self.me, self.lease = db, me, lease
         self.changed, self.lost = changed, lost
         self.live: dict[str, Node] = {}  # the live nodes at the last heartbeat, this one too
+        self.tick: Callable[[], None] = lambda: None  # called after each heartbeat
         self._task: asyncio.Task[None] | None = None
 
     async def join(self) -> None:
@@ -87,6 +88,7 @@ class NodeLease:
                 before = set(self.live)
                 if set(await self.load()) != before:
                     self.changed(NODES)
+                self.tick()
             except DatabaseUnavailable as exc:
                 log.warning("node_heartbeat_failed", node=self.me.id, error=str(exc))
 

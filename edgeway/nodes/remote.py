@@ -2,9 +2,9 @@
 becomes a ``Tunnel`` here whose carrier is that node (``RemoteNode``, an ``Opener``): the edge
 finds it by host name, labels or id as it finds its own, compiles the same modules from the
 same bind request (stored sealed in the row), and a public connection for it opens a stream of
-the link to that node. Tunnel groups, pooled names and labeled backends thus span nodes, and a
-bind here that would take a name another node's tunnel holds is refused as it is for a local
-one.
+the link to that node; a TCP tunnel's port is listened on here too. Tunnel groups, pooled
+names and labeled backends thus span nodes, and a bind here that would take a name another
+node's tunnel holds is refused as it is for a local one.
 
 The set follows the ``tunnels``, ``tunnel_sessions`` and ``nodes`` changes (announced by every
 node, carried by LISTEN/NOTIFY) and every heartbeat; a node that is gone takes its tunnels
@@ -28,6 +28,7 @@ from edgeway.store.repo import Repo
 from edgeway.tunnel import bindcodec
 from edgeway.tunnel.pipes import Pipe
 from edgeway.tunnel.registry import Registry, Tunnel
+from edgeway.tunnel.tcp_binds import TcpBinds
 
 log = structlog.get_logger()
 SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
@@ -61,9 +62,9 @@ def _ref_id(value: Any) -> str:
 
 
 class RemoteTunnels:
-    def __init__(self, db: Database, sealer: Sealer, registry: Registry, lease: NodeLease,
-                 peers: link.LinkPeers) -> None:
-        self.db, self.sealer, self.registry = db, sealer, registry
+    def __init__(self, db: Database, sealer: Sealer, registry: Registry, tcp: TcpBinds,
+                 lease: NodeLease, peers: link.LinkPeers) -> None:
+        self.db, self.sealer, self.registry, self.tcp = db, sealer, registry, tcp
         self.lease, self.peers = lease, peers
         self.nodes: dict[str, RemoteNode] = {}
         self.tunnels: dict[str, Tunnel] = {}
@@ -107,7 +108,11 @@ class RemoteTunnels:
                 wanted[id_] = held
             elif (tunnel := self._tunnel(id_, doc, sessions, carrier)) is not None:
                 wanted[id_] = tunnel
-        self._apply(wanted, others)
+        came, went = self._apply(wanted, others)
+        for tunnel in went:
+            await self.tcp.close(tunnel, clean=True)
+        for tunnel in came:
+            await self.tcp.mirror(tunnel)
         return True
 
     def _tunnel(self, id_: str, doc: dict[str, Any], sessions: dict[str, dict[str, Any]],
@@ -125,20 +130,29 @@ class RemoteTunnels:
                       credential=credential, session_id=session_id,
                       endpoint_id=_ref_id(doc.get("endpoint")))
 
-    def _apply(self, wanted: dict[str, Tunnel], live: set[str]) -> None:
-        """Swap the set in one pass of the event loop (no request sees half of it)."""
+    def _apply(self, wanted: dict[str, Tunnel], live: set[str]) -> tuple[list[Tunnel],
+                                                                         list[Tunnel]]:
+        """Swap the set in one pass of the event loop (no request sees half of it); the TCP
+        tunnels that came and went, whose ports this node listens on for them."""
+        came: list[Tunnel] = []
+        went: list[Tunnel] = []
         for id_, tunnel in list(self.tunnels.items()):
             if wanted.get(id_) is not tunnel:
                 self.registry.remove(tunnel)
                 del self.tunnels[id_]
+                if tunnel.port and self.local(id_) is None:  # (a take-over closed it)
+                    went.append(tunnel)
         for id_, tunnel in wanted.items():
             if id_ in self.tunnels or self.local(id_) is not None:
                 continue  # (held here: this node's own, newer than that row)
             self.registry.add(tunnel)
             self.tunnels[id_] = tunnel
+            if tunnel.port and tunnel.proto == "tcp":
+                came.append(tunnel)
         for node_id in [n for n in self.nodes if n not in live]:
             self.nodes.pop(node_id).closed.set()
             task = asyncio.get_running_loop().create_task(self.peers.forget(node_id))
             self._forgetting.add(task)
             task.add_done_callback(self._forgetting.discard)
             log.info("node_tunnels_dropped", node=node_id)
+        return came, went

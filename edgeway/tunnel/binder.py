@@ -139,6 +139,7 @@ class Binder:
         holder = session if old.conn is session.conn else self.holder(old.session_id)
         if holder is None:  # bound through another node (a cluster's): its agent came here
             self.registry.remove(old)  # (and the id is this credential's: ``tunnel_id``)
+            await self.tcp.close(old, clean=True)  # (its port, served here too, is free)
             await self._delete_rows(old, theirs=True)
             return
         if old.credential != session.credential:  # (ids are bound to their credential)

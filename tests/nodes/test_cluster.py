@@ -6,8 +6,10 @@ from the third; a name one node's agent holds cannot be bound through another.""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import secrets
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,30 +17,38 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import websockets
 
 from tests.conftest import BACKENDS
-from tests.edge import upstream
-from tests.edge.agents import EdgeClient, agent
-from tests.server import Server, free_port, fresh_pg_database, start
+from tests.edge import tls_upstream, upstream
+from tests.edge.agents import EdgeClient, agent, ca_context
+from tests.server import Server, free_block, free_port, fresh_pg_database, start
 
 pytestmark = pytest.mark.skipif("postgres" not in BACKENDS,
                                 reason="nodes share a PostgreSQL database")
 
 
-def node(base: Path, name: str, url: str, key: str, token: str | None = None,
+def node(base: Path, name: str, url: str, key: str, token: str | None,
          *extra: str) -> Server:
     return start(base / name, url, "--node-addr", f"127.0.0.1:{free_port()}", *extra,
                  token=token, env={"EDGEWAY_SECRET_KEY": key})
+
+
+# Each node publishes TCP tunnels on an address of its own (as nodes on different machines
+# would), from one range of ports: 127.0.0.1 for A, .2 for B, .3 for C.
+TCP_HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, ...]]:
     base = tmp_path_factory.mktemp("cluster")
     key = base64.b64encode(secrets.token_bytes(32)).decode()
+    block = free_block(20)
+    ports = f"{block[0]}-{block[-1]}"
     with fresh_pg_database() as url:
-        a = node(base, "a", url, key)
-        b = node(base, "b", url, key, a.token)
-        c = node(base, "c", url, key, a.token)
+        a = node(base, "a", url, key, None, "--tcp-host", "127.0.0.1", "--tcp-ports", ports)
+        b = node(base, "b", url, key, a.token, "--tcp-host", "127.0.0.2", "--tcp-ports", ports)
+        c = node(base, "c", url, key, a.token, "--tcp-host", "127.0.0.3", "--tcp-ports", ports)
         try:
             yield a, b, c
         finally:
@@ -58,7 +68,7 @@ FOLLOWS_WITHIN = 2.0  # seconds for a bind on one node to be served by the other
 
 def through(srv: Server, url: str, path: str = "/x", **kw: object) -> httpx.Response:
     with EdgeClient(srv) as web:
-        return web.get(url + path, **kw)  # type: ignore[arg-type]
+        return web.get(url + path, **kw)
 
 
 def served(srv: Server, url: str, gone: bool = False) -> float:
@@ -138,3 +148,67 @@ def test_a_name_held_on_one_node_is_refused_on_another(
                 two.stop()
         finally:
             one.stop()
+
+
+def test_tcp_tls_and_websocket_through_the_other_nodes(
+        cluster: tuple[Server, ...], token: str, tmp_path: Path) -> None:
+    a, b, c = cluster
+    with a.client() as api:
+        api.post("/reserved_domains", json={"domain": "raw.cluster.example"})
+        api.post("/reserved_domains", json={"domain": "live.cluster.example"})
+        edge = api.post("/edges/https", json={"hostports": ["live.cluster.example:443"]}).json()
+        group = api.post("/backends/tunnel_group", json={"labels": {"svc": "live"}}).json()
+        assert api.post(f"/edges/https/{edge['id']}/routes", json={
+            "match_type": "path_prefix", "match": "/",
+            "backend": {"backend_id": group["id"]}}).status_code == 201
+    with upstream.echo() as echo, upstream.running("svc") as web, \
+            tls_upstream.running("raw.cluster.example", tmp_path) as (tls_up, tls_cert):
+        bound = agent(a, token, {"kind": "tcp", "forward": f"tcp://127.0.0.1:{echo}"},
+                      {"kind": "tls", "domain": "raw.cluster.example",
+                       "forward": f"tcp://127.0.0.1:{tls_up}"},
+                      {"kind": "labeled", "labels": {"svc": "live"},
+                       "forward": f"http://127.0.0.1:{web}"})
+        try:
+            port = int(bound.urls[0].rsplit(":", 1)[1])
+            for srv, host in zip(cluster, TCP_HOSTS, strict=True):
+                assert _echoed(host, port, b"ping over tcp") == b"ping over tcp", srv.base_url
+            for srv in (b, c):  # (passthrough: verified against the upstream's own cert)
+                assert tls_upstream.ask(srv.https_port, "raw.cluster.example", tls_cert,
+                                        b"hi\n") == b"raw.cluster.example got hi\n"
+                assert asyncio.run(_ws(srv, "live.cluster.example")) == "svc:hi"
+        finally:
+            bound.stop()
+        with pytest.raises(OSError):  # (the port is closed on every node with its tunnel)
+            _until_refused(TCP_HOSTS[1], port)
+
+
+def _echoed(host: str, port: int, data: bytes) -> bytes:
+    """``data`` sent to ``host:port`` and what comes back, retried while the port is not
+    listened on yet (a bind on another node takes milliseconds to arrive)."""
+    began = time.monotonic()
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=10) as sock:
+                sock.sendall(data)
+                sock.shutdown(socket.SHUT_WR)
+                out = b""
+                while chunk := sock.recv(65536):
+                    out += chunk
+                return out
+        except ConnectionRefusedError:
+            assert time.monotonic() - began < FOLLOWS_WITHIN, f"{host}:{port} never listened"
+            time.sleep(0.01)
+
+
+def _until_refused(host: str, port: int) -> None:
+    began = time.monotonic()
+    while time.monotonic() - began < FOLLOWS_WITHIN:
+        socket.create_connection((host, port), timeout=5).close()
+        time.sleep(0.01)
+
+
+async def _ws(srv: Server, host: str) -> str:
+    async with websockets.connect(f"wss://{host}/ws", host="127.0.0.1", port=srv.https_port,
+                                  ssl=ca_context(srv), server_hostname=host) as ws:
+        await ws.send("hi")
+        return str(await ws.recv())
