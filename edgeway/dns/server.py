@@ -24,7 +24,8 @@ from edgeway.dns.zones import Zones, answer
 from edgeway.store.db import Database, DatabaseUnavailable
 
 log = structlog.get_logger()
-WATCHED = frozenset(("reserved_domains", "agent_ingresses", "endpoints", "acme_challenges"))
+WATCHED = frozenset(("reserved_domains", "agent_ingresses", "endpoints", "acme_challenges",
+                     "nodes"))
 IDLE = 10.0
 
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 from edgeway.config import NodesConfig
 from edgeway.nodes import ca, tls
-from edgeway.nodes.lease import Node, NodeLease
+from edgeway.nodes.lease import NodeLease
 from edgeway.nodes.link import LinkPeers, LinkServer
 from edgeway.nodes.remote import RemoteTunnels
 from edgeway.platform import Platform
+from edgeway.store.nodes import Node
 from edgeway.tunnel.server import TunnelServer
 
 

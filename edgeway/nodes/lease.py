@@ -13,25 +13,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import structlog
 
 from edgeway import catalog
+from edgeway.store import nodes
 from edgeway.store.db import Database, DatabaseUnavailable
+from edgeway.store.nodes import Node
 from edgeway.store.repo import Repo
 
 log = structlog.get_logger()
 RECORDED = tuple(catalog.BY_COLLECTION[c] for c in ("endpoints", "tunnels", "tunnel_sessions"))
 NODES = "nodes"  # what is announced when a node joins, leaves or is gone
-
-
-@dataclass(frozen=True)
-class Node:
-    id: str
-    addr: str  # host:port of its node link
-    region: str
-    public_ips: tuple[str, ...]
 
 
 class NodeLease:
@@ -72,11 +65,7 @@ class NodeLease:
         self.changed(NODES)
 
     async def load(self) -> dict[str, Node]:
-        rows = await self.db.reader().fetchall(
-            "SELECT id, addr, region, public_ips FROM nodes WHERE lease_until >= ?", time.time())
-        self.live = {str(r[0]): Node(str(r[0]), str(r[1]), str(r[2]),
-                                     tuple(ip for ip in str(r[3]).split(",") if ip))
-                     for r in rows}
+        self.live = {node.id: node for node in await nodes.live(self.db)}
         return self.live
 
     async def _beat(self) -> None:

@@ -26,7 +26,7 @@ from edgeway import caps
 from edgeway.accept import Acceptor
 from edgeway.config import listen_socket, parse_addr
 from edgeway.nodes import tls
-from edgeway.nodes.lease import Node
+from edgeway.store.nodes import Node
 from edgeway.tunnel.muxado.aio import MuxConnection
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed

@@ -20,10 +20,11 @@ import structlog
 
 from edgeway import catalog
 from edgeway.nodes import link
-from edgeway.nodes.lease import Node, NodeLease
+from edgeway.nodes.lease import NodeLease
 from edgeway.pki.seal import Sealer, SealError
 from edgeway.reloads import Reload
 from edgeway.store.db import Database, DatabaseUnavailable
+from edgeway.store.nodes import Node
 from edgeway.store.repo import Repo
 from edgeway.tunnel import bindcodec
 from edgeway.tunnel.pipes import Pipe
