@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import ipaddress
-import os
+import re
 import socket
 import subprocess
 import sys
@@ -23,8 +23,10 @@ import pytest
 
 from edgeway.accept import Acceptor, Peer
 from edgeway.caps import Caps, CapsConfig
+from edgeway.cli import parser
 from edgeway.proxied import Trust, read_header
 from edgeway.proxy_protocol import Header, Refused
+from edgeway.serve_cli import server_config
 from tests.test_proxy_protocol import FOLLOWING, inet, v2
 
 V1 = b"PROXY TCP4 192.0.2.7 198.51.100.1 56324 443\r\n"
@@ -203,11 +205,10 @@ def test_the_per_address_cap_counts_a_proxys_clients_each_not_the_proxy() -> Non
 
 # -- the options ------------------------------------------------------------------------------
 
-def serve(tmp_path: Path, *args: str, env: dict[str, str] | None = None
-          ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "edgeway", "serve", "--data-dir",
-                           str(tmp_path), *args], capture_output=True, text=True, timeout=60,
-                          env=env)
+def configured(tmp_path: Path, *args: str) -> Trust | None:
+    """What ``edgeway serve ARGS`` would run with (ValueError: what it would refuse)."""
+    return server_config(parser().parse_args(["serve", "--data-dir", str(tmp_path),
+                                              *args])).proxy
 
 
 @pytest.mark.parametrize(("args", "words"), [
@@ -226,19 +227,38 @@ def serve(tmp_path: Path, *args: str, env: dict[str, str] | None = None
 ])
 def test_options_that_cannot_mean_anything_are_refused(tmp_path: Path, args: list[str],
                                                        words: str) -> None:
-    r = serve(tmp_path, *args)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        configured(tmp_path, *args)
+
+
+def test_the_options_and_their_environment_variables(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert configured(tmp_path) is None  # (off by default)
+    trust = configured(tmp_path, "--proxy-protocol", "--trusted-proxies",
+                       "10.0.0.0/8, 192.0.2.5,2001:db8::/32,10.0.0.0/8")
+    assert trust == Trust(tuple(ipaddress.ip_network(n) for n in (
+        "10.0.0.0/8", "192.0.2.5/32", "2001:db8::/32")), 5.0)
+    assert trust.trusts("10.9.8.7") and trust.trusts("::ffff:10.0.0.1")
+    assert not trust.trusts("192.0.2.6") and not trust.trusts("not an address")
+    monkeypatch.setenv("EDGEWAY_PROXY_PROTOCOL", "true")
+    monkeypatch.setenv("EDGEWAY_TRUSTED_PROXIES", "192.0.2.0/24")
+    monkeypatch.setenv("EDGEWAY_PROXY_PROTOCOL_TIMEOUT", "2.5")
+    assert configured(tmp_path) == Trust((ipaddress.ip_network("192.0.2.0/24"),), 2.5)
+    monkeypatch.setenv("EDGEWAY_PROXY_PROTOCOL", "0")  # off, with proxies named: refused
+    with pytest.raises(ValueError, match="--trusted-proxies is only used with"):
+        configured(tmp_path)
+
+
+def test_serve_refuses_them_with_its_usage_error(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    r = subprocess.run([sys.executable, "-m", "edgeway", "serve", "--data-dir",
+                        str(tmp_path), "--proxy-protocol"], capture_output=True, text=True,
+                       timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert words in r.stderr, r.stderr
-
-
-def test_the_options_read_their_environment_variables(tmp_path: Path) -> None:
-    r = serve(tmp_path, env={**os.environ, "EDGEWAY_TRUSTED_PROXIES": "10.0.0.0/8"})
-    assert r.returncode == 2 and "--trusted-proxies is only used with" in r.stderr
-    r = serve(tmp_path, env={**os.environ, "EDGEWAY_PROXY_PROTOCOL": "1"})
-    assert r.returncode == 2 and "--proxy-protocol needs --trusted-proxies" in r.stderr
-    helped = subprocess.run([sys.executable, "-m", "edgeway", "serve", "--help"],
-                            capture_output=True, text=True, timeout=60).stdout
+    assert "--proxy-protocol needs --trusted-proxies" in r.stderr
+    with pytest.raises(SystemExit):
+        parser().parse_args(["serve", "--help"])
+    helped = " ".join(capsys.readouterr().out.split())
     for var in ("EDGEWAY_PROXY_PROTOCOL]", "EDGEWAY_TRUSTED_PROXIES]",
                 "EDGEWAY_PROXY_PROTOCOL_TIMEOUT]"):
-        assert var in " ".join(helped.split()), var
-
+        assert var in helped, var

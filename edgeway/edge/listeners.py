@@ -5,6 +5,10 @@ step with the routing snapshot.
 On the TLS port, a name bound by a TLS tunnel or served by a TLS edge gets the raw TLS stream
 passed through (or terminated here when the edge says so); any other name gets TLS terminated
 with a certificate from the platform CA and is served as HTTPS.
+
+With ``--proxy-protocol``, every one of these listeners reads the PROXY header of a trusted
+load balancer's connection before anything else (before the ClientHello on the TLS port), and
+its handlers get the client the header names as their peer (``edgeway.proxied``).
 """
 
 from __future__ import annotations
