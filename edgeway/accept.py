@@ -123,7 +123,11 @@ class Acceptor:
         """The client a trusted load balancer's connection is for, counted under its address;
         None: closed (no valid header in time, or that client is at its cap)."""
         assert self.trust is not None
-        header = await proxied.read_header(conn, self.trust.timeout)
+        try:
+            header = await proxied.read_header(conn, self.trust.timeout)
+        except BaseException:  # (cancelled: the server stops; the socket is still ours)
+            conn.close()
+            raise
         if isinstance(header, Refused):
             proxied.refused(self.door.listener, peer, header)
             conn.close()
