@@ -90,9 +90,9 @@ def test_a_header_sent_a_byte_at_a_time_is_taken_as_it_comes(header: bytes) -> N
 
 
 @pytest.mark.parametrize(("sent", "close", "reason"), [
-    (b"", False, "no complete PROXY header within 0.5 s (0 bytes came)"),
-    (V1[:20], False, "no complete PROXY header within 0.5 s (20 bytes came)"),
-    (V2[:20], False, "no complete PROXY header within 0.5 s (20 bytes came)"),
+    (b"", False, "no complete PROXY header within 1 s (0 bytes came)"),
+    (V1[:20], False, "no complete PROXY header within 1 s (20 bytes came)"),
+    (V2[:20], False, "no complete PROXY header within 1 s (20 bytes came)"),
     (b"", True, "closed before a PROXY header"),
     (V1[:20], True, "closed after 20 bytes, before a complete PROXY header"),
     (b"GET / HTTP/1.1\r\n", False, "did not begin with a PROXY protocol header"),
@@ -106,12 +106,12 @@ def test_a_missing_slow_or_bad_header_is_refused_within_the_deadline(
             if close:
                 client.shutdown(socket.SHUT_WR)
             began = time.monotonic()
-            return await read(server, 0.5), time.monotonic() - began
+            return await read(server, 1.0), time.monotonic() - began
     got, took = asyncio.run(main())
     assert isinstance(got, Refused) and reason in got.reason, got
     assert took < 3
     if "within" not in reason:
-        assert took < 0.4  # decided by the bytes, not by the deadline
+        assert took < 0.8  # decided by the bytes, not by the deadline
 
 
 # -- the accept loop --------------------------------------------------------------------------

@@ -29,7 +29,7 @@ if not os.environ.get("CI"):
 ALLOWED, DENIED, OTHER = "127.0.0.7", "127.0.0.8", "127.0.0.9"  # clients' own addresses
 TRUSTED = "127.0.0.4"  # trusted as HAProxy's SOURCE is (127.0.0.4/31), but not HAProxy
 CAP = 4  # connections one client address may hold at once on a listener
-TIMEOUT = 1.0  # seconds a connection from a trusted address gets to send its header
+TIMEOUT = 2.0  # seconds a connection from a trusted address gets to send its header
 PROXY_ARGS = ("--proxy-protocol", "--trusted-proxies", f"10.1.2.0/24,{TRUSTED}/31",
               "--proxy-protocol-timeout", f"{TIMEOUT:g}")
 FRONTS = ("http_v2", "http_v1", "https_v2", "https_v1")
