@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from edgeway.caps import API_HEAD_TIMEOUT, CapsConfig
 from edgeway.catalog.model import Settings
+from edgeway.proxied import Trust
 
 
 def default_data_dir() -> Path:
@@ -135,6 +136,7 @@ class ServerConfig:
     caps: CapsConfig = field(default_factory=CapsConfig)  # (edgeway.caps)
     api_head_timeout: float = API_HEAD_TIMEOUT  # seconds for a request head on the management API
     nodes: NodesConfig = NodesConfig()
+    proxy: Trust | None = None  # --proxy-protocol's trusted load balancers (edgeway.proxied)
 
 
 def cors_origins(given: tuple[str, ...]) -> tuple[str, ...]:

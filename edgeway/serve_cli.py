@@ -30,6 +30,7 @@ from edgeway.options import (
     ssh,
     switch,
 )
+from edgeway.options import proxy_protocol as proxy_options
 
 DEFAULTS = Settings()
 LOG_FORMATS = {"json": "json", "logfmt": "logfmt", "console": "term"}
@@ -58,6 +59,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     events.add(serve)
     limits.add(serve)
     nodes.add(serve)
+    proxy_options.add(serve)
     option(serve, "--log-format", "json", choices=tuple(LOG_FORMATS),
            help="json: one JSON object per line; logfmt; console: for people "
                 "(default: %(default)s)")
@@ -207,4 +209,5 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                         domains=dom, ssh_addr=ssh_addr, ssh_host_ca=ssh_host_ca,
                         ssh_keepalive=ssh_keepalive,
                         events=events.parse(args), caps=caps,
-                        api_head_timeout=api_head_timeout, nodes=cluster)
+                        api_head_timeout=api_head_timeout, nodes=cluster,
+                        proxy=proxy_options.parse(args))

@@ -12,7 +12,7 @@ from typing import Any
 import structlog
 import uvicorn
 
-from edgeway import bootstrap, caps, catalog, datadir, heap, ids, logs
+from edgeway import bootstrap, caps, catalog, datadir, heap, ids, logs, proxied
 from edgeway.acme.manager import CertificateManager
 from edgeway.api import listener
 from edgeway.api.app import build
@@ -133,6 +133,7 @@ async def serve(cfg: ServerConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, early.append, sig)
     limits = caps.configure(cfg.caps)  # (before any listener takes its door)
+    proxied.configure(cfg.proxy)  # (before the public listeners open)
     datadir.prepare(cfg.data_dir)
     db = await open_database(cfg.database_url, cfg.data_dir)
     try:
@@ -224,7 +225,9 @@ async def serve(cfg: ServerConfig) -> None:
                      tunnel=f"{cfg.tunnel_host}:{cfg.tunnel_port}", http=_addr(cfg.http_addr),
                      https=_addr(cfg.https_addr), ssh=_addr(cfg.ssh_addr), store=where,
                      descriptor_limit=limits.limit, fd_reserve=limits.reserve,
-                     max_connections_per_address=limits.per_address)
+                     max_connections_per_address=limits.per_address,
+                     trusted_proxies=[str(net) for net in cfg.proxy.networks]
+                     if cfg.proxy else None)
             trimmer = heap.trimmer()
             chores = [asyncio.create_task(_report_suppressed())]
             if trimmer is not None:

@@ -106,8 +106,8 @@ class DnsServer:
             except Exception:  # a failed reload must not end the follower
                 log.exception("dns_reload_failed")
 
-    async def _tcp_client(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
+    async def _tcp_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          _peer: tuple[str, int]) -> None:
         try:
             while True:  # (asyncio.timeout: the task wait_for makes would hold the error)
                 async with asyncio.timeout(IDLE):

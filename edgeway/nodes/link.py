@@ -71,7 +71,8 @@ class LinkServer:
             caps.process().door("node link", own=True), self._link, self.context,
             HEADER_TIMEOUT).start()
 
-    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    _peer: tuple[str, int]) -> None:
         if not tls.is_node(writer.get_extra_info("peercert")):
             log.warning("node_link_refused", peer=writer.get_extra_info("peername"),
                         reason="the client certificate is not a node's")

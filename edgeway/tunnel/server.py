@@ -180,9 +180,8 @@ class TunnelServer:
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _connection(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("", 0)
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          peer: tuple[str, int]) -> None:
         conn = MuxConnection(reader, writer, client=False, max_open=AGENT_STREAMS)
         session = AgentConnection(conn, str(peer[0]))
         auth.pre_auth(session)

@@ -119,8 +119,7 @@ class TcpBinds:
         self.listeners[tunnel.id] = listener
 
     async def _client(self, tunnel: Tunnel, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("", 0)
+                      writer: asyncio.StreamWriter, peer: tuple[str, int]) -> None:
         if not restrict.allowed(tunnel.req, peer[0]) \
                 or not self.admits(tunnel, peer[0], peer[1]) \
                 or await self.platform.restrictions.refusing("endpoints", peer[0]):
