@@ -208,6 +208,8 @@ async def serve(cfg: ServerConfig) -> None:
                 await gateway.start(*cfg.ssh_addr, cfg.reuse_port)
                 platform.watchers.append(gateway.changed)
                 platform.agents = _Commands(tunnels, gateway)
+            if member is not None:  # (sessions held by other nodes, through their links)
+                platform.agents = _Commands(platform.agents, member)
             if member is not None:  # (first of all when stopping: sent nothing more)
                 running.push_async_callback(member.leave)
             door = limits.door("management API", own=True, refusal=listener.refusal())

@@ -4,7 +4,9 @@ lease, its link listener, its links to the others and their tunnels in its regis
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from edgeway import catalog
 from edgeway.config import NodesConfig
 from edgeway.nodes import ca, tls
 from edgeway.nodes.lease import NodeLease
@@ -12,7 +14,11 @@ from edgeway.nodes.link import LinkPeers, LinkServer
 from edgeway.nodes.remote import RemoteTunnels
 from edgeway.platform import Platform
 from edgeway.store.nodes import Node
+from edgeway.store.repo import Repo
+from edgeway.tunnel.pipes import UpstreamGone
 from edgeway.tunnel.server import TunnelServer
+
+SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
 
 
 async def share_ca(platform: Platform, data_dir: Path) -> None:
@@ -33,7 +39,7 @@ class Cluster:
         self.peers = LinkPeers(client_ctx)
         self.remote = RemoteTunnels(platform.db, platform.sealer, tunnels.registry,
                                     tunnels.binder.tcp, self.lease, self.peers)
-        self.server = LinkServer(server_ctx, self.remote.local)
+        self.server = LinkServer(server_ctx, self.remote.local, tunnels)
 
     async def start(self, reuse_port: bool) -> None:
         assert self.cfg.addr is not None
@@ -45,6 +51,19 @@ class Cluster:
         self.lease.start()
         self.remote.changed("nodes")
         await self.remote.settle()
+
+    async def command(self, session_id: str, kind: int, body: dict[str, Any],
+                      timeout: float = 10.0) -> str | None:
+        """An agent command to a session another node holds (the API's stop and restart):
+        None when no live node holds it."""
+        doc = await Repo(self.platform.db.reader()).get(SESSIONS, session_id)
+        node = self.lease.live.get(str((doc or {}).get("node") or ""))
+        if node is None or node.id == self.lease.me.id:
+            return None
+        try:
+            return await self.peers.command(node, session_id, kind, body, timeout)
+        except UpstreamGone as exc:
+            return str(exc)
 
     async def leave(self) -> None:
         """Stop being sent connections (a clean stop, before the agents are told to go)."""

@@ -26,6 +26,7 @@ from edgeway import caps
 from edgeway.accept import Acceptor
 from edgeway.config import listen_socket, parse_addr
 from edgeway.nodes import tls
+from edgeway.platform import AgentCommands
 from edgeway.store.nodes import Node
 from edgeway.tunnel.muxado.aio import MuxConnection
 from edgeway.tunnel.muxado.events import StreamError
@@ -40,19 +41,26 @@ DIAL_TIMEOUT = 3.0
 LINK_STREAMS = 65536  # public connections one link carries at once
 
 
-def header(tunnel_id: str, client: str, proto: str, edge: str, passthrough: bool) -> bytes:
-    body = json.dumps({"tunnel": tunnel_id, "client": client, "proto": proto, "edge": edge,
-                       "passthrough": passthrough}).encode()
+def _frame(message: dict[str, Any]) -> bytes:
+    body = json.dumps(message).encode()
     return struct.pack(">I", len(body)) + body
 
 
+def header(tunnel_id: str, client: str, proto: str, edge: str, passthrough: bool) -> bytes:
+    return _frame({"tunnel": tunnel_id, "client": client, "proto": proto, "edge": edge,
+                   "passthrough": passthrough})
+
+
 async def read_header(stream: MuxStream) -> dict[str, Any]:
+    """A stream's header: a public connection's (``tunnel``) or an agent command's
+    (``command``: the API's stop, restart or update of a session held there)."""
     (size,) = struct.unpack(">I", await stream.readexactly(4))
     if size > HEADER_MAX:
         raise ValueError(f"a link header of {size} bytes")
     head = json.loads(await stream.readexactly(size))
-    if not isinstance(head, dict) or not isinstance(head.get("tunnel"), str):
-        raise ValueError("a link header without a tunnel")
+    if not isinstance(head, dict) or not (isinstance(head.get("tunnel"), str)
+                                          or isinstance(head.get("command"), int)):
+        raise ValueError("a link header with neither a tunnel nor a command")
     return head
 
 
@@ -60,8 +68,9 @@ class LinkServer:
     """This node's end of the links: other nodes' streams, each carried to a tunnel held here
     (``local``: the registry's tunnels whose agent is connected to this node)."""
 
-    def __init__(self, context: ssl.SSLContext, local: Callable[[str], Tunnel | None]) -> None:
-        self.context, self.local = context, local
+    def __init__(self, context: ssl.SSLContext, local: Callable[[str], Tunnel | None],
+                 agents: AgentCommands) -> None:
+        self.context, self.local, self.agents = context, local, agents
         self._server: Acceptor | None = None
         self._links: set[MuxConnection] = set()
 
@@ -95,6 +104,9 @@ class LinkServer:
         try:
             async with asyncio.timeout(HEADER_TIMEOUT):
                 head = await read_header(stream)
+            if "command" in head:
+                await self._command(stream, head)
+                return
             tunnel = self.local(head["tunnel"])
             if tunnel is None:
                 raise UpstreamGone("the tunnel is not held by this node")
@@ -107,6 +119,12 @@ class LinkServer:
                 stream.reset()
             return
         await relay(stream, pipe)
+
+    async def _command(self, stream: MuxStream, head: dict[str, Any]) -> None:
+        timeout = min(float(head.get("timeout") or 10.0), 60.0)
+        answer = await self.agents.command(str(head.get("session") or ""), int(head["command"]),
+                                           dict(head.get("body") or {}), timeout)
+        await stream.write(_frame({"answer": answer}), eof=True)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -188,6 +206,24 @@ class LinkPeers:
         except (StreamClosed, StreamError) as exc:
             raise UpstreamGone(f"the link to the node {node.id} failed ({exc})") from None
         return StreamPipe(stream)
+
+    async def command(self, node: Node, session_id: str, kind: int, body: dict[str, Any],
+                      timeout: float) -> str | None:
+        """An agent command to a session ``node`` holds: the agent's error text ("" when it
+        accepted), None when that node holds no such session."""
+        conn = await self._session(node)
+        try:
+            async with asyncio.timeout(timeout + DIAL_TIMEOUT):
+                stream = await conn.open_stream()
+                await stream.write(_frame({"command": kind, "session": session_id,
+                                           "body": body, "timeout": timeout}), eof=True)
+                (size,) = struct.unpack(">I", await stream.readexactly(4))
+                answer = json.loads(await stream.readexactly(min(size, HEADER_MAX)))
+        except (StreamClosed, StreamError, TimeoutError, asyncio.IncompleteReadError,
+                ValueError) as exc:
+            return f"the node {node.id} holding the session did not answer ({exc})"
+        found = answer.get("answer") if isinstance(answer, dict) else None
+        return None if found is None else str(found)
 
     async def forget(self, node_id: str) -> None:
         conn = self._conns.pop(node_id, None)

@@ -212,3 +212,24 @@ async def _ws(srv: Server, host: str) -> str:
                                   ssl=ca_context(srv), server_hostname=host) as ws:
         await ws.send("hi")
         return str(await ws.recv())
+
+
+def test_the_api_of_any_node_commands_a_session_another_node_holds(
+        cluster: tuple[Server, ...], token: str) -> None:
+    a, b, _ = cluster
+    with b.client() as api:
+        before = {s["id"] for s in api.get("/tunnel_sessions").json()["tunnel_sessions"]}
+    with upstream.running("svc") as port:
+        bound = agent(a, token, {"kind": "https", "forward": f"http://127.0.0.1:{port}"})
+        try:
+            with b.client() as api:
+                (session,) = [s for s in api.get("/tunnel_sessions").json()["tunnel_sessions"]
+                              if s["id"] not in before]
+                # the SDK's answer travels back through node A: it has no restart callback
+                r = api.post(f"/tunnel_sessions/{session['id']}/restart")
+                assert r.status_code == 400, r.text
+                assert "has not defined a callback" in r.json()["msg"]
+                r = api.post(f"/tunnel_sessions/ts_{'0' * 27}/restart")
+                assert r.status_code == 404, r.text
+        finally:
+            bound.stop()
