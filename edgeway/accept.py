@@ -93,8 +93,11 @@ class Acceptor:
                     return
                 await asyncio.sleep(BACKOFF)  # out of descriptors: back off, keep serving
                 continue
+            if not isinstance(addr, tuple):  # a Unix socket's client (the node link's)
+                addr = ("unix", 0)
             proxy = self.trust is not None and self.trust.trusts(addr[0])
-            ticket = self.door.admit(addr, by_address=not proxy)  # (a proxy's client: later)
+            ticket = self.door.admit(addr if addr[0] != "unix" else None,
+                                     by_address=not proxy)  # (a proxy's client: later)
             if ticket is None:
                 self.door.refuse(conn)
                 continue

@@ -103,8 +103,17 @@ LEASE = 15.0  # seconds a node counts as alive after its last heartbeat
 @dataclass(frozen=True)
 class NodesConfig:
     """A cluster of nodes sharing one PostgreSQL database (``edgeway.nodes``)."""
-    addr: tuple[str, int] | None = None  # the node link's listener; None: not in a cluster
+    # the node link's listener: HOST:PORT (mutual TLS) or unix:PATH (the workers of one
+    # machine: no TLS, the socket file is its owner's only); None: not in a cluster
+    addr: str | None = None
     lease: float = LEASE
+    workers: int = 1  # processes of this machine, each a node (``edgeway.workers``)
+
+    @property
+    def tcp(self) -> tuple[str, int] | None:
+        """The link's TCP address, when it has one."""
+        return parse_addr(self.addr) if self.addr and not self.addr.startswith("unix:") \
+            else None
 
 
 @dataclass(frozen=True)

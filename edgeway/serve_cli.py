@@ -185,7 +185,7 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     own += [(addr[1], what) for what, addr in (("public HTTP listener", http_addr),
                                                ("public HTTPS listener", https_addr),
                                                ("SSH gateway", ssh_addr),
-                                               ("node link", cluster.addr)) if addr]
+                                               ("node link", cluster.tcp)) if addr]
     ident = identity.parse(args, settings.base_domain)
     ips = domains.ips(args.public_ip or [])
     dom = domains.parse(args, ips)

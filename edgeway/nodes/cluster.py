@@ -32,7 +32,7 @@ class Cluster:
         assert cfg.addr is not None
         self.cfg, self.platform, self.tunnels = cfg, platform, tunnels
         server_ctx, client_ctx = tls.contexts(data_dir, platform.sealer, tunnels.node)
-        me = Node(tunnels.node, f"{cfg.addr[0]}:{cfg.addr[1]}", platform.settings.region,
+        me = Node(tunnels.node, cfg.addr, platform.settings.region,
                   platform.settings.public_ips)
         self.lease = NodeLease(platform.db, me, cfg.lease, platform.changed,
                                tunnels.reconnect_all)
@@ -43,7 +43,7 @@ class Cluster:
 
     async def start(self, reuse_port: bool) -> None:
         assert self.cfg.addr is not None
-        self.server.start(*self.cfg.addr, reuse_port)
+        self.server.start(self.cfg.addr, reuse_port)
         self.tunnels.binder.clustered = True
         self.platform.watchers.append(self.remote.changed)
         self.lease.tick = lambda: self.remote.changed("nodes")  # (the safety net)

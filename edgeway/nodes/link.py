@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import ssl
 import struct
@@ -74,15 +75,21 @@ class LinkServer:
         self._server: Acceptor | None = None
         self._links: set[MuxConnection] = set()
 
-    def start(self, host: str, port: int, reuse_port: bool = False) -> None:
+    def start(self, addr: str, reuse_port: bool = False) -> None:
+        """Listen at HOST:PORT (mutual TLS) or unix:PATH (a socket file only this user may
+        open: the workers of one machine)."""
+        door = caps.process().door("node link", own=True)
+        if addr.startswith("unix:"):
+            self._server = Acceptor.streams(_unix_socket(addr[5:]), door, self._link).start()
+            return
         self._server = Acceptor.streams(
-            listen_socket("node link", host, port, reuse_port),
-            caps.process().door("node link", own=True), self._link, self.context,
-            HEADER_TIMEOUT).start()
+            listen_socket("node link", *parse_addr(addr), reuse_port), door, self._link,
+            self.context, HEADER_TIMEOUT).start()
 
     async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     _peer: tuple[str, int]) -> None:
-        if not tls.is_node(writer.get_extra_info("peercert")):
+        over_tls = writer.get_extra_info("sslcontext") is not None
+        if over_tls and not tls.is_node(writer.get_extra_info("peercert")):
             log.warning("node_link_refused", peer=writer.get_extra_info("peername"),
                         reason="the client certificate is not a node's")
             return
@@ -135,6 +142,26 @@ class LinkServer:
             await self._server.wait_closed()
 
 
+def _unix_socket(path: str) -> socket.socket:
+    """A listening Unix socket at ``path`` (a stale file of a previous run replaced), mode
+    0600: the same user's processes only."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        old = os.umask(0o177)
+        try:
+            sock.bind(path)
+        finally:
+            os.umask(old)
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen for the node link on unix:{path}: "
+                      f"{exc.strerror or exc}") from None
+    return sock
+
+
 async def relay(stream: MuxStream, pipe: Pipe) -> None:
     """Bytes both ways between a link's stream and the pipe to the agent, half-closes passed
     on, until both directions ended or one failed (then both are reset)."""
@@ -182,11 +209,9 @@ class LinkPeers:
             conn = self._conns.get(node.id)
             if conn is not None and not conn.closed.is_set():
                 return conn
-            host, port = parse_addr(node.addr)
             try:
                 async with asyncio.timeout(DIAL_TIMEOUT):
-                    reader, writer = await asyncio.open_connection(
-                        host, port, ssl=self.context, server_hostname=tls.node_name(node.id))
+                    reader, writer = await self._dial(node)
             except (OSError, ssl.SSLError, TimeoutError) as exc:
                 raise UpstreamGone(f"the node {node.id} at {node.addr} cannot be reached "
                                    f"({exc or type(exc).__name__})") from None
@@ -197,6 +222,13 @@ class LinkPeers:
             self._conns[node.id] = conn
             log.info("node_link_up", node=node.id, addr=node.addr)
             return conn
+
+    async def _dial(self, node: Node) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if node.addr.startswith("unix:"):
+            return await asyncio.open_unix_connection(node.addr[5:])
+        host, port = parse_addr(node.addr)
+        return await asyncio.open_connection(host, port, ssl=self.context,
+                                             server_hostname=tls.node_name(node.id))
 
     async def open(self, node: Node, head: bytes) -> Pipe:
         conn = await self._session(node)
