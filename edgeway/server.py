@@ -181,7 +181,8 @@ async def serve(cfg: ServerConfig) -> None:
                 link.start()
                 running.push_async_callback(link.stop)
             await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
-            member = cluster.Cluster(cfg.nodes, platform, cfg.data_dir, tunnels) \
+            member = cluster.Cluster(cfg.nodes, platform, cfg.data_dir, tunnels,
+                                     cfg.drain_timeout) \
                 if cfg.nodes.addr is not None else None
             if member is not None:
                 running.push_async_callback(member.stop)

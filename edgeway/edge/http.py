@@ -232,7 +232,7 @@ class HttpEdge:
                 raise AgentBusy(str(exc)) from None
             except (StreamClosed, StreamError) as exc:
                 raise UpstreamGone(f"the agent is gone ({exc})") from None
-            return Upstream(target.id, pipe)
+            return Upstream(target.key, pipe)
         assert isinstance(target, Static)
         pipe = await SocketPipe.dial(target.host, target.port, target.tls)
         return Upstream(f"static:{target.host}:{target.port}", pipe)
@@ -265,7 +265,7 @@ class HttpEdge:
         """
         target = decision.target
         assert isinstance(target, Tunnel | Static)
-        key = target.id if isinstance(target, Tunnel) else f"static:{target.host}:{target.port}"
+        key = target.key if isinstance(target, Tunnel) else f"static:{target.host}:{target.port}"
         req = x.req
         head = self._request_head(x, decision) + (x.body or b"")
         pump = req.body and x.body is None

@@ -11,6 +11,7 @@ database is out of reach the last snapshot keeps serving (a warning says how old
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ class Decision:
     plan: Plan = field(default_factory=Plan)
     edge_id: str = ""  # the HTTPS edge and route that routed it
     route_id: str = ""
+    # no live tunnel answers: the host a moving one would ("" for an edge route's backend)
+    missing: str | None = None
 
 
 class EdgeRouter:
@@ -162,7 +165,21 @@ class EdgeRouter:
     async def http(self, req: Request, ip: str, scheme: str, https_port: int,
                    tls_edge: Edge | None = None) -> Decision:
         """Who answers an HTTP request arriving on the ``scheme`` listener (over TLS whose
-        server name chose ``tls_edge``, if it named an HTTPS edge)."""
+        server name chose ``tls_edge``, if it named an HTTPS edge). When no tunnel answers
+        but the one that did is moving to another node (``Registry.moved``), the request
+        waits for it to be bound again, as long as it is expected."""
+        decision = await self._http(req, ip, scheme, https_port, tls_edge)
+        loop = asyncio.get_running_loop()
+        while decision.missing is not None:
+            left = self.registry.until_back(decision.missing) - loop.time()
+            if left <= 0:
+                break
+            await self.registry.change(left)
+            decision = await self._http(req, ip, scheme, https_port, tls_edge)
+        return decision
+
+    async def _http(self, req: Request, ip: str, scheme: str, https_port: int,
+                    tls_edge: Edge | None = None) -> Decision:
         host = request_host(req.headers)
         if req.method == b"CONNECT":
             return Decision(page(405, "Method not allowed", "CONNECT is not proxied.", 4005))
@@ -192,7 +209,7 @@ class EdgeRouter:
         target = self.target(snap, route.plan)
         if target is None:
             return Decision(page(502, "No tunnel", f"No live tunnel or backend serves "
-                                 f"{host}{path} right now.", 4009))
+                                 f"{host}{path} right now.", 4009), missing="")
         return Decision(target, "https", "https", route.plan, edge.id, route.id)
 
     def _agent(self, req: Request, ip: str, scheme: str, https_port: int, host: str
@@ -201,7 +218,7 @@ class EdgeRouter:
         tunnel = self.agent_tunnel(host, scheme)
         if tunnel is None:
             return Decision(page(404, "Tunnel not found", f"No tunnel is bound to {host}.",
-                                 4004))
+                                 4004), missing=host)
         if tunnel.proto != scheme:
             if scheme == "http":
                 port = "" if https_port == 443 else f":{https_port}"

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from edgeway import catalog
 from edgeway.config import NodesConfig
 from edgeway.nodes import ca, tls
@@ -18,6 +20,7 @@ from edgeway.store.repo import Repo
 from edgeway.tunnel.pipes import UpstreamGone
 from edgeway.tunnel.server import TunnelServer
 
+log = structlog.get_logger()
 SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
 
 
@@ -28,9 +31,9 @@ async def share_ca(platform: Platform, data_dir: Path) -> None:
 
 class Cluster:
     def __init__(self, cfg: NodesConfig, platform: Platform, data_dir: Path,
-                 tunnels: TunnelServer) -> None:
+                 tunnels: TunnelServer, drain: float) -> None:
         assert cfg.addr is not None
-        self.cfg, self.platform, self.tunnels = cfg, platform, tunnels
+        self.cfg, self.platform, self.tunnels, self.drain = cfg, platform, tunnels, drain
         server_ctx, client_ctx = tls.contexts(data_dir, platform.sealer, tunnels.node)
         me = Node(tunnels.node, cfg.addr, platform.settings.region,
                   platform.settings.public_ips)
@@ -66,8 +69,12 @@ class Cluster:
             return str(exc)
 
     async def leave(self) -> None:
-        """Stop being sent connections (a clean stop, before the agents are told to go)."""
+        """A clean stop, before the agents are told to go: stop being sent connections (the
+        others hold new requests for this node's tunnels until the agents bound them again
+        elsewhere), then let those carried here end (``--drain-timeout`` at most)."""
         await self.lease.leave()
+        cut = await self.server.idle(self.drain)
+        log.info("node_left", node=self.lease.me.id, carried_cut=cut)
 
     async def stop(self) -> None:
         await self.server.stop()

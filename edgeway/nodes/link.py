@@ -42,6 +42,10 @@ DIAL_TIMEOUT = 3.0
 LINK_STREAMS = 65536  # public connections one link carries at once
 
 
+class Unreachable(UpstreamGone):
+    """The link to a node could not be dialed."""
+
+
 def _frame(message: dict[str, Any]) -> bytes:
     body = json.dumps(message).encode()
     return struct.pack(">I", len(body)) + body
@@ -74,6 +78,7 @@ class LinkServer:
         self.context, self.local, self.agents = context, local, agents
         self._server: Acceptor | None = None
         self._links: set[MuxConnection] = set()
+        self._carrying: dict[MuxConnection, set[asyncio.Task[None]]] = {}
 
     def start(self, addr: str, reuse_port: bool = False) -> None:
         """Listen at HOST:PORT (mutual TLS) or unix:PATH (a socket file only this user may
@@ -96,6 +101,7 @@ class LinkServer:
         conn = MuxConnection(reader, writer, client=False, max_streams=LINK_STREAMS)
         self._links.add(conn)
         tasks: set[asyncio.Task[None]] = set()
+        self._carrying[conn] = tasks
         try:
             while (stream := await conn.accept()) is not None:
                 task = asyncio.create_task(self._carry(stream))
@@ -103,9 +109,19 @@ class LinkServer:
                 task.add_done_callback(tasks.discard)
         finally:
             self._links.discard(conn)
+            self._carrying.pop(conn, None)
             for task in list(tasks):
                 task.cancel()
             await conn.close()
+
+    async def idle(self, timeout: float) -> int:
+        """Until the connections carried now have ended (at most ``timeout`` seconds); how
+        many were left."""
+        carrying = [t for links in self._carrying.values() for t in links]
+        if carrying:
+            _, left = await asyncio.wait(carrying, timeout=timeout)
+            return len(left)
+        return 0
 
     async def _carry(self, stream: MuxStream) -> None:
         try:
@@ -213,7 +229,7 @@ class LinkPeers:
                 async with asyncio.timeout(DIAL_TIMEOUT):
                     reader, writer = await self._dial(node)
             except (OSError, ssl.SSLError, TimeoutError) as exc:
-                raise UpstreamGone(f"the node {node.id} at {node.addr} cannot be reached "
+                raise Unreachable(f"the node {node.id} at {node.addr} cannot be reached "
                                    f"({exc or type(exc).__name__})") from None
             with contextlib.suppress(OSError):
                 writer.get_extra_info("socket").setsockopt(

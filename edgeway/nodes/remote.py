@@ -14,6 +14,7 @@ by another node's row of it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -28,7 +29,7 @@ from edgeway.store.nodes import Node
 from edgeway.store.repo import Repo
 from edgeway.tunnel import bindcodec
 from edgeway.tunnel.pipes import Pipe
-from edgeway.tunnel.registry import Registry, Tunnel
+from edgeway.tunnel.registry import MOVE_WAIT, Registry, Tunnel
 from edgeway.tunnel.tcp_binds import TcpBinds
 
 log = structlog.get_logger()
@@ -38,10 +39,12 @@ WATCHED = frozenset({"tunnels", "tunnel_sessions", "nodes"})
 
 
 class RemoteNode:
-    """Another node, as the carrier of the tunnels its agents hold."""
+    """Another node, as the carrier of the tunnels its agents hold; one that cannot be
+    reached is reported (``unreachable``): it is likely dead, its agents on their way."""
 
-    def __init__(self, node: Node, peers: link.LinkPeers) -> None:
-        self.node, self.peers = node, peers
+    def __init__(self, node: Node, peers: link.LinkPeers,
+                 unreachable: Callable[[str], None]) -> None:
+        self.node, self.peers, self.unreachable = node, peers, unreachable
         self._closed = asyncio.Event()
 
     @property
@@ -54,8 +57,12 @@ class RemoteNode:
 
     async def open_pipe(self, tunnel: Tunnel, client: str, proto: str, edge: str,
                         passthrough: bool) -> Pipe:
-        return await self.peers.open(self.node, link.header(tunnel.id, client, proto, edge,
-                                                            passthrough))
+        try:
+            return await self.peers.open(self.node, link.header(tunnel.id, client, proto, edge,
+                                                                passthrough))
+        except link.Unreachable:
+            self.unreachable(self.node.id)
+            raise
 
 
 def _ref_id(value: Any) -> str:
@@ -69,6 +76,9 @@ class RemoteTunnels:
         self.lease, self.peers = lease, peers
         self.nodes: dict[str, RemoteNode] = {}
         self.tunnels: dict[str, Tunnel] = {}
+        # nodes whose link could not be dialed, left out until then (loop time): their lease
+        # has not run out yet, but their agents are already reconnecting elsewhere
+        self.suspects: dict[str, float] = {}
         self._reload = Reload(self._load, "remote tunnels")
         self._forgetting: set[asyncio.Task[None]] = set()
 
@@ -80,6 +90,27 @@ class RemoteTunnels:
     async def settle(self) -> None:
         await self._reload.settle(None)
 
+    def unreachable(self, node_id: str) -> None:
+        """A node's link could not be dialed: leave its tunnels out now (requests wait for
+        them to come back through another node) and for a lease, unless it answers again."""
+        if node_id in self.suspects:
+            return
+        log.warning("node_unreachable", node=node_id)
+        self.suspects[node_id] = asyncio.get_running_loop().time() + self.lease.lease
+        for id_, tunnel in list(self.tunnels.items()):
+            if isinstance(tunnel.conn, RemoteNode) and tunnel.conn.node.id == node_id:
+                self.registry.remove(tunnel)  # (now: a retry must not pick it again)
+                self.registry.moved(tunnel, MOVE_WAIT)
+                del self.tunnels[id_]
+                if tunnel.port and tunnel.proto == "tcp":
+                    self._background(self.tcp.close(tunnel, clean=True))
+        self.changed("nodes")
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._forgetting.add(task)
+        task.add_done_callback(self._forgetting.discard)
+
     def local(self, tunnel_id: str) -> Tunnel | None:
         """The tunnel of that id whose agent is connected to this node, if any."""
         tunnel = self.registry.by_id.get(tunnel_id)
@@ -90,7 +121,9 @@ class RemoteTunnels:
         try:
             live = await self.lease.load()
             repo = Repo(self.db.reader())
-            others = {n for n in live if n != self.lease.me.id}
+            now = asyncio.get_running_loop().time()
+            self.suspects = {n: t for n, t in self.suspects.items() if t > now}
+            others = {n for n in live if n != self.lease.me.id and n not in self.suspects}
             sessions = {i: d for i, d in await repo.all_docs(SESSIONS) if d.get("node") in others}
             rows = [(i, d) for i, d in await repo.all_docs(TUNNELS) if d.get("node") in others]
         except DatabaseUnavailable as exc:
@@ -100,7 +133,7 @@ class RemoteTunnels:
             if node_id in self.nodes:
                 self.nodes[node_id].node = live[node_id]  # (its address may have changed)
             else:
-                self.nodes[node_id] = RemoteNode(live[node_id], self.peers)
+                self.nodes[node_id] = RemoteNode(live[node_id], self.peers, self.unreachable)
         wanted: dict[str, Tunnel] = {}
         for id_, doc in rows:
             held = self.tunnels.get(id_)
@@ -141,6 +174,8 @@ class RemoteTunnels:
             if wanted.get(id_) is not tunnel:
                 self.registry.remove(tunnel)
                 del self.tunnels[id_]
+                if isinstance(tunnel.conn, RemoteNode) and tunnel.conn.node.id not in live:
+                    self.registry.moved(tunnel, MOVE_WAIT)  # (its node left or died)
                 if tunnel.port and self.local(id_) is None:  # (a take-over closed it)
                     went.append(tunnel)
         for id_, tunnel in wanted.items():
@@ -152,8 +187,6 @@ class RemoteTunnels:
                 came.append(tunnel)
         for node_id in [n for n in self.nodes if n not in live]:
             self.nodes.pop(node_id).closed.set()
-            task = asyncio.get_running_loop().create_task(self.peers.forget(node_id))
-            self._forgetting.add(task)
-            task.add_done_callback(self._forgetting.discard)
+            self._background(self.peers.forget(node_id))
             log.info("node_tunnels_dropped", node=node_id)
         return came, went

@@ -23,7 +23,7 @@ from edgeway.tunnel import acl, bindcodec, binds, names, records, rpc
 from edgeway.tunnel.binds import BindRefused
 from edgeway.tunnel.connection import AgentConnection, Holder
 from edgeway.tunnel.muxado.stream import MuxStream
-from edgeway.tunnel.registry import Registry, Tunnel
+from edgeway.tunnel.registry import MOVE_WAIT, Registry, Tunnel
 from edgeway.tunnel.tcp_binds import TcpBinds
 
 log = structlog.get_logger()
@@ -138,6 +138,7 @@ class Binder:
             return
         holder = session if old.conn is session.conn else self.holder(old.session_id)
         if holder is None:  # bound through another node (a cluster's): its agent came here
+            self.registry.moved(old, MOVE_WAIT)  # (requests wait the few ms to its re-bind)
             self.registry.remove(old)  # (and the id is this credential's: ``tunnel_id``)
             await self.tcp.close(old, clean=True)  # (its port, served here too, is free)
             await self._delete_rows(old, theirs=True)
@@ -151,6 +152,8 @@ class Binder:
         settings, node = self.platform.settings, self.node
         endpoint_id = ids.new_id(ENDPOINTS.prefix) if tunnel.url else ""
         async with self.platform.db.write() as tx:
+            if self.clustered:  # (another node's row of it, whose agent came here)
+                await Repo(tx).delete(TUNNELS, tunnel.id)
             await Repo(tx).insert(TUNNELS, tunnel.id, records.tunnel_doc(
                 settings, node, session.id, tunnel, endpoint_id,
                 bindcodec.seal(self.platform.sealer, tunnel.req)))

@@ -6,6 +6,7 @@ the SSH gateway's ``forwarded-tcpip`` channels). The edge sees the same ``Pipe``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import struct
@@ -19,7 +20,9 @@ from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.pipes import Pipe, StreamPipe
 from edgeway.tunnel.rpc import StreamType
 
+_BINDS = itertools.count()
 STREAM_WAIT = 30.0  # for a stream of an agent session whose streams are all in use
+MOVE_WAIT = 10.0  # seconds requests wait for a tunnel whose agent moves to another node
 
 
 class Busy(StreamError):
@@ -70,6 +73,12 @@ class Tunnel:
     # told (method, target, status) of each HTTP response the edge relays from this tunnel
     # (the SSH gateway's request log); None for agents' tunnels
     observer: Callable[[bytes, bytes, int], None] | None = None
+    # this bind of the tunnel (a re-bind, here or through another node, is another): idle
+    # upstreams are kept by it, never handed to the next bind of the same id
+    key: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key = f"{self.id}#{next(_BINDS)}"
 
     @property
     def proto(self) -> str:
@@ -103,19 +112,58 @@ class Tunnel:
 
 @dataclass
 class Registry:
+    """The live tunnels, and which went away only to come back (their agent moves to another
+    node of a cluster: ``moved``): requests for those may wait for them (``until_back``)."""
+
     by_id: dict[str, Tunnel] = field(default_factory=dict)
     by_host: dict[str, list[Tunnel]] = field(default_factory=dict)
     labeled: list[Tunnel] = field(default_factory=list)
     version: int = 0  # bumped on every change; the router's caches key on it
     _turn: itertools.count[int] = field(default_factory=itertools.count)
+    _moving: dict[str, float] = field(default_factory=dict)  # host -> until (loop time)
+    _labels_moving: float = 0.0  # a labeled tunnel is moving until then
+    _change: asyncio.Event | None = None
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self._change is not None:
+            self._change.set()
+            self._change = None
 
     def add(self, tunnel: Tunnel) -> None:
         self.by_id[tunnel.id] = tunnel
         if tunnel.host:
             self.by_host.setdefault(tunnel.host, []).append(tunnel)
+            self._moving.pop(tunnel.host, None)
         if tunnel.labels:
             self.labeled.append(tunnel)
-        self.version += 1
+        self._changed()
+
+    def moved(self, tunnel: Tunnel, seconds: float) -> None:
+        """``tunnel`` went away but its agent is expected back within ``seconds`` (its node
+        left or died: the agent reconnects to another)."""
+        until = asyncio.get_running_loop().time() + seconds
+        if tunnel.host:
+            self._moving[tunnel.host] = until
+        if tunnel.labels:
+            self._labels_moving = max(self._labels_moving, until)
+
+    def until_back(self, host: str) -> float:
+        """Until when a request for ``host`` (or for a labeled backend: "") may wait for a
+        moving tunnel (loop time; 0: nothing is moving)."""
+        if not host:
+            return self._labels_moving
+        parent = "*." + host.split(".", 1)[1] if "." in host else ""
+        return max(self._moving.get(host, 0.0), self._moving.get(parent, 0.0),
+                   self._labels_moving)
+
+    async def change(self, timeout: float) -> None:
+        """Until the next change (or ``timeout`` seconds)."""
+        if self._change is None:
+            self._change = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._change.wait()
 
     def remove(self, tunnel: Tunnel) -> None:
         if self.by_id.get(tunnel.id) is tunnel:
@@ -127,7 +175,7 @@ class Registry:
                 del self.by_host[tunnel.host]
         if tunnel in self.labeled:
             self.labeled.remove(tunnel)
-        self.version += 1
+        self._changed()
 
     def for_host(self, host: str) -> list[Tunnel]:
         """The tunnels bound to ``host``, or, when none are, to the wildcard one label up

@@ -1,0 +1,98 @@
+"""A clean stop of the node holding an agent's session (SIGTERM) while a client sends
+requests through another node for that agent's tunnel: not one request fails. The stopping
+node leaves the cluster at once, the other holds new requests for its tunnels, the requests
+carried over the link end, then the agent is told to go (a GOAWAY), reconnects to the other
+node (both listen for agents on one address) and binds the same URL; the held requests go on.
+The same holds for an agent that moves after its node was killed: requests wait for it
+instead of failing."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import BACKENDS
+from tests.edge import upstream
+from tests.edge.agents import EdgeClient, agent
+from tests.server import Server, free_port, fresh_pg_database, start
+
+pytestmark = pytest.mark.skipif("postgres" not in BACKENDS,
+                                reason="nodes share a PostgreSQL database")
+
+
+class Client(threading.Thread):
+    """Requests one after the other through ``srv`` until stopped; every status kept."""
+
+    def __init__(self, srv: Server, url: str) -> None:
+        super().__init__(daemon=True)
+        self.srv, self.url = srv, url
+        self.statuses: list[int | str] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        with EdgeClient(self.srv, timeout=30) as web:
+            while not self.done.is_set():
+                try:
+                    r = web.get(f"{self.url}/{len(self.statuses)}")
+                    ok = r.status_code == 200 and r.text == f"svc /{len(self.statuses)}"
+                    self.statuses.append(200 if ok else f"{r.status_code} {r.text[:200]}")
+                except httpx.HTTPError as exc:
+                    self.statuses.append(repr(exc))
+
+    def until(self, count: int, within: float = 60) -> None:
+        began = time.monotonic()
+        while len(self.statuses) < count:
+            assert time.monotonic() - began < within, self.statuses[-5:]
+            time.sleep(0.01)
+
+
+def _pair(tmp_path: Path, url: str) -> tuple[Server, Server]:
+    env = {"EDGEWAY_SECRET_KEY": base64.b64encode(secrets.token_bytes(32)).decode()}
+    common = ("--reuse-port", "--node-lease", "3")
+    a = start(tmp_path / "a", url, *common, "--node-addr", f"127.0.0.1:{free_port()}", env=env)
+    b = start(tmp_path / "b", url, *common, "--node-addr", f"127.0.0.1:{free_port()}",
+              token=a.token, env=env, ports=(free_port(), a.tunnel_port, free_port(),
+                                             free_port()))
+    return a, b
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_no_request_fails_while_the_agent_moves(tmp_path: Path, how: str) -> None:
+    with fresh_pg_database() as url, upstream.running("svc") as service:
+        a, b = _pair(tmp_path, url)
+        bound = None
+        client: Client | None = None
+        try:
+            with a.client() as api:
+                token = api.post("/credentials", json={}).json()["token"]
+            # (the agent dials the address both listen on: the kernel picks the node)
+            bound = agent(a, token, {"kind": "https", "forward": f"http://127.0.0.1:{service}"})
+            holder, other = (a, b) if "agent_session_start" in a.log() else (b, a)
+            client = Client(other, bound.urls[0])
+            client.start()
+            client.until(20)  # (the other node serves it: over the link)
+            if how == "SIGTERM":
+                assert holder.stop() == 0
+            else:
+                holder.proc.send_signal(signal.SIGKILL)
+                holder.proc.wait()
+            moved = len(client.statuses)
+            client.until(moved + 50)
+        finally:
+            if client is not None:
+                client.done.set()
+                client.join(60)
+            if bound is not None:
+                bound.stop()
+            for srv in (a, b):
+                if srv.proc.stdout is not None and not srv.proc.stdout.closed:
+                    srv.stop()
+        failed = [s for s in client.statuses if s != 200]
+        assert not failed, f"{len(failed)} of {len(client.statuses)} failed: {failed[:5]}"
