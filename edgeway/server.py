@@ -190,6 +190,8 @@ async def serve(cfg: ServerConfig) -> None:
             running.push_async_callback(tunnels.stop, cfg.drain_timeout)
             running.push_async_callback(edge.stop)
             await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
+            if member is not None:
+                member.remote.gone = lambda tunnel: edge.pool.forget(tunnel.key)
             if cfg.domains.dns_addr is not None:
                 dns = DnsServer(db, cfg.settings)
                 platform.watchers.append(dns.changed)

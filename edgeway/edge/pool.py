@@ -81,6 +81,12 @@ class Pool:
         if self._sweep is None:
             self._sweep = loop.call_later(self.idle_timeout / 2, self._expire)
 
+    def forget(self, key: str) -> None:
+        """Close the idle upstreams of a target that is gone (another node's tunnel: its
+        node left, and waits for the connections it carries to end)."""
+        for _, upstream in self._idle.pop(key, ()):
+            upstream.pipe.close()
+
     def reclaim(self, conn: Carrier) -> None:
         """Close the idle upstreams carried by ``conn`` (it has no stream to spare)."""
         for key in list(self._idle):

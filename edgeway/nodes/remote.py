@@ -79,6 +79,9 @@ class RemoteTunnels:
         # nodes whose link could not be dialed, left out until then (loop time): their lease
         # has not run out yet, but their agents are already reconnecting elsewhere
         self.suspects: dict[str, float] = {}
+        # told of each tunnel left out (set by ``edgeway serve``: the edge closes the idle
+        # upstreams it keeps for it, which would hold the node's drain)
+        self.gone: Callable[[Tunnel], None] = lambda _tunnel: None
         self._reload = Reload(self._load, "remote tunnels")
         self._forgetting: set[asyncio.Task[None]] = set()
 
@@ -101,6 +104,7 @@ class RemoteTunnels:
             if isinstance(tunnel.conn, RemoteNode) and tunnel.conn.node.id == node_id:
                 self.registry.remove(tunnel)  # (now: a retry must not pick it again)
                 self.registry.moved(tunnel, MOVE_WAIT)
+                self.gone(tunnel)
                 del self.tunnels[id_]
                 if tunnel.port and tunnel.proto == "tcp":
                     self._background(self.tcp.close(tunnel, clean=True))
@@ -173,6 +177,7 @@ class RemoteTunnels:
         for id_, tunnel in list(self.tunnels.items()):
             if wanted.get(id_) is not tunnel:
                 self.registry.remove(tunnel)
+                self.gone(tunnel)
                 del self.tunnels[id_]
                 if isinstance(tunnel.conn, RemoteNode) and tunnel.conn.node.id not in live:
                     self.registry.moved(tunnel, MOVE_WAIT)  # (its node left or died)

@@ -22,7 +22,7 @@ from edgeway.tunnel.rpc import StreamType
 
 _BINDS = itertools.count()
 STREAM_WAIT = 30.0  # for a stream of an agent session whose streams are all in use
-MOVE_WAIT = 10.0  # seconds requests wait for a tunnel whose agent moves to another node
+MOVE_WAIT = 15.0  # seconds requests wait for a tunnel whose agent moves to another node
 
 
 class Busy(StreamError):

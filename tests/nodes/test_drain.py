@@ -79,7 +79,11 @@ def test_no_request_fails_while_the_agent_moves(tmp_path: Path, how: str) -> Non
             client.start()
             client.until(20)  # (the other node serves it: over the link)
             if how == "SIGTERM":
+                began = time.monotonic()
                 assert holder.stop() == 0
+                # (no connection it carried was cut: the other node closed its idle ones)
+                assert '"carried_cut":0' in holder.log(), holder.log()[-3000:]
+                assert time.monotonic() - began < 8
             else:
                 holder.proc.send_signal(signal.SIGKILL)
                 holder.proc.wait()
