@@ -97,6 +97,13 @@ class EventsConfig:
 
 
 @dataclass(frozen=True)
+class DashboardConfig:
+    """The web dashboard (``edgeway.dashboard``)."""
+    session_ttl: float = 12 * 3600.0  # seconds an unused browser session lives
+    signin_per_minute: int = 10  # sign-in attempts per client address
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     data_dir: Path
     database_url: str | None
@@ -124,6 +131,7 @@ class ServerConfig:
     events: EventsConfig = EventsConfig()
     caps: CapsConfig = field(default_factory=CapsConfig)  # (edgeway.caps)
     api_head_timeout: float = API_HEAD_TIMEOUT  # seconds for a request head on the management API
+    dashboard: DashboardConfig | None = DashboardConfig()  # None: off (--no-dashboard)
 
 
 def cors_origins(given: tuple[str, ...]) -> tuple[str, ...]:

@@ -19,7 +19,17 @@ from edgeway.config import (
     public_url_for,
     split_list,
 )
-from edgeway.options import domains, events, identity, limits, option, public, ssh, switch
+from edgeway.options import (
+    dashboard,
+    domains,
+    events,
+    identity,
+    limits,
+    option,
+    public,
+    ssh,
+    switch,
+)
 
 DEFAULTS = Settings()
 LOG_FORMATS = {"json": "json", "logfmt": "logfmt", "console": "term"}
@@ -47,6 +57,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     domains.add(serve)
     events.add(serve)
     limits.add(serve)
+    dashboard.add(serve)
     option(serve, "--log-format", "json", choices=tuple(LOG_FORMATS),
            help="json: one JSON object per line; logfmt; console: for people "
                 "(default: %(default)s)")
@@ -193,4 +204,4 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                         domains=dom, ssh_addr=ssh_addr, ssh_host_ca=ssh_host_ca,
                         ssh_keepalive=ssh_keepalive,
                         events=events.parse(args), caps=caps,
-                        api_head_timeout=api_head_timeout)
+                        api_head_timeout=api_head_timeout, dashboard=dashboard.parse(args))
