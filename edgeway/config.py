@@ -100,7 +100,7 @@ class EventsConfig:
 class DashboardConfig:
     """The web dashboard (``edgeway.dashboard``)."""
     session_ttl: float = 12 * 3600.0  # seconds an unused browser session lives
-    signin_per_minute: int = 10  # sign-in attempts per client address
+    signin_per_minute: int = 10  # failed sign-ins per client address
 
 
 @dataclass(frozen=True)

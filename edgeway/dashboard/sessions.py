@@ -4,7 +4,8 @@ The key is pasted once: the server keeps its token's hash with the session (as t
 ``api_keys`` table does), the browser only the session's random secret, in an HttpOnly,
 SameSite=Strict cookie scoped to ``/dashboard`` (Secure when the public URL is https). The
 sign-in form has its own CSRF token, from a cookie of its own, so another site cannot sign a
-browser in to a key of its choosing. Attempts are limited per client address (``limiter``).
+browser in to a key of its choosing. Failed attempts are limited per client address
+(``limiter``).
 An admin key's session lists and revokes every session; any other key's, its own key's.
 """
 
@@ -73,7 +74,7 @@ def _signin_page(ctx: Ctx, nxt: str, status: int = 200, **values: str) -> Respon
 
 async def signin(ctx: Ctx) -> Response:
     nxt = _next(ctx.form.get("next", ""))
-    wait = ctx.shared.limiter.attempt(ctx.client)
+    wait = ctx.shared.limiter.wait(ctx.client)
     if wait:
         log.warning("dashboard_signin_limited", client=ctx.client)
         response = _signin_page(ctx, nxt, 429, error=f"Too many sign-in attempts from "
@@ -85,6 +86,7 @@ async def signin(ctx: Ctx) -> Response:
         digest = ids.token_hash(auth.check_token(token))
         caller = await auth.by_digest(digest, ctx.shared.platform, ctx.shared.auth)
     except Forbidden as exc:
+        ctx.shared.limiter.failed(ctx.client)
         log.info("dashboard_signin_refused", client=ctx.client, code=exc.code)
         return _signin_page(ctx, nxt, 403, error=exc.msg, code=f"{CODE_PREFIX}{exc.code}")
     secret, row = await ctx.shared.sessions.open(

@@ -1,5 +1,5 @@
 """``edgeway serve``'s dashboard options: on or off, how long an unused browser session
-lives, how many sign-ins one address may try a minute."""
+lives, how many failed sign-ins one address may make in a minute."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ def add(serve: argparse.ArgumentParser) -> None:
                 "(default: %(default)s, 12 hours)")
     option(serve, "--dashboard-signin-rate", str(DEFAULTS.signin_per_minute), type=int,
            metavar="N",
-           help="sign-in attempts one client address (IPv4, or IPv6 /64) may make on the "
-                "dashboard per minute; more are refused for a while (default: %(default)s)")
+           help="failed dashboard sign-ins one client address (IPv4, or IPv6 /64) may make "
+                "in a minute; then its sign-ins are refused until the minute has passed "
+                "(default: %(default)s)")
 
 
 def parse(args: argparse.Namespace) -> DashboardConfig | None:
