@@ -89,6 +89,8 @@ class Dashboard:
         return await self._run(ctx, method, handler, public)
 
     async def _run(self, ctx: Ctx, method: str, handler: Handler, public: bool) -> Response:
+        if handler is statics.static:  # (no session read, nor kept alive, by a style sheet)
+            return await handler(ctx)
         await self._resume(ctx)
         if ctx.caller is None and not public:
             if method == "GET":
