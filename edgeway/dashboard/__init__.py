@@ -9,7 +9,8 @@ API key's caller (``edgeway.api.inprocess``), never the store.
     limiter    sign-in attempts per client address
     forms      form members to an operation's JSON body, by the catalog's fields
     overview   live agent sessions and their tunnels, counts; stop and restart
-    resources  every listed kind: list, filter, page, show, create, delete
+    resources  every listed kind: list, filter, page, create, delete
+    detail     one resource: its members, the edit form, the DNS check
     nav        which kinds the navigation lists, in groups
 """
 

@@ -25,7 +25,7 @@ from edgeway.api import auth
 from edgeway.api.platform import AuthCache
 from edgeway.api.router import PathRouter
 from edgeway.config import DashboardConfig
-from edgeway.dashboard import nav, overview, resources, sessions, statics
+from edgeway.dashboard import detail, nav, overview, resources, sessions, statics
 from edgeway.dashboard.limiter import Limiter
 from edgeway.dashboard.web import HEADERS, PREFIX, Ctx, Handler, Refusal, Shared, error_page
 from edgeway.errors import Forbidden
@@ -48,7 +48,8 @@ class Dashboard:
                              platform.settings.public_url.startswith("https://"))
         self.router = PathRouter()
         for path, method, handler, public in [*statics.routes(), *sessions.routes(),
-                                              *overview.routes(), *resources.routes()]:
+                                              *overview.routes(), *resources.routes(),
+                                              *detail.routes()]:
             self.router.add(path, [method], (handler, public))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -67,6 +68,10 @@ class Dashboard:
         except DatabaseUnavailable as exc:
             response = error_page(ctx, Refusal(503, "The database is unavailable",
                                                f"{exc}; try again in a moment."))
+        except Exception:
+            log.exception("dashboard_error", method=scope["method"], path=scope["path"])
+            response = error_page(ctx, Refusal(500, "Something went wrong", "The server "
+                                               "could not show this page; its log says why."))
         await response(scope, receive, secured)
 
     async def _handle(self, ctx: Ctx) -> Response:

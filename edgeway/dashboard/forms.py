@@ -72,6 +72,49 @@ def create_widgets(kind: Kind) -> list[Widget]:
     return [widget(f) for f in fields]
 
 
+def update_widgets(kind: Kind) -> list[Widget]:
+    """The inputs of a kind's edit form: the members an update may change."""
+    return [widget(f) for f in kind.fields if f.update and not f.immutable]
+
+
+def stored(kind: Kind, name: str, shown: dict[str, Any]) -> Any:
+    """A member's value as its input takes it, from the resource as the API shows it (a
+    member holding ids is shown as Refs under another name)."""
+    f = kind.field(name)
+    if f.link is not None and f.link.render_as:
+        refs = shown.get(f.link.render_as)
+        if isinstance(refs, list):
+            return [r["id"] for r in refs if isinstance(r, dict)]
+        return refs.get("id") if isinstance(refs, dict) else None
+    return shown.get(name)
+
+
+def text_of(w: Widget, value: Any) -> str:
+    """What input ``w`` shows for ``value``."""
+    if value is None:
+        return ""
+    if w.kind == "choice":
+        return ("true" if value else "false") if isinstance(value, bool) else str(value)
+    if w.kind == "lines":
+        return "\n".join(str(v) for v in value)
+    if w.kind == "json":
+        return json.dumps(value, indent=2)
+    return str(value)
+
+
+def changes(form: dict[str, str], widgets: list[Widget], current: dict[str, str]
+            ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The PATCH body of an edit form: only the inputs changed from ``current`` (their
+    texts as shown); an input emptied sends the empty value (a text, a list)."""
+    changed = [w for w in widgets if form.get(w.name, "").strip() !=
+               current.get(w.name, "").strip()]
+    body, errors = body_of(form, changed)
+    for w in changed:
+        if not form.get(w.name, "").strip() and w.kind in ("text", "area", "lines"):
+            body[w.name] = [] if w.kind == "lines" else ""
+    return body, errors
+
+
 def _number(text: str) -> Any:
     for convert in (int, float):
         try:

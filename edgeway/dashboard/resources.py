@@ -152,18 +152,6 @@ async def delete(ctx: Ctx) -> Response:
     return redirect(f"{PREFIX}/{entry.slug}?deleted={id_}")
 
 
-async def show(ctx: Ctx) -> Response:
-    entry = entry_of(ctx)
-    id_ = ctx.params["id"]
-    answer = await ctx.call("GET", f"{entry.kind.url}/{id_}")
-    if not answer.ok:
-        raise api_refusal(answer)
-    kind = entry.kind
-    return ctx.page("show.html", entry=entry, item=answer.body,
-                    can_delete="delete" in kind.ops and ctx.can("DELETE", f"{kind.url}/x"))
-
-
 def routes() -> list[tuple[str, str, Handler, bool]]:
     return [("/{slug}", "GET", listing, False), ("/{slug}", "POST", create, False),
-            ("/{slug}/{id}", "GET", show, False),
             ("/{slug}/{id}/delete", "POST", delete, False)]

@@ -1,6 +1,7 @@
 """The dashboard in Chromium against servers of the tests' own: a live agent on the overview
 stopped with its button (and no button for a read-only key), a session that ends after its
-time unused, and a ``dashboard`` IP restriction refusing the browser."""
+time unused, a ``dashboard`` IP restriction refusing the browser, a reserved domain's DNS
+check, and the edit form."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.dashboard.browser import chromium, expect, page_of, sign_in
+from tests.domains import resolver
 from tests.edge import upstream
 from tests.server import Server, start
 
@@ -129,3 +131,64 @@ def test_a_dashboard_restriction_refuses_the_browser(chrome: Any, own_server: Se
         page.reload()  # (not enforced: it only logs)
         expect(page.locator("h1")).to_have_text("Overview")
     assert "dashboard_refused" in srv.log()
+
+
+def test_check_status_shows_each_dns_record(chrome: Any, tmp_path: Path) -> None:
+    dns_port, resolver_port = resolver.udp_and_tcp_port(), resolver.udp_and_tcp_port()
+    with resolver.running(("127.0.0.1", dns_port), resolver_port) as res:
+        srv = start(tmp_path / "srv", None, "--base-domain", "edge.test", "--dns-addr",
+                    f"127.0.0.1:{dns_port}", "--public-ip", "127.0.0.1",
+                    "--dns-check-resolver", f"127.0.0.1:{resolver_port}")
+        try:
+            with srv.client() as api:
+                rd = api.post("/reserved_domains", json={
+                    "domain": "app.check.example",
+                    "certificate_management_policy": None}).json()
+            with page_of(chrome, srv) as page:
+                sign_in(page, srv)
+                page.goto(f"{srv.base_url}/dashboard/reserved_domains")
+                page.click(f"text={rd['id']}")
+                page.click("#check")
+                row = page.locator("#records tbody tr")
+                expect(row).to_have_count(1)
+                expect(row).to_contain_text("missing")
+                expect(row).to_contain_text(rd["cname_target"])
+                expect(page.locator("#check-summary")).to_contain_text("missing or wrong")
+                res.cnames["app.check.example"] = rd["cname_target"]
+                page.click("#check")
+                expect(row).to_contain_text("ok")
+                expect(page.locator("#check-summary")).to_contain_text("Every record")
+        finally:
+            assert srv.stop() == 0
+
+
+def test_edit_a_resource_with_the_apis_rules(chrome: Any, own_server: Server) -> None:
+    srv = own_server
+    with srv.client() as api:
+        policy = api.post("/ip_policies", json={"description": "before"}).json()["id"]
+        ro = api.post("/api_keys", json={"role": "read_only"}).json()["token"]
+    with page_of(chrome, srv) as page:
+        sign_in(page, srv)
+        page.goto(f"{srv.base_url}/dashboard/ip_policies/{policy}")
+        page.click("#edit summary")
+        expect(page.locator("#in-description")).to_have_value("before")
+        page.fill("#in-description", "x" * 300)
+        page.click("#edit-submit")
+        expect(page.locator("#field-description .error")).to_contain_text("<= 255")
+        page.fill("#in-description", "after")
+        page.fill("#in-metadata", '{"site": 1}')
+        page.click("#edit-submit")
+        expect(page.locator("#notice")).to_have_text("Saved.")
+        expect(page.locator("#members")).to_contain_text("after")
+        page.click("#edit summary")
+        page.fill("#in-description", "")  # (emptied: sent as empty, not left out)
+        page.click("#edit-submit")
+        expect(page.locator("#notice")).to_have_text("Saved.")
+    with srv.client() as api:
+        shown = api.get(f"/ip_policies/{policy}").json()
+        assert shown["description"] == "" and shown["metadata"] == '{"site": 1}'
+    with page_of(chrome, srv) as page:
+        sign_in(page, srv, ro)
+        page.goto(f"{srv.base_url}/dashboard/ip_policies/{policy}")
+        expect(page.locator("#members")).to_contain_text(policy)
+        assert page.locator("#edit").count() == 0
