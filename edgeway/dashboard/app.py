@@ -3,8 +3,9 @@
 1. the ``dashboard`` IP restrictions: an address they refuse gets the 403 page with the
    restriction's id (and a log line), whatever it asked for, static files included;
 2. the page it names (404 page otherwise; only GET, HEAD and POST);
-3. the session of its cookie, whose API key is authenticated again (a revoked key, or an
-   expired session, ends it): pages other than sign-in need one, else 303 to sign-in;
+3. the session of its cookie, whose API key (or user's password) is authenticated again (a
+   revoked key, a new password or an expired session ends it): pages other than sign-in
+   need one, else 303 to sign-in;
 4. a POST must come from this site (``Origin`` and ``Sec-Fetch-Site``, when the browser
    sends them) and carry the form's CSRF token (a keyed digest of the session's secret, or
    of the sign-in cookie's before there is a session): 403 otherwise;
@@ -21,7 +22,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from edgeway.api import auth
 from edgeway.api.platform import AuthCache
 from edgeway.api.router import PathRouter
 from edgeway.config import DashboardConfig
@@ -120,8 +120,7 @@ class Dashboard:
         row = await self.shared.sessions.find(secret) if secret else None
         if row is not None:
             try:
-                ctx.caller = await auth.by_digest(row.key_hash, self.shared.platform,
-                                                  self.shared.auth)
+                ctx.caller = await sessions.resume(ctx, row)
             except Forbidden as exc:
                 log.info("dashboard_session_ended", session=row.ref, why=exc.msg)
                 await self.shared.sessions.end(row.id)

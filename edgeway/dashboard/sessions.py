@@ -1,7 +1,9 @@
-"""Sign-in with an API key, sign-out, and the sessions page.
+"""Sign-in with an API key (or a person's name and password: ``api.userauth``), sign-out,
+and the sessions page.
 
 The key is pasted once: the server keeps its token's hash with the session (as the
-``api_keys`` table does), the browser only the session's random secret, in an HttpOnly,
+``api_keys`` table does; for a password, the fingerprint of its stored hash, so that a new
+password ends the session), the browser only the session's random secret, in an HttpOnly,
 SameSite=Strict cookie scoped to ``/dashboard`` (Secure when the public URL is https). The
 sign-in form has its own CSRF token, from a cookie of its own, so another site cannot sign a
 browser in to a key of its choosing. Failed attempts are limited per client address
@@ -20,12 +22,15 @@ import structlog
 from starlette.responses import Response
 
 from edgeway import ids
-from edgeway.api import auth
+from edgeway.api import auth, userauth
+from edgeway.api.platform import Caller
 from edgeway.dashboard.web import PREFIX, Ctx, Handler, Refusal, redirect
 from edgeway.errors import CODE_PREFIX, Forbidden
+from edgeway.store.dashboard import Session
 
 log = structlog.get_logger()
 COOKIE = "edgeway_session"
+PASSWORD = "pw:"  # a password session's proof: this, then the password hash's fingerprint
 SIGNIN_COOKIE = "edgeway_signin"
 
 
@@ -81,17 +86,25 @@ async def signin(ctx: Ctx) -> Response:
                                 f"{ctx.client}: try again in {int(wait) + 1} seconds.")
         response.headers["retry-after"] = str(int(wait) + 1)
         return response
-    token = ctx.form.get("key", "").strip()
+    name = ctx.form.get("name", "").strip()
     try:
-        digest = ids.token_hash(auth.check_token(token))
-        caller = await auth.by_digest(digest, ctx.shared.platform, ctx.shared.auth)
+        if name:  # (a person's name and password)
+            caller, fingerprint = await userauth.by_password(
+                name, ctx.form.get("password", ""), ctx.shared.platform)
+            who, proof = caller.owner_id, PASSWORD + fingerprint
+        else:
+            digest = ids.token_hash(auth.check_token(ctx.form.get("key", "").strip()))
+            caller = await auth.by_digest(digest, ctx.shared.platform, ctx.shared.auth)
+            who, proof = caller.key_id, digest
     except Forbidden as exc:
         ctx.shared.limiter.failed(ctx.client)
         log.info("dashboard_signin_refused", client=ctx.client, code=exc.code)
-        return _signin_page(ctx, nxt, 403, error=exc.msg, code=f"{CODE_PREFIX}{exc.code}")
+        where = "password" if name else "key"
+        return _signin_page(ctx, nxt, 403, error=exc.msg, code=f"{CODE_PREFIX}{exc.code}",
+                            where=where, name=name)
     secret, row = await ctx.shared.sessions.open(
-        caller.key_id, digest, ctx.client, ctx.request.headers.get("user-agent", ""))
-    log.info("dashboard_signin", session=row.ref, key_id=caller.key_id, client=ctx.client)
+        who, proof, ctx.client, ctx.request.headers.get("user-agent", ""))
+    log.info("dashboard_signin", session=row.ref, by=who, client=ctx.client)
     response = redirect(nxt)
     _cookie(ctx, response, COOKIE, secret)
     _forget(ctx, response, SIGNIN_COOKIE)
@@ -112,9 +125,18 @@ def stamp(epoch: float) -> str:
 
 
 def _whose(ctx: Ctx) -> str | None:
-    """Whose sessions this caller sees and revokes: an admin everyone's (None)."""
-    assert ctx.caller is not None
-    return None if ctx.caller.is_admin else ctx.caller.key_id
+    """Whose sessions this caller sees and revokes: an admin everyone's (None), else those
+    of its own API key (or user)."""
+    assert ctx.caller is not None and ctx.session is not None
+    return None if ctx.caller.is_admin else ctx.session.key_id
+
+
+async def resume(ctx: Ctx, row: Session) -> Caller:
+    """The caller a session acts as, its API key (or user's password) checked again."""
+    if row.key_hash.startswith(PASSWORD):
+        return await userauth.by_session(row.key_id, row.key_hash[len(PASSWORD):],
+                                         ctx.shared.platform)
+    return await auth.by_digest(row.key_hash, ctx.shared.platform, ctx.shared.auth)
 
 
 async def listed(ctx: Ctx) -> Response:

@@ -1,11 +1,13 @@
 """The dashboard as a person sees it, in Debian's Chromium (Playwright): sign in with a key,
 create an API key and see it once, a form error next to its input, what a read-only key is
 offered, CSRF, sign-out, a page of another site posting a form, a 390-pixel-wide screen in
-the dark; and nothing requested from any host but the server."""
+the dark, a name and password; and nothing requested from any host but the server."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -189,3 +191,23 @@ def test_usable_on_a_narrow_dark_screen(chrome: Any, srv: Server) -> None:
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
         page.locator("nav summary").click()  # (the menu folds under the page)
         expect(page.locator("nav a", has_text="IP policies")).to_be_hidden()
+
+
+def test_sign_in_with_a_name_and_password(chrome: Any, srv: Server) -> None:
+    done = subprocess.run([sys.executable, "-m", "edgeway", "users", "set-password", "carol",
+                           "--role", "read_only", "--data-dir", str(srv.data_dir)],
+                          input="a long enough password\n", capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    with page_of(chrome, srv) as page:
+        page.goto(srv.base_url + "/dashboard/")
+        page.click("text=Sign in with a name and password")
+        page.fill("#name", "carol")
+        page.fill("#password", "not her password")
+        page.click("#signin-password")
+        expect(page.locator("#password-error")).to_contain_text("name or the password")
+        expect(page.locator("#name")).to_have_value("carol")
+        page.fill("#password", "a long enough password")
+        page.click("#signin-password")
+        expect(page.locator("h1")).to_have_text("Overview")
+        expect(page.locator("#role")).to_have_text("read_only")
