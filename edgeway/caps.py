@@ -4,7 +4,10 @@ TCP edges and TCP tunnels, the tunnel listener, the SSH gateway, DNS over TCP).
 Two caps, checked as a connection is accepted:
 
 - per client address, on each listener: at most ``per_address`` connections at once from one
-  IPv4 address or one IPv6 /64 (0: no cap);
+  IPv4 address or one IPv6 /64 (0: no cap). A connection from a trusted load balancer
+  (``edgeway.proxied``) is admitted at first without an address, and counted under its
+  client's (the PROXY header's source) once the header is read: the load balancer is not one
+  client, and its clients each get their own cap;
 - per process, derived from the descriptor limit (``RLIMIT_NOFILE``): public listeners stop at
   the limit minus twice the reserve, the tunnel listener and the management API at the limit
   minus the reserve. Agents and the operator still get in when public clients have taken all
@@ -69,9 +72,22 @@ class Ticket:
 
     __slots__ = ("door", "key")
 
-    def __init__(self, door: Door, key: str) -> None:
+    def __init__(self, door: Door, key: str | None) -> None:
         self.door: Door | None = door
+        self.key = key  # None: not counted under an address (yet)
+
+    def claim(self, peer: tuple[str, int]) -> bool:
+        """Count a connection admitted without an address under its client's, ``peer``
+        (a trusted load balancer's, once its header named the client); False: that address
+        is at its cap (the ticket is still to be released)."""
+        assert self.key is None
+        if self.door is None:
+            return False
+        key = address_key(peer[0])
+        if not self.door.count(key):
+            return False
         self.key = key
+        return True
 
     def release(self) -> None:
         if self.door is not None:
@@ -109,28 +125,38 @@ class Door:
         self._refused: dict[str, int] = {}  # by cap, since its last log line
         self._logged: dict[str, float] = {}
 
-    def admit(self, peer: tuple[str, int] | tuple[str, int, int, int] | None) -> Ticket | None:
-        """A ticket for a connection from ``peer``, or None: refused (and counted)."""
+    def admit(self, peer: tuple[str, int] | tuple[str, int, int, int] | None,
+              by_address: bool = True) -> Ticket | None:
+        """A ticket for a connection from ``peer``, or None: refused (and counted).
+        ``by_address`` False: only the process's cap is checked (a trusted load balancer's
+        connection, whose client ``Ticket.claim`` counts)."""
         key = address_key(str(peer[0])) if peer else ""
         caps = self.caps
         if caps.open >= caps.ceiling(self.own):
             self._refuse("total", key, caps.ceiling(self.own))
             return None
-        count = self.by_address.get(key, 0)
-        if caps.per_address and count >= caps.per_address:
-            self._refuse("per_address", key, caps.per_address)
+        if by_address and not self.count(key):
             return None
-        self.by_address[key] = count + 1
         self.open += 1
         caps.open += 1
-        return Ticket(self, key)
+        return Ticket(self, key if by_address else None)
 
-    def release(self, key: str) -> None:
-        count = self.by_address.get(key, 0) - 1
-        if count > 0:
-            self.by_address[key] = count
-        else:
-            self.by_address.pop(key, None)
+    def count(self, key: str) -> bool:
+        """Count one more connection of the client ``key``; False: refused, at its cap."""
+        count = self.by_address.get(key, 0)
+        if self.caps.per_address and count >= self.caps.per_address:
+            self._refuse("per_address", key, self.caps.per_address)
+            return False
+        self.by_address[key] = count + 1
+        return True
+
+    def release(self, key: str | None) -> None:
+        if key is not None:
+            count = self.by_address.get(key, 0) - 1
+            if count > 0:
+                self.by_address[key] = count
+            else:
+                self.by_address.pop(key, None)
         self.open -= 1
         self.caps.open -= 1
 

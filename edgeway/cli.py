@@ -109,21 +109,25 @@ async def _api_key(args: argparse.Namespace) -> None:
         await db.close()
 
 
-def _serve(args: argparse.Namespace) -> None:
+def _serve(args: argparse.Namespace, argv: list[str]) -> None:
+    from edgeway import workers
     from edgeway.server import serve
 
     config = serve_cli.server_config(args)
     logs.configure(level=getattr(logging, args.log_level.upper()),
                    fmt=serve_cli.LOG_FORMATS[args.log_format])
+    if config.nodes.workers > 1:
+        raise SystemExit(runner.run(workers.supervise(config, argv)))
     runner.run(serve(config))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(raw)
     logs.configure()
     try:
         if args.command == "serve":
-            _serve(args)
+            _serve(args, raw)
         elif args.command == "ca":
             _ca_export(args)
         elif args.command in agent_cli.AGENT_COMMANDS:

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from edgeway.caps import API_HEAD_TIMEOUT, CapsConfig
 from edgeway.catalog.model import Settings
+from edgeway.proxied import Trust
 
 
 def default_data_dir() -> Path:
@@ -96,6 +97,25 @@ class EventsConfig:
     timeout: float = 10.0  # seconds for a call to a target
 
 
+LEASE = 15.0  # seconds a node counts as alive after its last heartbeat
+
+
+@dataclass(frozen=True)
+class NodesConfig:
+    """A cluster of nodes sharing one PostgreSQL database (``edgeway.nodes``)."""
+    # the node link's listener: HOST:PORT (mutual TLS) or unix:PATH (the workers of one
+    # machine: no TLS, the socket file is its owner's only); None: not in a cluster
+    addr: str | None = None
+    lease: float = LEASE
+    workers: int = 1  # processes of this machine, each a node (``edgeway.workers``)
+
+    @property
+    def tcp(self) -> tuple[str, int] | None:
+        """The link's TCP address, when it has one."""
+        return parse_addr(self.addr) if self.addr and not self.addr.startswith("unix:") \
+            else None
+
+
 @dataclass(frozen=True)
 class DashboardConfig:
     """The web dashboard (``edgeway.dashboard``)."""
@@ -131,6 +151,8 @@ class ServerConfig:
     events: EventsConfig = EventsConfig()
     caps: CapsConfig = field(default_factory=CapsConfig)  # (edgeway.caps)
     api_head_timeout: float = API_HEAD_TIMEOUT  # seconds for a request head on the management API
+    nodes: NodesConfig = NodesConfig()
+    proxy: Trust | None = None  # --proxy-protocol's trusted load balancers (edgeway.proxied)
     dashboard: DashboardConfig | None = DashboardConfig()  # None: off (--no-dashboard)
 
 

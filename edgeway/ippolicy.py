@@ -3,8 +3,10 @@ only when it falls in at least one allowed network and in no denied one. So a de
 over any allow rule, however narrow the allow; a policy with deny rules only lets no address
 through (allow 0.0.0.0/0 and ::/0 to let every address the deny rules do not name in); a
 policy with no rules matches no address. The rules of several policies applied together are
-joined first. The address is the TCP peer's (forwarding headers are never consulted); an
-IPv4-mapped IPv6 address counts as its IPv4 one; anything that is not an address is refused.
+joined first. The address is the TCP peer's, or with ``--proxy-protocol`` the client's a
+trusted load balancer's PROXY header gives (``edgeway.proxied``); forwarding headers such as
+X-Forwarded-For are never consulted. An IPv4-mapped IPv6 address counts as its IPv4 one;
+anything that is not an address is refused.
 
 Every user of a policy decides with ``permits``: the ip_restriction module of edges and
 routes, IP restrictions of every type, the allow/deny CIDRs agents bind with, and the traffic

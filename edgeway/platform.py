@@ -20,7 +20,7 @@ from edgeway.restrictions import Restrictions
 from edgeway.store.db import Database
 
 # what is announced besides the catalog's collections (``everything`` tells them all)
-OTHER_CHANGES = ("acme_challenges", "managed_certificates", "event_outbox")
+OTHER_CHANGES = ("acme_challenges", "managed_certificates", "event_outbox", "nodes")
 
 
 class AgentCommands(Protocol):

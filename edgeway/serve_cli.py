@@ -25,11 +25,13 @@ from edgeway.options import (
     events,
     identity,
     limits,
+    nodes,
     option,
     public,
     ssh,
     switch,
 )
+from edgeway.options import proxy_protocol as proxy_options
 
 DEFAULTS = Settings()
 LOG_FORMATS = {"json": "json", "logfmt": "logfmt", "console": "term"}
@@ -57,6 +59,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     domains.add(serve)
     events.add(serve)
     limits.add(serve)
+    nodes.add(serve)
+    proxy_options.add(serve)
     dashboard.add(serve)
     option(serve, "--log-format", "json", choices=tuple(LOG_FORMATS),
            help="json: one JSON object per line; logfmt; console: for people "
@@ -178,10 +182,12 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     http_addr, https_addr = public(args.http_addr), public(args.https_addr)
     ssh_addr, ssh_host_ca, ssh_keepalive = ssh.parse(args)
     caps, api_head_timeout = limits.parse(args)
+    cluster, region = nodes.parse(args, settings.regions)
     own = [(port, "management API"), (t_port, "tunnel listener")]
     own += [(addr[1], what) for what, addr in (("public HTTP listener", http_addr),
                                                ("public HTTPS listener", https_addr),
-                                               ("SSH gateway", ssh_addr)) if addr]
+                                               ("SSH gateway", ssh_addr),
+                                               ("node link", cluster.tcp)) if addr]
     ident = identity.parse(args, settings.base_domain)
     ips = domains.ips(args.public_ip or [])
     dom = domains.parse(args, ips)
@@ -193,7 +199,8 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                                    agent_ports=tcp_ports, tcp_host=args.tcp_host,
                                    lowest_port=lowest_bindable_port(),
                                    https_port=https_addr[1] if https_addr else 443,
-                                   oauth_apps=tuple(p for p, _, _ in ident.oauth_apps))
+                                   oauth_apps=tuple(p for p, _, _ in ident.oauth_apps),
+                                   node_region=region)
     return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,
                         names, args.tcp_host, tcp_ports, tcp_grace=args.tcp_grace,
                         drain_timeout=args.drain_timeout,
@@ -204,4 +211,5 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                         domains=dom, ssh_addr=ssh_addr, ssh_host_ca=ssh_host_ca,
                         ssh_keepalive=ssh_keepalive,
                         events=events.parse(args), caps=caps,
-                        api_head_timeout=api_head_timeout, dashboard=dashboard.parse(args))
+                        api_head_timeout=api_head_timeout, nodes=cluster,
+                        proxy=proxy_options.parse(args), dashboard=dashboard.parse(args))

@@ -12,7 +12,7 @@ from typing import Any
 import structlog
 import uvicorn
 
-from edgeway import bootstrap, caps, catalog, dashboard, datadir, heap, ids, logs
+from edgeway import bootstrap, caps, catalog, dashboard, datadir, heap, ids, logs, proxied
 from edgeway.acme.manager import CertificateManager
 from edgeway.api import listener
 from edgeway.api.app import build
@@ -29,6 +29,7 @@ from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.router import EdgeRouter
 from edgeway.edge.traffic import TcpEvents
 from edgeway.events.service import Events
+from edgeway.nodes import cluster
 from edgeway.pki import platform_ca, seal
 from edgeway.platform import AgentCommands, Platform
 from edgeway.sshgw.server import SshGateway
@@ -132,6 +133,7 @@ async def serve(cfg: ServerConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, early.append, sig)
     limits = caps.configure(cfg.caps)  # (before any listener takes its door)
+    proxied.configure(cfg.proxy)  # (before the public listeners open)
     datadir.prepare(cfg.data_dir)
     db = await open_database(cfg.database_url, cfg.data_dir)
     try:
@@ -142,6 +144,8 @@ async def serve(cfg: ServerConfig) -> None:
         sealer = seal.load(cfg.data_dir)
         await seal_stored(db, sealer)
         platform = Platform(cfg.settings, db, sealer)
+        if cfg.nodes.addr is not None:
+            await cluster.share_ca(platform, cfg.data_dir)
         tls = platform_ca.ensure(cfg.data_dir, sealer, list(cfg.tunnel_names))
         if cfg.tunnel_cert is not None:  # the operator's own certificate for agents
             tls = platform_ca.TunnelTLS(tls.ca_pem, *cfg.tunnel_cert)
@@ -177,6 +181,11 @@ async def serve(cfg: ServerConfig) -> None:
                 link.start()
                 running.push_async_callback(link.stop)
             await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
+            member = cluster.Cluster(cfg.nodes, platform, cfg.data_dir, tunnels) \
+                if cfg.nodes.addr is not None else None
+            if member is not None:
+                running.push_async_callback(member.stop)
+                await member.start(cfg.reuse_port)
             running.push_async_callback(tunnels.stop, cfg.drain_timeout)
             running.push_async_callback(edge.stop)
             await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
@@ -199,6 +208,10 @@ async def serve(cfg: ServerConfig) -> None:
                 await gateway.start(*cfg.ssh_addr, cfg.reuse_port)
                 platform.watchers.append(gateway.changed)
                 platform.agents = _Commands(tunnels, gateway)
+            if member is not None:  # (sessions held by other nodes, through their links)
+                platform.agents = _Commands(platform.agents, member)
+            if member is not None:  # (first of all when stopping: sent nothing more)
+                running.push_async_callback(member.leave)
             door = limits.door("management API", own=True, refusal=listener.refusal())
             app = build(platform, cfg.cors_origins)
             if cfg.dashboard is not None:  # (on the same listener, calling the API in-process)
@@ -216,7 +229,9 @@ async def serve(cfg: ServerConfig) -> None:
                      tunnel=f"{cfg.tunnel_host}:{cfg.tunnel_port}", http=_addr(cfg.http_addr),
                      https=_addr(cfg.https_addr), ssh=_addr(cfg.ssh_addr), store=where,
                      descriptor_limit=limits.limit, fd_reserve=limits.reserve,
-                     max_connections_per_address=limits.per_address)
+                     max_connections_per_address=limits.per_address,
+                     trusted_proxies=[str(net) for net in cfg.proxy.networks]
+                     if cfg.proxy else None)
             trimmer = heap.trimmer()
             chores = [asyncio.create_task(_report_suppressed())]
             if trimmer is not None:

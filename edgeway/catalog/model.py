@@ -55,6 +55,12 @@ class Settings:
     public_ips: tuple[str, ...] = ()
     dns_check_resolvers: tuple[tuple[str, int], ...] = ()
     acme: bool = True  # certificate management policies are acted on (--acme-directory)
+    node_region: str = ""  # this node's region (--region; "": the first of ``regions``)
+
+    @property
+    def region(self) -> str:
+        """The region of this node: its agent sessions, tunnels and endpoints are there."""
+        return self.node_region or self.regions[0]
 
     @property
     def ns_targets(self) -> tuple[str, ...]:

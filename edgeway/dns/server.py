@@ -24,7 +24,8 @@ from edgeway.dns.zones import Zones, answer
 from edgeway.store.db import Database, DatabaseUnavailable
 
 log = structlog.get_logger()
-WATCHED = frozenset(("reserved_domains", "agent_ingresses", "endpoints", "acme_challenges"))
+WATCHED = frozenset(("reserved_domains", "agent_ingresses", "endpoints", "acme_challenges",
+                     "nodes"))
 IDLE = 10.0
 
 
@@ -105,8 +106,8 @@ class DnsServer:
             except Exception:  # a failed reload must not end the follower
                 log.exception("dns_reload_failed")
 
-    async def _tcp_client(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
+    async def _tcp_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          _peer: tuple[str, int]) -> None:
         try:
             while True:  # (asyncio.timeout: the task wait_for makes would hold the error)
                 async with asyncio.timeout(IDLE):

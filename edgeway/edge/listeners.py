@@ -5,6 +5,10 @@ step with the routing snapshot.
 On the TLS port, a name bound by a TLS tunnel or served by a TLS edge gets the raw TLS stream
 passed through (or terminated here when the edge says so); any other name gets TLS terminated
 with a certificate from the platform CA and is served as HTTPS.
+
+With ``--proxy-protocol``, every one of these listeners reads the PROXY header of a trusted
+load balancer's connection before anything else (before the ClientHello on the TLS port), and
+its handlers get the client the header names as their peer (``edgeway.proxied``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from edgeway import caps
+from edgeway import caps, proxied
 from edgeway.accept import Acceptor, Peer, open_streams
 from edgeway.config import listen_socket
 from edgeway.edge.backends import Static, Target
@@ -118,11 +122,13 @@ class PublicListeners:
             plain = listen_socket("public HTTP listener", *http, reuse_port)
             door = caps.process().door("public HTTP listener",
                                        refusal=caps.http_refusal(caps.text_body))
-            self._servers.append(Acceptor.streams(plain, door, self._http_client).start())
+            self._servers.append(Acceptor.streams(plain, door, self._http_client,
+                                                  trust=proxied.trust()).start())
         if https is not None:  # (no answer before a TLS handshake: refused ones are closed)
             sock = listen_socket("public HTTPS/TLS listener", *https, reuse_port)
             door = caps.process().door("public HTTPS/TLS listener")
-            self._servers.append(Acceptor(sock, door, self._tls_connection).start())
+            self._servers.append(Acceptor(sock, door, self._tls_connection,
+                                          proxied.trust()).start())
         await self._sync_tcp_edges()
         self._watch = asyncio.create_task(self._follow())
 
@@ -172,10 +178,9 @@ class PublicListeners:
 
     # -- plain HTTP ------------------------------------------------------------------------
 
-    async def _http_client(self, reader: asyncio.StreamReader,
-                           writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("0.0.0.0", 0)
-        await self.http.serve(reader, writer, (peer[0], peer[1]))
+    async def _http_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                           peer: Peer) -> None:
+        await self.http.serve(reader, writer, peer)
 
     # -- TLS: SNI routing, passthrough or termination ----------------------------------------
 
@@ -280,14 +285,12 @@ class PublicListeners:
             self._tcp_edges[port] = listener
 
     async def _tcp_edge_client(self, port: int, reader: asyncio.StreamReader,
-                               writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("0.0.0.0", 0)
+                               writer: asyncio.StreamWriter, peer: Peer) -> None:
         snap = self.router.snapshot
         edge = snap.tcp.get(port)
-        if edge is None or not _admits(edge, (peer[0], peer[1])) \
-                or await self._refused((peer[0], peer[1])):
+        if edge is None or not _admits(edge, peer) or await self._refused(peer):
             return
         target = self.router.target(snap, edge.plan)
         if isinstance(target, Fixed):
             return
-        await self._forward(reader, writer, (peer[0], peer[1]), target, "tcp", "tcp", False)
+        await self._forward(reader, writer, peer, target, "tcp", "tcp", False)

@@ -114,8 +114,10 @@ def _current(cert_path: Path, names: list[str]) -> bool:
 
 
 def leaf(ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, names: list[str],
-         days: int = 397) -> tuple[bytes, bytes]:
-    """A server certificate for ``names`` signed by the CA: (certificate + CA chain, key) PEM."""
+         days: int = 397, client: bool = False) -> tuple[bytes, bytes]:
+    """A server certificate for ``names`` signed by the CA: (certificate + CA chain, key) PEM;
+    with ``client`` also a client certificate (a node's, for the links between nodes)."""
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH, *([ExtendedKeyUsageOID.CLIENT_AUTH] * client)]
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.now(UTC)
     cert = (x509.CertificateBuilder().subject_name(_name(names[0]))
@@ -124,11 +126,22 @@ def leaf(ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, names: l
             .not_valid_before(now - timedelta(hours=1)).not_valid_after(now + timedelta(days=days))
             .add_extension(_san(names), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
-                           critical=False)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             .sign(ca_key, hashes.SHA256()))
     return (cert.public_bytes(serialization.Encoding.PEM)
             + ca_cert.public_bytes(serialization.Encoding.PEM)), _pem_key(key)
+
+
+def authority(data_dir: Path,
+              sealer: Sealer) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """The CA's certificate and key, the CA created first if need be."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return _ca(data_dir, sealer)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a private key's file, readable by its owner only."""
+    _write_private(path, data)
 
 
 def ca_pem(data_dir: Path, sealer: Sealer) -> Path:

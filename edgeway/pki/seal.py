@@ -56,20 +56,33 @@ class Sealer:
 
 def load(data_dir: Path) -> Sealer:
     """The platform's sealer, from the environment or the data directory's key file."""
+    return Sealer(base64.b64decode(key_text(data_dir)))
+
+
+def key_text(data_dir: Path) -> str:
+    """The platform's secret key in base64, as ``EDGEWAY_SECRET_KEY`` gives it (the data
+    directory's key file, made on first use, when the variable is not set)."""
     text = os.environ.get(ENV)
     if text:
-        try:
-            return Sealer(base64.b64decode(text, validate=True))
-        except (binascii.Error, SealError):
+        if _key(text) is None:
             raise SealError(f"{ENV} must be 32 random bytes in base64 "
-                            "(e.g. `openssl rand -base64 32`)") from None
+                            "(e.g. `openssl rand -base64 32`)")
+        return text
     path = data_dir / "secret.key"
     if not path.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(base64.b64encode(secrets.token_bytes(32)).decode() + "\n")
+    text = path.read_text().strip()
+    if _key(text) is None:
+        raise SealError(f"{path} does not hold a 32-byte base64 key")
+    return text
+
+
+def _key(text: str) -> bytes | None:
     try:
-        return Sealer(base64.b64decode(path.read_text().strip(), validate=True))
-    except (binascii.Error, SealError):
-        raise SealError(f"{path} does not hold a 32-byte base64 key") from None
+        key = base64.b64decode(text, validate=True)
+    except binascii.Error:
+        return None
+    return key if len(key) == 32 else None

@@ -51,6 +51,18 @@ used_assertions = sa.Table(
     sa.Index("ix_used_assertions_expires", "expires"),
 )
 
+# the nodes of a cluster sharing this database (``edgeway.nodes``): where the others reach
+# each, its region and public addresses, and until when it counts as alive
+nodes = sa.Table(
+    "nodes", metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("addr", sa.String(300), nullable=False),
+    sa.Column("region", sa.String(64), nullable=False),
+    sa.Column("public_ips", sa.String(1000), nullable=False),  # comma-separated
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("lease_until", sa.Float, nullable=False),
+)
+
 # ACME: the challenge answers every node serves (http-01 at /.well-known/acme-challenge/, TXT
 # records of the built-in DNS), and the certificates the platform manages, one row per
 # reserved domain or agent ingress, claimed by the node that issues it.

@@ -19,7 +19,7 @@ from edgeway import catalog, ids
 from edgeway.platform import Platform
 from edgeway.store import domains
 from edgeway.store.repo import Repo
-from edgeway.tunnel import acl, binds, names, records, rpc
+from edgeway.tunnel import acl, bindcodec, binds, names, records, rpc
 from edgeway.tunnel.binds import BindRefused
 from edgeway.tunnel.connection import AgentConnection, Holder
 from edgeway.tunnel.muxado.stream import MuxStream
@@ -48,6 +48,7 @@ class Binder:
         self.check_bind: Callable[[binds.BindRequest], Awaitable[str | None]] = _enforceable
         self.sessions: dict[str, AgentConnection] = {}
         self.others: dict[str, Holder] = {}  # sessions of other ways in (the SSH gateway)
+        self.clustered = False  # other nodes serve this one's tunnels (``edgeway.nodes``)
 
     def holder(self, session_id: str) -> Holder | None:
         return self.sessions.get(session_id) or self.others.get(session_id)
@@ -135,11 +136,15 @@ class Binder:
         old = self.registry.by_id.get(tunnel_id)
         if old is None:
             return
+        holder = session if old.conn is session.conn else self.holder(old.session_id)
+        if holder is None:  # bound through another node (a cluster's): its agent came here
+            self.registry.remove(old)  # (and the id is this credential's: ``tunnel_id``)
+            await self.tcp.close(old, clean=True)  # (its port, served here too, is free)
+            await self._delete_rows(old, theirs=True)
+            return
         if old.credential != session.credential:  # (ids are bound to their credential)
             raise BindRefused(f"the tunnel id {tunnel_id} belongs to another credential")
-        holder = session if old.conn is session.conn else self.holder(old.session_id)
-        if holder is not None:
-            await self.drop(holder, tunnel_id, clean=False)
+        await self.drop(holder, tunnel_id, clean=False)
 
     async def _record_tunnel(self, session: Holder, tunnel: Tunnel,
                              domain_id: str) -> None:
@@ -147,13 +152,13 @@ class Binder:
         endpoint_id = ids.new_id(ENDPOINTS.prefix) if tunnel.url else ""
         async with self.platform.db.write() as tx:
             await Repo(tx).insert(TUNNELS, tunnel.id, records.tunnel_doc(
-                settings, node, session.id, tunnel, endpoint_id))
+                settings, node, session.id, tunnel, endpoint_id,
+                bindcodec.seal(self.platform.sealer, tunnel.req)))
             if endpoint_id:
                 await Repo(tx).insert(ENDPOINTS, endpoint_id, records.endpoint_doc(
                     settings, node, session.id, tunnel, domain_id))
         tunnel.endpoint_id = endpoint_id
-        if endpoint_id:  # (the built-in DNS answers its name at once, as after API writes)
-            self.platform.changed(ENDPOINTS.collection)
+        self._announce(tunnel)
 
     # -- ending tunnels ----------------------------------------------------------------------
 
@@ -171,12 +176,27 @@ class Binder:
         self.registry.remove(tunnel)
         await self.tcp.close(tunnel, clean)
         with contextlib.suppress(Exception):
-            async with self.platform.db.write() as tx:
-                await Repo(tx).delete(TUNNELS, tunnel_id)
-                if tunnel.endpoint_id:
-                    await Repo(tx).delete(ENDPOINTS, tunnel.endpoint_id)
+            await self._delete_rows(tunnel)
+
+    async def _delete_rows(self, tunnel: Tunnel, theirs: bool = False) -> None:
+        """Delete a tunnel's rows: this node's (in a cluster, the tunnel's row is left alone
+        when another node recorded it since: its agent reconnected there), or with
+        ``theirs`` another node's (its agent came here)."""
+        async with self.platform.db.write() as tx:
+            doc = await Repo(tx).get(TUNNELS, tunnel.id) if self.clustered else None
+            if theirs or doc is None or doc.get("node") == self.node:
+                await Repo(tx).delete(TUNNELS, tunnel.id)
             if tunnel.endpoint_id:
-                self.platform.changed(ENDPOINTS.collection)
+                await Repo(tx).delete(ENDPOINTS, tunnel.endpoint_id)
+        self._announce(tunnel)
+
+    def _announce(self, tunnel: Tunnel) -> None:
+        """A tunnel was recorded or deleted: the built-in DNS answers its name (endpoints),
+        and the other nodes of a cluster serve it (tunnels)."""
+        if tunnel.endpoint_id:
+            self.platform.changed(ENDPOINTS.collection)
+        if self.clustered:
+            self.platform.changed(TUNNELS.collection)
 
     async def stop_tunnel(self, tunnel_id: str, message: str, code: int) -> bool:
         """Tell the client to close one tunnel (an agent: StopTunnel, no reply) and drop it

@@ -23,7 +23,7 @@ def session_doc(settings: Settings, node: str, peer: str, credential: str,
     return {"agent_version": str(extra.get("version") or ""),
             "credential": ref(settings.public_url, credential), "ip": peer,
             "metadata": str(extra.get("metadata") or ""), "os": str(extra.get("os") or ""),
-            "region": settings.regions[0], "started_at": now_text(), "transport": transport,
+            "region": settings.region, "started_at": now_text(), "transport": transport,
             "created_at": now_text(), "node": node}
 
 
@@ -34,7 +34,7 @@ def endpoint_doc(settings: Settings, node: str, session_id: str, tunnel: Tunnel,
     scheme, _, hostport = tunnel.url.partition("://")
     host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "")
     default = DEFAULT_PORTS.get(scheme, 0)
-    return {"region": settings.regions[0], "updated_at": now_text(), "created_at": now_text(),
+    return {"region": settings.region, "updated_at": now_text(), "created_at": now_text(),
             "public_url": tunnel.url, "url": tunnel.url, "proto": req.proto, "scheme": scheme,
             "host": host, "port": int(port) if port else default,
             "hostport": f"{host}:{port or default}", "type": "ephemeral",
@@ -47,11 +47,14 @@ def endpoint_doc(settings: Settings, node: str, session_id: str, tunnel: Tunnel,
 
 
 def tunnel_doc(settings: Settings, node: str, session_id: str, tunnel: Tunnel,
-               endpoint_id: str) -> dict[str, Any]:
-    """The ``tunnels`` row of a bound tunnel (``endpoint_id``: "" when it has none)."""
+               endpoint_id: str, bind: str) -> dict[str, Any]:
+    """The ``tunnels`` row of a bound tunnel (``endpoint_id``: "" when it has none). Besides
+    what the API shows, it keeps what another node needs to serve the tunnel: its host name
+    or port and its bind request (``bind``, sealed: see ``bindcodec``)."""
     req = tunnel.req
     return {"public_url": tunnel.url, "started_at": now_text(), "created_at": now_text(),
-            "metadata": req.metadata, "proto": req.proto, "region": settings.regions[0],
+            "metadata": req.metadata, "proto": req.proto, "region": settings.region,
             "tunnel_session": ref(settings.public_url, session_id),
             "endpoint": ref(settings.public_url, endpoint_id or None), "labels": req.labels,
-            "backends": [], "forwards_to": req.forwards_to, "node": node}
+            "backends": [], "forwards_to": req.forwards_to, "node": node,
+            "host": tunnel.host, "port": tunnel.port, "bind": bind}

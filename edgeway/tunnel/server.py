@@ -148,6 +148,12 @@ class TunnelServer:
             if self.sessions:
                 await _warned(self.recheck())
 
+    async def reconnect_all(self) -> None:
+        """End every agent's session (a GOAWAY each): they reconnect and bind again, their
+        tunnels recorded anew (a cluster removed this node's rows: ``nodes.lease``)."""
+        for session in list(self.sessions.values()):
+            await session.conn.close()
+
     async def stop(self, drain: float = DRAIN_TIMEOUT) -> None:
         """Stop listening, then end every agent's connection at once (a GOAWAY each: the
         SDKs reconnect, to another node when there is one) and let their ends run (tunnels
@@ -174,9 +180,8 @@ class TunnelServer:
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _connection(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("", 0)
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          peer: tuple[str, int]) -> None:
         conn = MuxConnection(reader, writer, client=False, max_open=AGENT_STREAMS)
         session = AgentConnection(conn, str(peer[0]))
         auth.pre_auth(session)
@@ -245,7 +250,7 @@ class TunnelServer:
             await self.binder.unbind(session, stream)
         elif kind == StreamType.SRV_INFO:
             await rpc.read_message(stream)
-            await rpc.reply(stream, {"Region": self.platform.settings.regions[0]})
+            await rpc.reply(stream, {"Region": self.platform.settings.region})
         else:
             await rpc.reply(stream, {"Error": rpc.error_text(
                 f"stream type {kind} is not supported by this server", 9999)})
@@ -257,7 +262,7 @@ class TunnelServer:
         version, extra = accepted
         session.id = await self._record(session, extra)
         self.sessions[session.id] = session
-        await auth.welcome(stream, version, session.id, self.platform.settings.regions[0])
+        await auth.welcome(stream, version, session.id, self.platform.settings.region)
 
     async def _record(self, session: AgentConnection, extra: dict[str, Any]) -> str:
         sid = ids.new_id(SESSIONS.prefix)

@@ -1,4 +1,6 @@
-"""Public TCP listeners: one per TCP tunnel's bound address and per TCP edge hostport."""
+"""Public TCP listeners: one per TCP tunnel's bound address and per TCP edge hostport (with
+``--proxy-protocol``, each reads the PROXY header of its trusted load balancers' connections:
+``edgeway.proxied``)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from edgeway import caps
-from edgeway.accept import Acceptor
+from edgeway import caps, proxied
+from edgeway.accept import Acceptor, Peer
 
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+# one client's connection, and its address (the PROXY header's, from a trusted load balancer)
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Peer], Awaitable[None]]
 # told of each connection as it ends (listener, peer, socket, start time): traffic events
 Closed = Callable[["TcpListener", tuple[str, int], Any, float], None]
 CLOSE_WAIT = 2.0  # seconds close() waits for its connections to end
@@ -45,15 +48,16 @@ class TcpListener:
                                     family=socket.AF_INET6 if ":" in self.host
                                     else socket.AF_INET)
         door = caps.process().door(f"TCP {client_addr((self.host, self.port))}")
-        self._server = Acceptor.streams(sock, door, self._client).start()
+        self._server = Acceptor.streams(sock, door, self._client, trust=proxied.trust()).start()
 
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      peer: Peer) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._clients.add(task)
         started = time.time()
         try:
-            await self._handler(reader, writer)
+            await self._handler(reader, writer, peer)
         except asyncio.CancelledError:
             if not self._closing:
                 raise
@@ -62,8 +66,7 @@ class TcpListener:
         finally:
             self._clients.discard(task)
             if self._closed is not None:
-                self._closed(self, writer.get_extra_info("peername") or ("", 0),
-                             writer.get_extra_info("socket"), started)
+                self._closed(self, peer, writer.get_extra_info("socket"), started)
             with contextlib.suppress(ConnectionError, OSError):
                 writer.close()
 

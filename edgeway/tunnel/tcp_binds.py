@@ -98,6 +98,19 @@ class TcpBinds:
             else:
                 self.pool.hold(tunnel.id, tunnel.port, self._now(), tunnel.credential)
 
+    async def mirror(self, tunnel: Tunnel) -> None:
+        """Serve another node's TCP tunnel on its port here too (a cluster: any node serves
+        any tunnel); when this node cannot listen there, it says so and serves the rest."""
+        if not self.pool.take(tunnel.id, tunnel.port, self._now(), tunnel.credential):
+            log.warning("tcp_mirror_port_taken", tunnel=tunnel.id, port=tunnel.port)
+            return
+        try:
+            await self._open(tunnel, tunnel.port)
+        except OSError as exc:
+            self.pool.release(tunnel.id, tunnel.port)
+            log.warning("tcp_mirror_failed", tunnel=tunnel.id, port=tunnel.port,
+                        error=exc.strerror)
+
     async def _open(self, tunnel: Tunnel, port: int) -> None:
         listener = TcpListener(self.host, port, partial(self._client, tunnel), tunnel.id,
                                self.closed)
@@ -106,8 +119,7 @@ class TcpBinds:
         self.listeners[tunnel.id] = listener
 
     async def _client(self, tunnel: Tunnel, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("", 0)
+                      writer: asyncio.StreamWriter, peer: tuple[str, int]) -> None:
         if not restrict.allowed(tunnel.req, peer[0]) \
                 or not self.admits(tunnel, peer[0], peer[1]) \
                 or await self.platform.restrictions.refusing("endpoints", peer[0]):

@@ -20,7 +20,8 @@ def test_closing_ends_each_connection_and_reports_it_before_returning(
     async def main() -> tuple[list[tuple[str, int]], list[Any], bytes]:
         entered, hold = asyncio.Event(), asyncio.Event()
 
-        async def handler(_r: asyncio.StreamReader, _w: asyncio.StreamWriter) -> None:
+        async def handler(_r: asyncio.StreamReader, _w: asyncio.StreamWriter,
+                          _peer: tuple[str, int]) -> None:
             entered.set()
             await hold.wait()  # (a connection that would go on: only close() ends it)
 
@@ -49,7 +50,8 @@ def test_each_listener_reports_its_ends_to_its_own_observer() -> None:
     listeners' connections, never the other's."""
     ends: dict[str, list[tuple[str, int, int]]] = {"a": [], "b": []}
 
-    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   _peer: tuple[str, int]) -> None:
         writer.write(await reader.readexactly(1))
         await writer.drain()
 

@@ -1,7 +1,7 @@
 """the dashboard's browser sessions
 
-Revision ID: 0009_dashboard
-Revises: 0005_events
+Revision ID: 0010_dashboard
+Revises: 0009_nodes
 Create Date: 2026-11-28 06:00:00.000000
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009_dashboard"
-down_revision = "0005_events"
+revision = "0010_dashboard"
+down_revision = "0009_nodes"
 branch_labels = None
 depends_on = None
 

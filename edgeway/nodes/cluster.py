@@ -1,0 +1,74 @@
+"""A node of a cluster, as ``edgeway serve`` runs it with ``--node-addr``: its shared CA, its
+lease, its link listener, its links to the others and their tunnels in its registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from edgeway import catalog
+from edgeway.config import NodesConfig
+from edgeway.nodes import ca, tls
+from edgeway.nodes.lease import NodeLease
+from edgeway.nodes.link import LinkPeers, LinkServer
+from edgeway.nodes.remote import RemoteTunnels
+from edgeway.platform import Platform
+from edgeway.store.nodes import Node
+from edgeway.store.repo import Repo
+from edgeway.tunnel.pipes import UpstreamGone
+from edgeway.tunnel.server import TunnelServer
+
+SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
+
+
+async def share_ca(platform: Platform, data_dir: Path) -> None:
+    """Before any certificate is issued: the cluster's CA becomes this node's."""
+    await ca.share(platform.db, data_dir, platform.sealer)
+
+
+class Cluster:
+    def __init__(self, cfg: NodesConfig, platform: Platform, data_dir: Path,
+                 tunnels: TunnelServer) -> None:
+        assert cfg.addr is not None
+        self.cfg, self.platform, self.tunnels = cfg, platform, tunnels
+        server_ctx, client_ctx = tls.contexts(data_dir, platform.sealer, tunnels.node)
+        me = Node(tunnels.node, cfg.addr, platform.settings.region,
+                  platform.settings.public_ips)
+        self.lease = NodeLease(platform.db, me, cfg.lease, platform.changed,
+                               tunnels.reconnect_all)
+        self.peers = LinkPeers(client_ctx)
+        self.remote = RemoteTunnels(platform.db, platform.sealer, tunnels.registry,
+                                    tunnels.binder.tcp, self.lease, self.peers)
+        self.server = LinkServer(server_ctx, self.remote.local, tunnels)
+
+    async def start(self, reuse_port: bool) -> None:
+        assert self.cfg.addr is not None
+        self.server.start(self.cfg.addr, reuse_port)
+        self.tunnels.binder.clustered = True
+        self.platform.watchers.append(self.remote.changed)
+        self.lease.tick = lambda: self.remote.changed("nodes")  # (the safety net)
+        await self.lease.join()
+        self.lease.start()
+        self.remote.changed("nodes")
+        await self.remote.settle()
+
+    async def command(self, session_id: str, kind: int, body: dict[str, Any],
+                      timeout: float = 10.0) -> str | None:
+        """An agent command to a session another node holds (the API's stop and restart):
+        None when no live node holds it."""
+        doc = await Repo(self.platform.db.reader()).get(SESSIONS, session_id)
+        node = self.lease.live.get(str((doc or {}).get("node") or ""))
+        if node is None or node.id == self.lease.me.id:
+            return None
+        try:
+            return await self.peers.command(node, session_id, kind, body, timeout)
+        except UpstreamGone as exc:
+            return str(exc)
+
+    async def leave(self) -> None:
+        """Stop being sent connections (a clean stop, before the agents are told to go)."""
+        await self.lease.leave()
+
+    async def stop(self) -> None:
+        await self.server.stop()
+        await self.peers.close()

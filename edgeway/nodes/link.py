@@ -1,0 +1,267 @@
+"""The links between nodes: a public connection that arrived at one node for a tunnel whose
+agent is connected to another travels to that node on a stream of a muxado session over
+mutual TLS (``nodes.tls``), one session per pair of nodes and direction, dialed on first use.
+
+A stream starts with a header, a 4-byte big-endian length then JSON: the tunnel's id, the
+client's address, the protocol, the edge type and whether TLS passes through, which is what
+the holding node's agent is told in its proxy header. The holding node opens a pipe to its
+agent (or the SSH gateway's client) and the bytes run both ways; if it cannot, it resets the
+stream, and the arriving node's edge answers as for an agent that went away. Nothing is
+answered before the bytes, so the hop costs no round trip."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import ssl
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from edgeway import caps
+from edgeway.accept import Acceptor
+from edgeway.config import listen_socket, parse_addr
+from edgeway.nodes import tls
+from edgeway.platform import AgentCommands
+from edgeway.store.nodes import Node
+from edgeway.tunnel.muxado.aio import MuxConnection
+from edgeway.tunnel.muxado.events import StreamError
+from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
+from edgeway.tunnel.pipes import READ_MAX, Pipe, StreamPipe, UpstreamGone
+from edgeway.tunnel.registry import Tunnel
+
+log = structlog.get_logger()
+HEADER_MAX = 4096
+HEADER_TIMEOUT = 10.0
+DIAL_TIMEOUT = 3.0
+LINK_STREAMS = 65536  # public connections one link carries at once
+
+
+def _frame(message: dict[str, Any]) -> bytes:
+    body = json.dumps(message).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def header(tunnel_id: str, client: str, proto: str, edge: str, passthrough: bool) -> bytes:
+    return _frame({"tunnel": tunnel_id, "client": client, "proto": proto, "edge": edge,
+                   "passthrough": passthrough})
+
+
+async def read_header(stream: MuxStream) -> dict[str, Any]:
+    """A stream's header: a public connection's (``tunnel``) or an agent command's
+    (``command``: the API's stop, restart or update of a session held there)."""
+    (size,) = struct.unpack(">I", await stream.readexactly(4))
+    if size > HEADER_MAX:
+        raise ValueError(f"a link header of {size} bytes")
+    head = json.loads(await stream.readexactly(size))
+    if not isinstance(head, dict) or not (isinstance(head.get("tunnel"), str)
+                                          or isinstance(head.get("command"), int)):
+        raise ValueError("a link header with neither a tunnel nor a command")
+    return head
+
+
+class LinkServer:
+    """This node's end of the links: other nodes' streams, each carried to a tunnel held here
+    (``local``: the registry's tunnels whose agent is connected to this node)."""
+
+    def __init__(self, context: ssl.SSLContext, local: Callable[[str], Tunnel | None],
+                 agents: AgentCommands) -> None:
+        self.context, self.local, self.agents = context, local, agents
+        self._server: Acceptor | None = None
+        self._links: set[MuxConnection] = set()
+
+    def start(self, addr: str, reuse_port: bool = False) -> None:
+        """Listen at HOST:PORT (mutual TLS) or unix:PATH (a socket file only this user may
+        open: the workers of one machine)."""
+        door = caps.process().door("node link", own=True)
+        if addr.startswith("unix:"):
+            self._server = Acceptor.streams(_unix_socket(addr[5:]), door, self._link).start()
+            return
+        self._server = Acceptor.streams(
+            listen_socket("node link", *parse_addr(addr), reuse_port), door, self._link,
+            self.context, HEADER_TIMEOUT).start()
+
+    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    _peer: tuple[str, int]) -> None:
+        over_tls = writer.get_extra_info("sslcontext") is not None
+        if over_tls and not tls.is_node(writer.get_extra_info("peercert")):
+            log.warning("node_link_refused", peer=writer.get_extra_info("peername"),
+                        reason="the client certificate is not a node's")
+            return
+        conn = MuxConnection(reader, writer, client=False, max_streams=LINK_STREAMS)
+        self._links.add(conn)
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            while (stream := await conn.accept()) is not None:
+                task = asyncio.create_task(self._carry(stream))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        finally:
+            self._links.discard(conn)
+            for task in list(tasks):
+                task.cancel()
+            await conn.close()
+
+    async def _carry(self, stream: MuxStream) -> None:
+        try:
+            async with asyncio.timeout(HEADER_TIMEOUT):
+                head = await read_header(stream)
+            if "command" in head:
+                await self._command(stream, head)
+                return
+            tunnel = self.local(head["tunnel"])
+            if tunnel is None:
+                raise UpstreamGone("the tunnel is not held by this node")
+            pipe = await tunnel.open(str(head.get("client") or ""), str(head.get("proto") or ""),
+                                     str(head.get("edge") or ""), bool(head.get("passthrough")))
+        except (StreamClosed, StreamError, UpstreamGone, TimeoutError, ValueError,
+                asyncio.IncompleteReadError) as exc:
+            log.info("node_link_stream_refused", error=str(exc) or type(exc).__name__)
+            with contextlib.suppress(StreamClosed, StreamError):
+                stream.reset()
+            return
+        await relay(stream, pipe)
+
+    async def _command(self, stream: MuxStream, head: dict[str, Any]) -> None:
+        timeout = min(float(head.get("timeout") or 10.0), 60.0)
+        answer = await self.agents.command(str(head.get("session") or ""), int(head["command"]),
+                                           dict(head.get("body") or {}), timeout)
+        await stream.write(_frame({"answer": answer}), eof=True)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._links):
+            await conn.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+def _unix_socket(path: str) -> socket.socket:
+    """A listening Unix socket at ``path`` (a stale file of a previous run replaced), mode
+    0600: the same user's processes only."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        old = os.umask(0o177)
+        try:
+            sock.bind(path)
+        finally:
+            os.umask(old)
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen for the node link on unix:{path}: "
+                      f"{exc.strerror or exc}") from None
+    return sock
+
+
+async def relay(stream: MuxStream, pipe: Pipe) -> None:
+    """Bytes both ways between a link's stream and the pipe to the agent, half-closes passed
+    on, until both directions ended or one failed (then both are reset)."""
+    async def up() -> None:
+        try:
+            while data := await stream.read(READ_MAX):
+                await pipe.write(data)
+        except StreamClosed as exc:
+            raise UpstreamGone(str(exc)) from None
+        await pipe.write_eof()
+
+    async def down() -> None:
+        while data := await pipe.read():
+            await stream.write(data)
+        await stream.write_eof()
+
+    tasks = {asyncio.create_task(up()), asyncio.create_task(down())}
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        if any(not t.cancelled() and t.exception() is not None for t in done):
+            pipe.abort()
+            with contextlib.suppress(StreamClosed, StreamError):
+                stream.reset()
+    finally:
+        for task in tasks:
+            task.cancel()
+        pipe.close()
+        stream.close()
+
+
+class LinkPeers:
+    """This node's ends towards the others: one muxado session per node, dialed on first use
+    and again after it ended."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        self.context = context
+        self._conns: dict[str, MuxConnection] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def _session(self, node: Node) -> MuxConnection:
+        conn = self._conns.get(node.id)
+        if conn is not None and not conn.closed.is_set():
+            return conn
+        async with self._locks.setdefault(node.id, asyncio.Lock()):
+            conn = self._conns.get(node.id)
+            if conn is not None and not conn.closed.is_set():
+                return conn
+            try:
+                async with asyncio.timeout(DIAL_TIMEOUT):
+                    reader, writer = await self._dial(node)
+            except (OSError, ssl.SSLError, TimeoutError) as exc:
+                raise UpstreamGone(f"the node {node.id} at {node.addr} cannot be reached "
+                                   f"({exc or type(exc).__name__})") from None
+            with contextlib.suppress(OSError):
+                writer.get_extra_info("socket").setsockopt(
+                    socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = MuxConnection(reader, writer, client=True, max_streams=LINK_STREAMS)
+            self._conns[node.id] = conn
+            log.info("node_link_up", node=node.id, addr=node.addr)
+            return conn
+
+    async def _dial(self, node: Node) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if node.addr.startswith("unix:"):
+            return await asyncio.open_unix_connection(node.addr[5:])
+        host, port = parse_addr(node.addr)
+        return await asyncio.open_connection(host, port, ssl=self.context,
+                                             server_hostname=tls.node_name(node.id))
+
+    async def open(self, node: Node, head: bytes) -> Pipe:
+        conn = await self._session(node)
+        try:
+            stream = await conn.open_stream()
+            await stream.write(head)
+        except (StreamClosed, StreamError) as exc:
+            raise UpstreamGone(f"the link to the node {node.id} failed ({exc})") from None
+        return StreamPipe(stream)
+
+    async def command(self, node: Node, session_id: str, kind: int, body: dict[str, Any],
+                      timeout: float) -> str | None:
+        """An agent command to a session ``node`` holds: the agent's error text ("" when it
+        accepted), None when that node holds no such session."""
+        conn = await self._session(node)
+        try:
+            async with asyncio.timeout(timeout + DIAL_TIMEOUT):
+                stream = await conn.open_stream()
+                await stream.write(_frame({"command": kind, "session": session_id,
+                                           "body": body, "timeout": timeout}), eof=True)
+                (size,) = struct.unpack(">I", await stream.readexactly(4))
+                answer = json.loads(await stream.readexactly(min(size, HEADER_MAX)))
+        except (StreamClosed, StreamError, TimeoutError, asyncio.IncompleteReadError,
+                ValueError) as exc:
+            return f"the node {node.id} holding the session did not answer ({exc})"
+        found = answer.get("answer") if isinstance(answer, dict) else None
+        return None if found is None else str(found)
+
+    async def forget(self, node_id: str) -> None:
+        conn = self._conns.pop(node_id, None)
+        if conn is not None:
+            await conn.close()
+
+    async def close(self) -> None:
+        for node_id in list(self._conns):
+            await self.forget(node_id)

@@ -1,0 +1,159 @@
+"""The other nodes' tunnels in this node's registry. Each ``tunnels`` row a live node recorded
+becomes a ``Tunnel`` here whose carrier is that node (``RemoteNode``, an ``Opener``): the edge
+finds it by host name, labels or id as it finds its own, compiles the same modules from the
+same bind request (stored sealed in the row), and a public connection for it opens a stream of
+the link to that node; a TCP tunnel's port is listened on here too. Tunnel groups, pooled
+names and labeled backends thus span nodes, and a bind here that would take a name another
+node's tunnel holds is refused as it is for a local one.
+
+The set follows the ``tunnels``, ``tunnel_sessions`` and ``nodes`` changes (announced by every
+node, carried by LISTEN/NOTIFY) and every heartbeat; a node that is gone takes its tunnels
+along at once. A tunnel id held here (its agent reconnected to this node) is never replaced
+by another node's row of it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+
+from edgeway import catalog
+from edgeway.nodes import link
+from edgeway.nodes.lease import NodeLease
+from edgeway.pki.seal import Sealer, SealError
+from edgeway.reloads import Reload
+from edgeway.store.db import Database, DatabaseUnavailable
+from edgeway.store.nodes import Node
+from edgeway.store.repo import Repo
+from edgeway.tunnel import bindcodec
+from edgeway.tunnel.pipes import Pipe
+from edgeway.tunnel.registry import Registry, Tunnel
+from edgeway.tunnel.tcp_binds import TcpBinds
+
+log = structlog.get_logger()
+SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
+TUNNELS = catalog.BY_COLLECTION["tunnels"]
+WATCHED = frozenset({"tunnels", "tunnel_sessions", "nodes"})
+
+
+class RemoteNode:
+    """Another node, as the carrier of the tunnels its agents hold."""
+
+    def __init__(self, node: Node, peers: link.LinkPeers) -> None:
+        self.node, self.peers = node, peers
+        self._closed = asyncio.Event()
+
+    @property
+    def closed(self) -> asyncio.Event:
+        return self._closed
+
+    @property
+    def crowded(self) -> bool:
+        return False
+
+    async def open_pipe(self, tunnel: Tunnel, client: str, proto: str, edge: str,
+                        passthrough: bool) -> Pipe:
+        return await self.peers.open(self.node, link.header(tunnel.id, client, proto, edge,
+                                                            passthrough))
+
+
+def _ref_id(value: Any) -> str:
+    return str(value.get("id") or "") if isinstance(value, dict) else ""
+
+
+class RemoteTunnels:
+    def __init__(self, db: Database, sealer: Sealer, registry: Registry, tcp: TcpBinds,
+                 lease: NodeLease, peers: link.LinkPeers) -> None:
+        self.db, self.sealer, self.registry, self.tcp = db, sealer, registry, tcp
+        self.lease, self.peers = lease, peers
+        self.nodes: dict[str, RemoteNode] = {}
+        self.tunnels: dict[str, Tunnel] = {}
+        self._reload = Reload(self._load, "remote tunnels")
+        self._forgetting: set[asyncio.Task[None]] = set()
+
+    def changed(self, collection: str) -> None:
+        if collection in WATCHED:
+            self._reload.changed()
+            self._reload.start()
+
+    async def settle(self) -> None:
+        await self._reload.settle(None)
+
+    def local(self, tunnel_id: str) -> Tunnel | None:
+        """The tunnel of that id whose agent is connected to this node, if any."""
+        tunnel = self.registry.by_id.get(tunnel_id)
+        return tunnel if tunnel is not None and not isinstance(tunnel.conn, RemoteNode) \
+            else None
+
+    async def _load(self) -> bool:
+        try:
+            live = await self.lease.load()
+            repo = Repo(self.db.reader())
+            others = {n for n in live if n != self.lease.me.id}
+            sessions = {i: d for i, d in await repo.all_docs(SESSIONS) if d.get("node") in others}
+            rows = [(i, d) for i, d in await repo.all_docs(TUNNELS) if d.get("node") in others]
+        except DatabaseUnavailable as exc:
+            log.warning("remote_tunnels_stale", error=str(exc))
+            return False
+        for node_id in others:
+            if node_id in self.nodes:
+                self.nodes[node_id].node = live[node_id]  # (its address may have changed)
+            else:
+                self.nodes[node_id] = RemoteNode(live[node_id], self.peers)
+        wanted: dict[str, Tunnel] = {}
+        for id_, doc in rows:
+            held = self.tunnels.get(id_)
+            carrier = self.nodes[str(doc["node"])]
+            if held is not None and held.conn is carrier:
+                wanted[id_] = held
+            elif (tunnel := self._tunnel(id_, doc, sessions, carrier)) is not None:
+                wanted[id_] = tunnel
+        came, went = self._apply(wanted, others)
+        for tunnel in went:
+            await self.tcp.close(tunnel, clean=True)
+        for tunnel in came:
+            await self.tcp.mirror(tunnel)
+        return True
+
+    def _tunnel(self, id_: str, doc: dict[str, Any], sessions: dict[str, dict[str, Any]],
+                carrier: RemoteNode) -> Tunnel | None:
+        session_id = _ref_id(doc.get("tunnel_session"))
+        try:
+            req = bindcodec.unseal(self.sealer, str(doc.get("bind") or ""))
+        except (SealError, KeyError, TypeError, ValueError) as exc:
+            log.warning("remote_tunnel_unreadable", tunnel=id_, node=doc.get("node"),
+                        error=str(exc) or type(exc).__name__)
+            return None
+        credential = _ref_id(sessions.get(session_id, {}).get("credential"))
+        return Tunnel(id_, carrier, req, url=str(doc.get("public_url") or ""),
+                      host=str(doc.get("host") or ""), port=int(doc.get("port") or 0),
+                      credential=credential, session_id=session_id,
+                      endpoint_id=_ref_id(doc.get("endpoint")))
+
+    def _apply(self, wanted: dict[str, Tunnel], live: set[str]) -> tuple[list[Tunnel],
+                                                                         list[Tunnel]]:
+        """Swap the set in one pass of the event loop (no request sees half of it); the TCP
+        tunnels that came and went, whose ports this node listens on for them."""
+        came: list[Tunnel] = []
+        went: list[Tunnel] = []
+        for id_, tunnel in list(self.tunnels.items()):
+            if wanted.get(id_) is not tunnel:
+                self.registry.remove(tunnel)
+                del self.tunnels[id_]
+                if tunnel.port and self.local(id_) is None:  # (a take-over closed it)
+                    went.append(tunnel)
+        for id_, tunnel in wanted.items():
+            if id_ in self.tunnels or self.local(id_) is not None:
+                continue  # (held here: this node's own, newer than that row)
+            self.registry.add(tunnel)
+            self.tunnels[id_] = tunnel
+            if tunnel.port and tunnel.proto == "tcp":
+                came.append(tunnel)
+        for node_id in [n for n in self.nodes if n not in live]:
+            self.nodes.pop(node_id).closed.set()
+            task = asyncio.get_running_loop().create_task(self.peers.forget(node_id))
+            self._forgetting.add(task)
+            task.add_done_callback(self._forgetting.discard)
+            log.info("node_tunnels_dropped", node=node_id)
+        return came, went
