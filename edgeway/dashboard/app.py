@@ -99,7 +99,7 @@ class Dashboard:
         await self._resume(ctx)
         if ctx.caller is None and not public:
             if method == "GET":
-                return sessions.to_signin(ctx)
+                return sessions.to_signin(ctx, polling(ctx))
             raise Refusal(403, "Signed out", "This form's session has ended (signed out, "
                           "expired or revoked): sign in again.")
         if method == "POST":
@@ -117,7 +117,7 @@ class Dashboard:
         sign-in, the token of the sign-in cookie."""
         cookies = ctx.request.cookies
         secret = cookies.get(sessions.COOKIE, "")
-        row = await self.shared.sessions.find(secret) if secret else None
+        row = await self.shared.sessions.find(secret, not polling(ctx)) if secret else None
         if row is not None:
             try:
                 ctx.caller = await sessions.resume(ctx, row)
@@ -130,6 +130,13 @@ class Dashboard:
             ctx.csrf = self.shared.mac("csrf", secret)
         elif cookies.get(sessions.SIGNIN_COOKIE):
             ctx.csrf = self.shared.mac("signin", cookies[sessions.SIGNIN_COOKIE])
+
+
+def polling(ctx: Ctx) -> bool:
+    """A live part of a page refreshing itself (htmx, ``X-Poll``): it keeps no session alive,
+    and an ended one sends the whole page to sign-in."""
+    headers = ctx.request.headers
+    return ctx.request.method == "GET" and "hx-request" in headers and "x-poll" in headers
 
 
 def _same_site(request: Request) -> None:

@@ -1,6 +1,7 @@
 """The overview: the live agent sessions with the tunnels each has bound (stop and restart
-through the API's ``/tunnel_sessions/{id}/stop|restart``), and how many of each listed kind
-there are (counted to ``COUNT_TO``: beyond, "100+", as one page of the API tells)."""
+through the API's ``/tunnel_sessions/{id}/stop|restart``), refreshed in place every ``POLL``
+seconds when scripts run (htmx), and how many of each listed kind there are (counted to
+``COUNT_TO``: beyond, "100+", as one page of the API tells)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from edgeway.dashboard.nav import GROUPS, Entry
 from edgeway.dashboard.web import PREFIX, Ctx, Handler, Refusal, api_refusal, redirect
 
 COUNT_TO = 100
+POLL = 5  # seconds between two refreshes of the live sessions (htmx)
 ACTIONS = {"stop": "Stop", "restart": "Restart"}
 RUNTIME = ("tunnel_sessions", "tunnels", "endpoints")
 
@@ -43,7 +45,7 @@ async def overview(ctx: Ctx) -> Response:
         if found:
             counts.append((group, found))
     done = ctx.request.query_params.get("done", "")
-    return ctx.page("overview.html", live=live, more=more, counts=counts,
+    return ctx.page("overview.html", live=live, more=more, counts=counts, poll=POLL,
                     actions=ACTIONS if ctx.can("POST", "/tunnel_sessions/x/stop") else {},
                     notice=f"Sent {done} to the agent." if done in ACTIONS else "")
 

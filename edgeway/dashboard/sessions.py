@@ -52,10 +52,17 @@ def _next(text: str) -> str:
     return PREFIX + "/"
 
 
-def to_signin(ctx: Ctx) -> Response:
+def to_signin(ctx: Ctx, polled: bool = False) -> Response:
+    """303 to sign-in, back here after; for a live part refreshing itself, htmx's own
+    redirect of the whole page (it would follow a 303 and put the sign-in form in the
+    part)."""
     url = ctx.request.url
-    here = url.path + (f"?{url.query}" if url.query else "")
-    return redirect(f"{PREFIX}/signin?next={quote(here, safe='')}")
+    here = url.path + (f"?{url.query}" if url.query and not polled else "")
+    target = f"{PREFIX}/signin?next={quote(here, safe='')}"
+    if polled:
+        return Response(status_code=200, headers={"hx-redirect": target,
+                                                  "cache-control": "no-store"})
+    return redirect(target)
 
 
 async def signin_form(ctx: Ctx) -> Response:

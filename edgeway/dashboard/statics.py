@@ -1,5 +1,5 @@
-"""The dashboard's own style sheet and script, served from the package (nothing is loaded
-from anywhere else), read once."""
+"""The dashboard's own style sheet and script, and the vendored htmx (``VENDORED.md``), served
+from the package (nothing is loaded from anywhere else), read once."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from edgeway.dashboard.web import Ctx, Handler, Refusal
 
 TYPES = {"css": "text/css; charset=utf-8", "js": "text/javascript; charset=utf-8",
          "svg": "image/svg+xml"}
-FILES = ("dashboard.css", "dashboard.js", "icon.svg")
+FILES = ("dashboard.css", "dashboard.js", "icon.svg", "htmx.min.js")  # (VENDORED.md)
 
 
 @cache

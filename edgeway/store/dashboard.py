@@ -58,9 +58,10 @@ class SessionStore:
                              row.key_hash, row.created, row.seen, row.client, row.user_agent)
         return secret, row
 
-    async def find(self, secret: str) -> Session | None:
+    async def find(self, secret: str, touch: bool = True) -> Session | None:
         """The live session of a cookie's secret; an expired one is deleted; a used one has
-        its ``seen`` moved on (at most every ``touch_every`` seconds)."""
+        its ``seen`` moved on (at most every ``touch_every`` seconds), unless ``touch`` is
+        false (a page refreshing itself is no sign of a person)."""
         if not secret or len(secret) > 100:
             return None
         found = await self.db.reader().fetchone(
@@ -72,7 +73,7 @@ class SessionStore:
         if row.seen + self.ttl < now:
             await self.end(row.id)
             return None
-        if now - row.seen >= self.touch_every:
+        if touch and now - row.seen >= self.touch_every:
             async with self.db.write() as tx:
                 await tx.execute("UPDATE dashboard_sessions SET seen = ? WHERE id = ?", now,
                                  row.id)
