@@ -1,6 +1,7 @@
 """The ``edgeway`` command: ``serve`` (the platform; its options in ``serve_cli.py``), the
 agent's commands (``start``, ``http``, ``tcp``, ``tls``, ``config``, ``agent``; in
-``agent/cli.py``), ``ca export`` and ``api-keys create``. Every server option also reads an
+``agent/cli.py``), ``ca export``, ``api-keys create`` and ``users set-password``
+(``users_cli.py``). Every server option also reads an
 ``EDGEWAY_*`` environment variable; the command line wins."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
-from edgeway import __version__, bootstrap, datadir, logs, runner, serve_cli
+from edgeway import __version__, bootstrap, datadir, logs, runner, serve_cli, users_cli
 from edgeway.agent import cli as agent_cli
 from edgeway.store.db import DatabaseUnavailable, StoreUnavailable
 from edgeway.store.migrate import open_database
@@ -69,6 +70,7 @@ def parser() -> argparse.ArgumentParser:
                         help="create the database when no server has used the data directory "
                              "yet (provisioning before the first start)")
     serve_cli.store_options(create)
+    users_cli.add_parser(sub)
     return top
 
 
@@ -130,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             _ca_export(args)
         elif args.command in agent_cli.AGENT_COMMANDS:
             agent_cli.main(args)
+        elif args.command == "users":
+            runner.run(users_cli.set_password(args))
         else:
             runner.run(_api_key(args))
     # (SealError is a ValueError; DatabaseUnavailable: the database went while starting)

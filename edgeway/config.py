@@ -117,6 +117,13 @@ class NodesConfig:
 
 
 @dataclass(frozen=True)
+class DashboardConfig:
+    """The web dashboard (``edgeway.dashboard``)."""
+    session_ttl: float = 12 * 3600.0  # seconds an unused browser session lives
+    signin_per_minute: int = 10  # failed sign-ins per client address
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     data_dir: Path
     database_url: str | None
@@ -146,6 +153,7 @@ class ServerConfig:
     api_head_timeout: float = API_HEAD_TIMEOUT  # seconds for a request head on the management API
     nodes: NodesConfig = NodesConfig()
     proxy: Trust | None = None  # --proxy-protocol's trusted load balancers (edgeway.proxied)
+    dashboard: DashboardConfig | None = DashboardConfig()  # None: off (--no-dashboard)
 
 
 def cors_origins(given: tuple[str, ...]) -> tuple[str, ...]:

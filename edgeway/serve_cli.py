@@ -20,6 +20,7 @@ from edgeway.config import (
     split_list,
 )
 from edgeway.options import (
+    dashboard,
     domains,
     events,
     identity,
@@ -60,6 +61,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     limits.add(serve)
     nodes.add(serve)
     proxy_options.add(serve)
+    dashboard.add(serve)
     option(serve, "--log-format", "json", choices=tuple(LOG_FORMATS),
            help="json: one JSON object per line; logfmt; console: for people "
                 "(default: %(default)s)")
@@ -210,4 +212,4 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                         ssh_keepalive=ssh_keepalive,
                         events=events.parse(args), caps=caps,
                         api_head_timeout=api_head_timeout, nodes=cluster,
-                        proxy=proxy_options.parse(args))
+                        proxy=proxy_options.parse(args), dashboard=dashboard.parse(args))

@@ -12,7 +12,7 @@ from typing import Any
 import structlog
 import uvicorn
 
-from edgeway import bootstrap, caps, catalog, datadir, heap, ids, logs, proxied
+from edgeway import bootstrap, caps, catalog, dashboard, datadir, heap, ids, logs, proxied
 from edgeway.acme.manager import CertificateManager
 from edgeway.api import listener
 from edgeway.api.app import build
@@ -216,10 +216,12 @@ async def serve(cfg: ServerConfig) -> None:
             if member is not None:  # (first of all when stopping: sent nothing more)
                 running.push_async_callback(member.leave)
             door = limits.door("management API", own=True, refusal=listener.refusal())
-            config = uvicorn.Config(build(platform, cfg.cors_origins), log_config=None,
-                                    access_log=False, lifespan="off", server_header=False,
-                                    http=listener.protocol(door, cfg.api_head_timeout),
-                                    ws="none")
+            app = build(platform, cfg.cors_origins)
+            if cfg.dashboard is not None:  # (on the same listener, calling the API in-process)
+                app = dashboard.mount(app, platform, cfg.dashboard)
+            config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
+                                    server_header=False, ws="none",
+                                    http=listener.protocol(door, cfg.api_head_timeout))
             heap.settle()  # (before the API listens: clients wait for that port)
             api_socket = listen_socket("management API", cfg.api_host, cfg.api_port,
                                        cfg.reuse_port)

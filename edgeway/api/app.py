@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from edgeway import __version__, catalog, ids
-from edgeway.api import crud, dialect, events, extras, guards, listing, modules
+from edgeway.api import crud, dialect, events, extras, guards, inprocess, listing, modules
 from edgeway.api.auth import authenticate
 from edgeway.api.http import (
     JSONResponse,
@@ -60,7 +60,8 @@ def unavailable(exc: DatabaseUnavailable) -> ApiError:
 
 def endpoint(handler: Handler) -> Endpoint:
     """IP restrictions, API key, version header, then the handler; ApiErrors (and a database
-    the store could not reach) become bodies."""
+    the store could not reach) become bodies. A call made in-process (``inprocess``) comes
+    with its caller, authenticated by a dashboard session, instead of a bearer token."""
     async def run(request: Request) -> Response:
         platform: Platform = request.app.state.platform
         try:
@@ -68,7 +69,8 @@ def endpoint(handler: Handler) -> Endpoint:
             if (r := await platform.restrictions.refusing("api", client)) is not None:
                 raise Forbidden(f"The address {client} is not allowed to call the API by IP "
                                 f"restriction '{r.id}'.", 220)
-            caller = await authenticate(request, platform, request.app.state.auth_cache)
+            caller = request.scope.get(inprocess.CALLER) \
+                or await authenticate(request, platform, request.app.state.auth_cache)
             guards.authorize(caller, request.method, request.scope["path"])
             check_version(request)
             return await handler(request, platform, caller)

@@ -1,4 +1,5 @@
-"""API-key authentication: ``Authorization: Bearer <token>`` to the calling identity."""
+"""API-key authentication: ``Authorization: Bearer <token>`` (or the token's hash, which a
+dashboard session keeps) to the calling identity."""
 
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ def _bearer(request: Request) -> str:
     if scheme.lower() != "bearer" or not token.strip():
         raise Forbidden("The Authorization header could not be parsed; expected "
                         "'Bearer <API key>'.", 201)
-    token = token.strip()
+    return check_token(token.strip())
+
+
+def check_token(token: str) -> str:
+    """``token`` if it is shaped like an API key's; else 403 saying what it is."""
     first, sep, second = token.partition("_")
     if not sep or len(first) != ids.KSUID_LEN or not second:
         if ids.split_id(token):
@@ -35,8 +40,12 @@ def _bearer(request: Request) -> str:
 
 
 async def authenticate(request: Request, platform: Platform, cache: AuthCache) -> Caller:
-    token = _bearer(request)
-    digest = ids.token_hash(token)
+    return await by_digest(ids.token_hash(_bearer(request)), platform, cache)
+
+
+async def by_digest(digest: str, platform: Platform, cache: AuthCache) -> Caller:
+    """The caller whose API key's token hashes to ``digest`` (the dashboard's sessions keep
+    the digest and authenticate by it on every request), or 403 as for a bearer token."""
     cached = cache.get(digest)
     if cached is not None:
         return cached

@@ -46,7 +46,13 @@ def _name(value: str, _ctx: Context) -> str:
 USERS = Kind(
     collection="users", prefix="usr", list_key="users", title="User", routed=False,
     fields=(Field("name", str, "display name"), Field("admin", bool, "admin rights",
-                                                       default=True)),
+                                                       default=True),
+            # the dashboard's password sign-in (``edgeway users set-password``)
+            Field("password_hash", str, "scrypt hash of the password (edgeway.passwords)",
+                  create="no", response=False, default=""),
+            Field("role", Literal["admin", "operator", "read_only"], "what a signed-in "
+                  "session may do, as an API key's role", create="no", response=False,
+                  default="admin")),
 )
 
 API_KEYS = Kind(

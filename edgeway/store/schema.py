@@ -1,6 +1,6 @@
 """Tables, derived from the catalog: one table per kind plus ``links``, ``settings``, ``claims``,
 the ACME tables and the event tables (``event_outbox``, ``event_delivery``,
-``event_dead_letters``, see ``store/outbox.py``).
+``event_dead_letters``, see ``store/outbox.py``) and ``dashboard_sessions``.
 
 A kind's table holds ``id`` (primary key; ids sort by creation, so paging walks this index),
 ``doc`` (the stored members as JSON text), one ``k_<member>`` column per member of a unique
@@ -126,6 +126,22 @@ event_dead_letters = sa.Table(
     sa.Index("ix_event_dead_letters_destination_id", "destination_id", "id"),
 )
 
+
+# the dashboard's browser sessions (``store/dashboard.py``): ``id`` is the SHA-256 of the
+# cookie's secret (the cookie itself is stored nowhere), ``ref`` the id shown and revoked by
+dashboard_sessions = sa.Table(
+    "dashboard_sessions", metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("ref", sa.String(64), nullable=False),
+    sa.Column("key_id", sa.String(64), nullable=False),
+    sa.Column("key_hash", sa.String(64), nullable=False),
+    sa.Column("created", sa.Float, nullable=False),
+    sa.Column("seen", sa.Float, nullable=False),
+    sa.Column("client", sa.String(64), nullable=False),
+    sa.Column("user_agent", sa.String(300), nullable=False),
+    sa.UniqueConstraint("ref", name="uq_dashboard_sessions_ref"),
+    sa.Index("ix_dashboard_sessions_key_id", "key_id"),
+)
 
 def key_columns(kind: Kind) -> list[str]:
     cols: list[str] = []

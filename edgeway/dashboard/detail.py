@@ -1,0 +1,148 @@
+"""One resource's page: every member as the API shows it, the edit form (the members an
+update may change, as the kind's PATCH takes them: only those changed are sent), and for
+reserved domains and agent ingresses, the DNS check of the records to create (``Check
+status``: each record ok, missing or wrong, with what was expected and what was found).
+
+A kind with children (an HTTPS edge's routes, ``Kind.children``) lists them on its page
+with their create form; a child has a page of its own under its parent's
+(``/dashboard/edges_https/<edge>/routes/<route>``), with the same edit form and delete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.responses import Response
+
+from edgeway import catalog, ids
+from edgeway.catalog.model import Child, Kind
+from edgeway.dashboard import forms
+from edgeway.dashboard.resources import cell, columns, entry_of
+from edgeway.dashboard.web import PREFIX, Ctx, Handler, Refusal, api_refusal, redirect
+
+CHECKED = ("reserved_domains", "agent_ingresses")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A resource the page is about: its kind, its operation's path, its page's path, and
+    the page above it (label, path)."""
+    kind: Kind
+    api: str
+    page: str
+    up: tuple[str, str]
+
+
+def _child(parent: Kind, member: str) -> tuple[Child, Kind]:
+    for child in parent.children:
+        if child.member == member:
+            return child, catalog.BY_COLLECTION[child.collection]
+    raise Refusal(404, "Not found", f"{parent.title} has no {member}.")
+
+
+def target(ctx: Ctx) -> Target:
+    entry = entry_of(ctx)
+    id_ = ctx.params["id"]
+    top = Target(entry.kind, f"{entry.kind.url}/{id_}", f"{PREFIX}/{entry.slug}/{id_}",
+                 (entry.label, f"{PREFIX}/{entry.slug}"))
+    if "cid" not in ctx.params:  # (the parent's page, or a child's create)
+        return top
+    child, kind = _child(entry.kind, ctx.params["child"])
+    url = kind.url.format(**{child.via: id_})
+    return Target(kind, f"{url}/{ctx.params['cid']}", f"{top.page}/{child.member}/"
+                  f"{ctx.params['cid']}", (id_, top.page))
+
+
+def _values(kind: Kind, widgets: list[forms.Widget], item: dict[str, Any]) -> dict[str, str]:
+    return {w.name: forms.text_of(w, forms.stored(kind, w.name, item)) for w in widgets}
+
+
+async def _page(ctx: Ctx, t: Target, status: int = 200, **extra: Any) -> Response:
+    answer = await ctx.call("GET", t.api)
+    if not answer.ok:
+        raise api_refusal(answer)
+    item = answer.body
+    widgets = forms.update_widgets(t.kind) \
+        if "update" in t.kind.ops and ctx.can("PATCH", t.api) else []
+    check = None
+    if t.kind.collection in CHECKED and ctx.request.query_params.get("check") == "dns":
+        found = await ctx.call("GET", f"{t.api}/dns_check")
+        check = found.body if found.ok else {"error": "{} ({})".format(*found.error()[:2])}
+    children = []
+    for c in t.kind.children:
+        kind = catalog.BY_COLLECTION[c.collection]
+        offered = "create" in kind.ops and ctx.can("POST", kind.url.format(**{c.via: "x"}))
+        children.append({"member": c.member, "rows": item.get(c.member) or [],
+                         "columns": columns(kind), "cell": cell,
+                         "widgets": forms.create_widgets(kind) if offered else []})
+    params = ctx.request.query_params
+    notice = "Saved." if "updated" in params else \
+        f"Deleted {params['deleted']}." if ids.split_id(params.get("deleted", "")) else ""
+    return ctx.page("show.html", status, t=t, item=item, widgets=widgets, notice=notice,
+                    checkable=t.kind.collection in CHECKED, check=check, children=children,
+                    can_delete="delete" in t.kind.ops and ctx.can("DELETE", t.api),
+                    **{"values": _values(t.kind, widgets, item), "errors": {},
+                       "form_error": "", "child_errors": {}, **extra})
+
+
+async def show(ctx: Ctx) -> Response:
+    return await _page(ctx, target(ctx))
+
+
+def _placed(answer_error: tuple[str, str, str], names: set[str]) -> dict[str, Any]:
+    """An API error as the form shows it: next to the input its member names, or above."""
+    msg, code, member = answer_error
+    text = f"{msg} ({code})" if code else msg
+    field = forms.input_of(member)
+    return {"errors": {field: text}} if field in names else {"form_error": text}
+
+
+async def update(ctx: Ctx) -> Response:
+    t = target(ctx)
+    answer = await ctx.call("GET", t.api)
+    if not answer.ok:
+        raise api_refusal(answer)
+    widgets = forms.update_widgets(t.kind)
+    body, errors = forms.changes(ctx.form, widgets, _values(t.kind, widgets, answer.body))
+    if errors:
+        return await _page(ctx, t, 400, values=ctx.form, errors=errors)
+    if body:
+        answer = await ctx.call("PATCH", t.api, body=body)
+        if not answer.ok:
+            return await _page(ctx, t, answer.status, values=ctx.form,
+                               **_placed(answer.error(), {w.name for w in widgets}))
+    return redirect(f"{t.page}?updated=1")
+
+
+async def delete(ctx: Ctx) -> Response:
+    t = target(ctx)
+    answer = await ctx.call("DELETE", t.api)
+    if not answer.ok:
+        raise api_refusal(answer)
+    return redirect(t.up[1] + f"?deleted={t.api.rsplit('/', 1)[1]}")
+
+
+async def create_child(ctx: Ctx) -> Response:
+    t = target(ctx)
+    child, kind = _child(t.kind, ctx.params["child"])
+    widgets = forms.create_widgets(kind)
+    body, errors = forms.body_of(ctx.form, widgets)
+    status, placed = 400, {"errors": errors}
+    if not errors:
+        answer = await ctx.call("POST", kind.url.format(**{child.via: ctx.params["id"]}),
+                                body=body)
+        if answer.ok:
+            return redirect(f"{t.page}/{child.member}/{answer.body['id']}")
+        status, placed = answer.status, _placed(answer.error(), {w.name for w in widgets})
+    return await _page(ctx, t, status, child_errors={
+        "member": child.member, "values": ctx.form, "errors": placed.get("errors", {}),
+        "form_error": placed.get("form_error", "")})
+
+
+def routes() -> list[tuple[str, str, Handler, bool]]:
+    one, child = "/{slug}/{id}", "/{slug}/{id}/{child}/{cid}"
+    return [(one, "GET", show, False), (one, "POST", update, False),
+            ("/{slug}/{id}/{child}", "POST", create_child, False),
+            (child, "GET", show, False), (child, "POST", update, False),
+            (child + "/delete", "POST", delete, False)]

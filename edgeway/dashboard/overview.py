@@ -1,0 +1,65 @@
+"""The overview: the live agent sessions with the tunnels each has bound (stop and restart
+through the API's ``/tunnel_sessions/{id}/stop|restart``), refreshed in place every ``POLL``
+seconds when scripts run (htmx), and how many of each listed kind there are (counted to
+``COUNT_TO``: beyond, "100+", as one page of the API tells)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.responses import Response
+
+from edgeway.dashboard.nav import GROUPS, Entry
+from edgeway.dashboard.web import PREFIX, Ctx, Handler, Refusal, api_refusal, redirect
+
+COUNT_TO = 100
+POLL = 5  # seconds between two refreshes of the live sessions (htmx)
+ACTIONS = {"stop": "Stop", "restart": "Restart"}
+RUNTIME = ("tunnel_sessions", "tunnels", "endpoints")
+
+
+async def _all(ctx: Ctx, url: str, key: str) -> tuple[list[dict[str, Any]], bool]:
+    answer = await ctx.call("GET", url, [("limit", str(COUNT_TO))])
+    if not answer.ok:
+        raise api_refusal(answer)
+    return answer.body[key], answer.body.get("next_page_uri") is not None
+
+
+async def _count(ctx: Ctx, entry: Entry) -> dict[str, Any]:
+    items, more = await _all(ctx, entry.kind.url, entry.kind.list_key)
+    return {"entry": entry, "count": f"{len(items)}+" if more else str(len(items))}
+
+
+async def overview(ctx: Ctx) -> Response:
+    (sessions, more), (tunnels, _) = await asyncio.gather(
+        _all(ctx, "/tunnel_sessions", "tunnel_sessions"), _all(ctx, "/tunnels", "tunnels"))
+    by_session: dict[str, list[dict[str, Any]]] = {}
+    for t in tunnels:
+        owner = (t.get("tunnel_session") or {}).get("id", "")
+        by_session.setdefault(owner, []).append(t)
+    live = [{**s, "tunnels": by_session.get(s["id"], [])} for s in sessions]
+    counts = []
+    for group, entries in GROUPS:
+        found = [await _count(ctx, e) for e in entries if e.kind.collection not in RUNTIME]
+        if found:
+            counts.append((group, found))
+    done = ctx.request.query_params.get("done", "")
+    return ctx.page("overview.html", live=live, more=more, counts=counts, poll=POLL,
+                    actions=ACTIONS if ctx.can("POST", "/tunnel_sessions/x/stop") else {},
+                    notice=f"Sent {done} to the agent." if done in ACTIONS else "")
+
+
+async def command(ctx: Ctx) -> Response:
+    action = ctx.params["action"]
+    if action not in ACTIONS:
+        raise Refusal(404, "Not found", f"Agent sessions have no action '{action}'.")
+    answer = await ctx.call("POST", f"/tunnel_sessions/{ctx.params['id']}/{action}")
+    if not answer.ok:
+        raise api_refusal(answer)
+    return redirect(f"{PREFIX}/?done={action}")
+
+
+def routes() -> list[tuple[str, str, Handler, bool]]:
+    return [("/", "GET", overview, False),
+            ("/tunnel_sessions/{id}/{action}", "POST", command, False)]

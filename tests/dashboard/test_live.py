@@ -1,0 +1,67 @@
+"""The overview's live part in Chromium (htmx, vendored): an agent that connects shows up
+without a reload, under the dashboard's Content-Security-Policy with nothing refused; a page
+refreshing itself keeps no session alive, and the ended session sends the page to
+sign-in."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dashboard.browser import chromium, expect, page_of, sign_in
+from tests.dashboard.test_browser_server import AGENT
+from tests.edge import upstream
+from tests.server import Server, start
+
+
+@pytest.fixture(scope="module")
+def chrome() -> Iterator[Any]:
+    with chromium() as browser:
+        yield browser
+
+
+def test_an_agent_appears_on_the_open_overview(chrome: Any, own_server: Server) -> None:
+    srv = own_server
+    with srv.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+    with page_of(chrome, srv) as page, upstream.echo() as port:
+        problems: list[str] = []
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        sign_in(page, srv)
+        expect(page.locator("#no-agents")).to_be_visible()
+        page.evaluate("window.stillHere = true")  # (gone if the page were loaded again)
+        proc = subprocess.Popen([sys.executable, "-c", AGENT, token,
+                                 f"localhost:{srv.tunnel_port}", str(srv.data_dir / "ca.pem"),
+                                 f"http://127.0.0.1:{port}"], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        try:
+            url = proc.stdout.readline().strip()
+            expect(page.locator("#live li.card")).to_contain_text(url, timeout=20_000)
+            assert page.evaluate("window.stillHere") is True
+            assert problems == [], problems
+        finally:
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+
+
+def test_a_page_refreshing_itself_keeps_no_session_alive(chrome: Any, tmp_path: Path
+                                                         ) -> None:
+    srv = start(tmp_path / "srv", None, "--dashboard-session-ttl", "8")  # (> the refresh's 5 s)
+    try:
+        with page_of(chrome, srv) as page:
+            sign_in(page, srv)
+            polls: list[str] = []
+            page.on("request", lambda r: polls.append(r.url) if r.headers.get("x-poll")
+                    else None)
+            expect(page.locator("#signin")).to_be_visible(timeout=40_000)
+            assert "/dashboard/signin?next=%2Fdashboard%2F" in page.url
+            assert len(polls) >= 2  # (it refreshed, and still the session ended)
+    finally:
+        assert srv.stop() == 0
