@@ -233,3 +233,32 @@ def test_the_api_of_any_node_commands_a_session_another_node_holds(
                 assert r.status_code == 404, r.text
         finally:
             bound.stop()
+
+
+def test_a_tunnel_group_with_agents_on_two_nodes_is_served_round_robin_from_a_third(
+        cluster: tuple[Server, ...], token: str) -> None:
+    a, b, c = cluster
+    with a.client() as api:
+        api.post("/reserved_domains", json={"domain": "group.cluster.example"})
+        edge = api.post("/edges/https", json={"hostports": ["group.cluster.example:443"]}).json()
+        group = api.post("/backends/tunnel_group", json={"labels": {"svc": "group"}}).json()
+        assert api.post(f"/edges/https/{edge['id']}/routes", json={
+            "match_type": "path_prefix", "match": "/",
+            "backend": {"backend_id": group["id"]}}).status_code == 201
+    with upstream.running("left") as left, upstream.running("right") as right:
+        one = agent(a, token, {"kind": "labeled", "labels": {"svc": "group"},
+                               "forward": f"http://127.0.0.1:{left}"})
+        two = agent(b, token, {"kind": "labeled", "labels": {"svc": "group"},
+                               "forward": f"http://127.0.0.1:{right}"})
+        try:
+            began = time.monotonic()
+            seen: set[str] = set()
+            while seen != {"left /x", "right /x"}:  # (both binds reach C in milliseconds)
+                assert time.monotonic() - began < FOLLOWS_WITHIN, seen
+                seen.add(through(c, "https://group.cluster.example").text)
+            answers = [through(c, "https://group.cluster.example").text for _ in range(10)]
+            assert 4 <= answers.count("left /x") <= 6, answers  # (in turn)
+            assert answers.count("left /x") + answers.count("right /x") == 10, answers
+        finally:
+            one.stop()
+            two.stop()
