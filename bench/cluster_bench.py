@@ -144,7 +144,8 @@ def bench_workers(tmp: Path, args: argparse.Namespace, report: Report, children:
                     token = api.post("/credentials", json={}).json()["token"]
                 agent = Agent(children, f"agent{count}", srv, token)
                 host = agent.bind("http", f"http://127.0.0.1:{up}")[0].split("://")[1]
-                time.sleep(0.5)  # (the bind reaching the other worker: a notification)
+                for _ in range(10):  # (the bind reached the other worker too: a notification)
+                    _until_served(srv, host)
                 before = sum(cpu_seconds(p) for p in pids)
                 res = run_wrk(f"http://127.0.0.1:{srv.http_port}/", _script(tmp, host),
                               pids[0], argparse.Namespace(**{**vars(args), "connections": 64,

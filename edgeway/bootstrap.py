@@ -64,3 +64,11 @@ async def first_start(db: Database) -> str | None:
             return await _issue(repo, await admin_user(repo), "created on first start")
     except UniqueViolation:
         return None  # another node bootstrapped at the same moment
+
+
+async def announce_first_start(db: Database) -> None:
+    """On an empty database, create the first API key and print it, once."""
+    token = await first_start(db)
+    if token:
+        print(f"First start: created an admin API key. It is shown only this once:\n"
+              f"  {token}", flush=True)

@@ -137,10 +137,7 @@ async def serve(cfg: ServerConfig) -> None:
     datadir.prepare(cfg.data_dir)
     db = await open_database(cfg.database_url, cfg.data_dir)
     try:
-        token = await bootstrap.first_start(db)
-        if token:
-            print(f"First start: created an admin API key. It is shown only this once:\n"
-                  f"  {token}", flush=True)
+        await bootstrap.announce_first_start(db)
         sealer = seal.load(cfg.data_dir)
         await seal_stored(db, sealer)
         platform = Platform(cfg.settings, db, sealer)

@@ -47,10 +47,7 @@ async def _prepare(cfg: ServerConfig) -> str:
     key = seal.key_text(cfg.data_dir)
     db = await open_database(cfg.database_url, cfg.data_dir)
     try:
-        token = await bootstrap.first_start(db)
-        if token:
-            print(f"First start: created an admin API key. It is shown only this once:\n"
-                  f"  {token}", flush=True)
+        await bootstrap.announce_first_start(db)
         await ca.share(db, cfg.data_dir, seal.load(cfg.data_dir))
     finally:
         await db.close()
