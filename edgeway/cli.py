@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
-from edgeway import __version__, bootstrap, datadir, logs, runner, serve_cli, users_cli
+from edgeway import __version__, datadir, logs, runner, serve_cli, users_cli
 from edgeway.agent import cli as agent_cli
-from edgeway.store.db import DatabaseUnavailable, StoreUnavailable
-from edgeway.store.migrate import open_database
+
+# The store, the catalog and the server are imported by the commands that use them: the
+# others (the agent's, --version, a refused option) start without them.
 
 DESCRIPTION = """Edgeway: a self-hosted ingress and tunneling platform. Run the platform with
 serve; expose local services with the agent (http, tcp, tls for one tunnel, start for the
@@ -91,9 +92,11 @@ def _ca_export(args: argparse.Namespace) -> None:
 
 
 async def _api_key(args: argparse.Namespace) -> None:
+    from edgeway import bootstrap
     from edgeway.api.render import render
     from edgeway.catalog.model import Settings
     from edgeway.events.changes import ChangeLog
+    from edgeway.store.migrate import open_database
 
     if not args.database_url and not args.init:
         _initialised(args.data_dir, " (or pass --init to create it)", "edgeway.db")
@@ -110,12 +113,12 @@ async def _api_key(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace, argv: list[str]) -> None:
+    config = serve_cli.server_config(args)  # (a refused option: said before the imports)
+    logs.configure(level=getattr(logging, args.log_level.upper()),
+                   fmt=serve_cli.LOG_FORMATS[args.log_format])
     from edgeway import workers
     from edgeway.server import serve
 
-    config = serve_cli.server_config(args)
-    logs.configure(level=getattr(logging, args.log_level.upper()),
-                   fmt=serve_cli.LOG_FORMATS[args.log_format])
     if config.nodes.workers > 1:
         raise SystemExit(runner.run(workers.supervise(config, argv)))
     runner.run(serve(config))
@@ -126,19 +129,35 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(raw)
     logs.configure()
     try:
-        if args.command == "serve":
-            _serve(args, raw)
-        elif args.command == "ca":
-            _ca_export(args)
-        elif args.command in agent_cli.AGENT_COMMANDS:
-            agent_cli.main(args)
-        elif args.command == "users":
-            runner.run(users_cli.set_password(args))
-        else:
-            runner.run(_api_key(args))
-    # (SealError is a ValueError; DatabaseUnavailable: the database went while starting)
-    except (ValueError, OSError, StoreUnavailable, DatabaseUnavailable) as exc:
+        _run(args, raw)
+    except Exception as exc:
+        if not isinstance(exc, _reported()):
+            raise
         print(f"edgeway: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         pass
+
+
+def _reported() -> tuple[type[BaseException], ...]:
+    """The errors a command reports in a line: a bad value (SealError is a ValueError), the
+    system's, and the store's (DatabaseUnavailable: the database went while starting; only
+    when the command loaded the store, which alone raises them)."""
+    kinds: list[type[BaseException]] = [ValueError, OSError]
+    store = sys.modules.get("edgeway.store.db")
+    if store is not None:
+        kinds += [store.StoreUnavailable, store.DatabaseUnavailable]
+    return tuple(kinds)
+
+
+def _run(args: argparse.Namespace, raw: list[str]) -> None:
+    if args.command == "serve":
+        _serve(args, raw)
+    elif args.command == "ca":
+        _ca_export(args)
+    elif args.command in agent_cli.AGENT_COMMANDS:
+        agent_cli.main(args)
+    elif args.command == "users":
+        runner.run(users_cli.set_password(args))
+    else:
+        runner.run(_api_key(args))

@@ -9,8 +9,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from edgeway.caps import API_HEAD_TIMEOUT, CapsConfig
-from edgeway.catalog.model import Settings
 from edgeway.proxied import Trust
+from edgeway.settings import Settings
 
 
 def default_data_dir() -> Path:

@@ -9,7 +9,6 @@ import dataclasses
 import re
 from pathlib import Path
 
-from edgeway.catalog.model import Settings
 from edgeway.config import (
     ServerConfig,
     cors_origins,
@@ -32,6 +31,7 @@ from edgeway.options import (
     switch,
 )
 from edgeway.options import proxy_protocol as proxy_options
+from edgeway.settings import Settings
 
 DEFAULTS = Settings()
 LOG_FORMATS = {"json": "json", "logfmt": "logfmt", "console": "term"}

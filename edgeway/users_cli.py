@@ -11,11 +11,8 @@ import getpass
 import sys
 from datetime import UTC, datetime
 
-from edgeway import catalog, datadir, ids, passwords, serve_cli
-from edgeway.store.migrate import open_database
-from edgeway.store.repo import Repo
+from edgeway import datadir, serve_cli
 
-USERS = catalog.BY_COLLECTION["users"]
 ROLES = ("admin", "operator", "read_only")
 
 
@@ -41,6 +38,12 @@ def read_password() -> str:
 
 
 async def set_password(args: argparse.Namespace) -> None:
+    # (the store and the catalog are imported here: the other commands start without them)
+    from edgeway import catalog, ids, passwords
+    from edgeway.store.migrate import open_database
+    from edgeway.store.repo import Repo
+
+    users = catalog.BY_COLLECTION["users"]
     name = args.name.strip()
     if not name or len(name.encode()) > 255:
         raise ValueError("a user's name must be 1 to 255 bytes")
@@ -54,15 +57,15 @@ async def set_password(args: argparse.Namespace) -> None:
     try:
         async with db.write() as tx:
             repo = Repo(tx)
-            found = [(i, d) for i, d in await repo.all_docs(USERS) if d.get("name") == name]
+            found = [(i, d) for i, d in await repo.all_docs(users) if d.get("name") == name]
             if found:
                 user_id, doc = found[0]
                 doc = {**doc, "password_hash": hashed, "role": args.role or doc.get("role")
                        or "admin"}
-                await repo.replace(USERS, user_id, doc)
+                await repo.replace(users, user_id, doc)
             else:
-                user_id, role = ids.new_id(USERS.prefix), args.role or "admin"
-                await repo.insert(USERS, user_id, {
+                user_id, role = ids.new_id(users.prefix), args.role or "admin"
+                await repo.insert(users, user_id, {
                     "name": name, "admin": role == "admin", "password_hash": hashed,
                     "role": role,
                     "created_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")})

@@ -7,7 +7,6 @@ import argparse
 import json
 from pathlib import Path
 
-from edgeway.catalog import checks
 from edgeway.config import IdentityOptions, split_list
 from edgeway.edge.oauth_providers import BY_SDK_NAME, PROVIDERS, check_endpoint
 from edgeway.errors import Invalid
@@ -56,6 +55,8 @@ def _oauth_apps(path: Path | None) -> tuple[tuple[str, str, str], ...]:
 def parse(args: argparse.Namespace, base_domain: str) -> IdentityOptions:
     host = args.login_host.strip().lower().rstrip(".") or f"login.{base_domain}"
     try:
+        from edgeway.catalog import checks  # (here: the other commands start without it)
+
         checks.domain_name("--login-host", host)
     except Invalid as exc:
         raise ValueError(f"--login-host {host!r}: {exc.msg}") from None
