@@ -5,6 +5,7 @@ not (the one timer per connection moves with it)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -81,7 +82,9 @@ async def drip(port: int, data: bytes, every: float) -> float:
 
     sender = asyncio.create_task(send())
     try:
-        assert await asyncio.wait_for(reader.read(), 10) == b""
+        # (closed, or reset: the edge aborts while bytes it never read are in flight)
+        with contextlib.suppress(ConnectionResetError):
+            assert await asyncio.wait_for(reader.read(), 10) == b""
     finally:
         sender.cancel()
         writer.close()
