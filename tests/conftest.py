@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from tests.edge import upstream
 from tests.server import Server, fresh_pg_database, start
 
+T = TypeVar("T")
 BACKENDS = [b for b in os.environ.get("EDGEWAY_TEST_BACKENDS", "sqlite,postgres").split(",")
             if b]
 
@@ -52,12 +54,36 @@ def backend_server(backend: str, data_dir: Path, *extra: str) -> Iterator[Server
         assert code == 0, f"server did not shut down cleanly ({code}):\n{srv.log()}"
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[Server]:
-    with backend_server(request.param,
-                        Path(tmp_path_factory.mktemp(f"srv-{request.param}"))) as srv:
-        yield srv
+class Shared:
+    """Servers kept for the whole run of a worker, each made on first use. pytest keeps one
+    parameter of a parametrized session fixture at a time; with tests scheduled a file at a
+    time (pytest-xdist's loadfile) every file would stop one backend's server and start the
+    other's. Fixtures of any scope take their server from here instead."""
+
+    def __init__(self, stack: ExitStack) -> None:
+        self._stack = stack
+        self._made: dict[object, Any] = {}
+
+    def get(self, key: object, make: Callable[[], AbstractContextManager[T]]) -> T:
+        if key not in self._made:
+            self._made[key] = self._stack.enter_context(make())
+        value: T = self._made[key]
+        return value
+
+
+@pytest.fixture(scope="session")
+def shared() -> Iterator[Shared]:
+    with ExitStack() as stack:
+        yield Shared(stack)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def server(request: pytest.FixtureRequest, shared: Shared,
+           tmp_path_factory: pytest.TempPathFactory) -> Server:
+    """The worker's server on this backend, shared by every module that asks for it."""
+    backend = request.param
+    return shared.get(("server", backend), lambda: backend_server(
+        backend, Path(tmp_path_factory.mktemp(f"srv-{backend}"))))
 
 
 @pytest.fixture

@@ -33,7 +33,12 @@ def _rule(api: httpx.Client) -> Body:
 
 
 def _restriction(api: httpx.Client) -> Body:
+    """A dashboard restriction whose policy lets everybody in: enforcing it (the update
+    sample) keeps the shared server's dashboard open to the tests after this one."""
     policy = created(api, "/ip_policies", {"description": "for a restriction"})
+    for cidr in ("0.0.0.0/0", "::/0"):
+        created(api, "/ip_policy_rules", {"ip_policy_id": policy["id"], "cidr": cidr,
+                                          "action": "allow"})
     return {"type": "dashboard", "ip_policy_ids": [policy["id"]], "enforced": False}
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import BACKENDS, backend_server
+from tests.conftest import BACKENDS, Shared, backend_server
 from tests.edge import upstream
 from tests.server import Server, free_port
 
@@ -22,13 +22,14 @@ if not os.environ.get("CI"):
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def srv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-        ) -> Iterator[Server]:
+def srv(request: pytest.FixtureRequest, shared: Shared,
+        tmp_path_factory: pytest.TempPathFactory) -> Server:
     """The data plane reads its configuration (edges, routes, backends, policies) and writes
-    sessions, tunnels and endpoints through the same store: run it on both."""
-    with backend_server(request.param,
-                        Path(tmp_path_factory.mktemp(f"edge-{request.param}"))) as server:
-        yield server
+    sessions, tunnels and endpoints through the same store: run it on both. One server per
+    backend for the edge's modules of a worker (tests use their own names)."""
+    backend = request.param
+    return shared.get(("edge", backend), lambda: backend_server(
+        backend, Path(tmp_path_factory.mktemp(f"edge-{backend}"))))
 
 
 @pytest.fixture(scope="module")

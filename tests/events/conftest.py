@@ -7,14 +7,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import pytest
 
-from tests.conftest import BACKENDS
+from tests.conftest import BACKENDS, Shared
 from tests.events import capture
 from tests.events.capture import Capture
 from tests.server import Server, free_port, fresh_pg_database, start
@@ -88,12 +88,19 @@ def events_server(backend: str, data_dir: Path, cap: Capture, moto: str) -> Iter
         assert code == 0, f"server did not shut down cleanly ({code}):\n{srv.log()}"
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
-def esrv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-         cap: Capture, moto: str) -> Iterator[Server]:
-    with events_server(request.param, Path(tmp_path_factory.mktemp(f"ev-{request.param}")),
-                       cap, moto) as srv:
-        yield srv
+@pytest.fixture(scope="session")
+def event_servers(cap: Capture, moto: str) -> Iterator[Shared]:
+    """The events servers of the run (after ``cap`` and ``moto``: stopped before them)."""
+    with ExitStack() as stack:
+        yield Shared(stack)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def esrv(request: pytest.FixtureRequest, event_servers: Shared,
+         tmp_path_factory: pytest.TempPathFactory, cap: Capture, moto: str) -> Server:
+    backend = request.param
+    return event_servers.get(backend, lambda: events_server(
+        backend, Path(tmp_path_factory.mktemp(f"ev-{backend}")), cap, moto))
 
 
 @pytest.fixture
