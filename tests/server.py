@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import random
 import signal
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import asyncpg
 import httpx
+
+from tests import forkserver
 
 PG_URL = os.environ.get("EDGEWAY_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 HEADERS = {"Edgeway-Version": "2"}
@@ -42,6 +45,9 @@ def worker_slice(ports: range) -> range:
 _PORTS = worker_slice(range(21000, 32768))
 _next_port = random.randrange(len(_PORTS))
 
+
+_forks = forkserver.Client()  # (servers start as forks of one that imported them: fast)
+atexit.register(_forks.close)
 
 _taken: set[int] = set()  # the ports of blocks handed out: free_port never gives them again
 
@@ -89,7 +95,7 @@ def free_block(size: int) -> list[int]:
 class Server:
     base_url: str
     token: str
-    proc: subprocess.Popen[str]
+    proc: subprocess.Popen[str] | forkserver.Forked
     data_dir: Path
     database_url: str | None
     log_path: Path
@@ -117,10 +123,12 @@ class Server:
         assert self.proc.stdout is not None
         self.stdout_tail = self.proc.stdout.read()
         self.proc.stdout.close()
-        return self.proc.returncode
+        code = self.proc.poll()
+        assert code is not None
+        return code
 
 
-def _read_token(proc: subprocess.Popen[str], deadline: float) -> str:
+def _read_token(proc: subprocess.Popen[str] | forkserver.Forked, deadline: float) -> str:
     assert proc.stdout is not None
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
@@ -131,7 +139,8 @@ def _read_token(proc: subprocess.Popen[str], deadline: float) -> str:
     raise RuntimeError("edgeway serve printed no API key")
 
 
-def _wait_listening(port: int, proc: subprocess.Popen[str], deadline: float,
+def _wait_listening(port: int, proc: subprocess.Popen[str] | forkserver.Forked,
+                    deadline: float,
                     log_path: Path | None) -> None:
     """Until this process serves: its API port answers and, with ``log_path``, its log says
     it started (when the port may be another server's: a rolling restart's new process
@@ -170,8 +179,13 @@ def start(data_dir: Path, database_url: str | None = None, *extra: str,
     if database_url:
         cmd += ["--database-url", database_url]
     with log_path.open("a") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
-                                env={**os.environ, **(env or {})})
+        proc: subprocess.Popen[str] | forkserver.Forked
+        if forkserver.FORK:
+            proc = _forks.spawn(cmd[3:], {**os.environ, **(env or {})}, subprocess.PIPE,
+                                log.fileno())
+        else:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
+                                    env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 60
     try:
         token = token or _read_token(proc, deadline)
