@@ -149,8 +149,11 @@ async def splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pip
             writer.write(data)
             await writer.drain()
         if writer.can_write_eof():
-            writer.write_eof()
-        await pump
+            writer.write_eof()  # (a half-close: the client may go on sending)
+            await pump
+        else:  # TLS has no half-close: the upstream's end ends the connection
+            pump.cancel()
+            pipe.close()
     except (UpstreamGone, ConnectionError, OSError):
         pipe.abort()
     finally:
@@ -184,15 +187,15 @@ class _Public(asyncio.Protocol):
                 self._read_paused = True
                 self.transport.pause_reading()
         except (StreamClosed, StreamError) as exc:
-            self._end(UpstreamGone(f"the agent closed the stream ({exc})"))
+            self.end(UpstreamGone(f"the agent closed the stream ({exc})"))
 
     def eof_received(self) -> bool:
-        self._end(None)
+        self.end(None)
         return not self.over_ssl  # TCP: keep sending the agent's bytes (a half-close)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
-        self._end(exc)
+        self.end(exc)
         if exc is not None:
             with contextlib.suppress(StreamClosed, StreamError):
                 self.stream.reset()  # the agent's side ends too, not just ours
@@ -221,7 +224,7 @@ class _Public(asyncio.Protocol):
             with contextlib.suppress(ConnectionError, OSError, RuntimeError):
                 self.transport.resume_reading()
 
-    def _end(self, exc: Exception | None) -> None:
+    def end(self, exc: Exception | None) -> None:
         """The client's direction ended: EOF passed on to the agent, or ``exc``."""
         if self.inbound.done():
             return
@@ -261,8 +264,10 @@ async def _splice_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWri
             writer.write(data)
             await public.drain()
         if writer.can_write_eof():
-            writer.write_eof()
-        await public.inbound
+            writer.write_eof()  # (a half-close: the client may go on sending)
+            await public.inbound
+        else:  # TLS has no half-close: the agent's end ends the connection (a WebSocket's
+            public.end(None)  # client waits for it after the closing handshake)
         if public.error is not None:
             raise public.error
     except (UpstreamGone, ConnectionError, OSError):
