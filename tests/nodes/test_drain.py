@@ -68,6 +68,7 @@ def test_no_request_fails_while_the_agent_moves(tmp_path: Path, how: str) -> Non
     with fresh_pg_database() as url, upstream.running("svc") as service:
         a, b = _pair(tmp_path, url)
         bound = None
+        moved = 0
         client: Client | None = None
         try:
             with a.client() as api:
@@ -75,6 +76,13 @@ def test_no_request_fails_while_the_agent_moves(tmp_path: Path, how: str) -> Non
             # (the agent dials the address both listen on: the kernel picks the node)
             bound = agent(a, token, {"kind": "https", "forward": f"http://127.0.0.1:{service}"})
             holder, other = (a, b) if "agent_session_start" in a.log() else (b, a)
+            # (the other node learns of the bind from the database's notification: the
+            # moments before, it answers 404; the move is what is tested here)
+            with EdgeClient(other) as web:
+                deadline = time.monotonic() + 30
+                while web.get(bound.urls[0]).status_code != 200:
+                    assert time.monotonic() < deadline, "the other node never served it"
+                    time.sleep(0.05)
             client = Client(other, bound.urls[0])
             client.start()
             client.until(20)  # (the other node serves it: over the link)
@@ -98,5 +106,6 @@ def test_no_request_fails_while_the_agent_moves(tmp_path: Path, how: str) -> Non
             for srv in (a, b):
                 if srv.proc.stdout is not None and not srv.proc.stdout.closed:
                     srv.stop()
-        failed = [s for s in client.statuses if s != 200]
-        assert not failed, f"{len(failed)} of {len(client.statuses)} failed: {failed[:5]}"
+        failed = [(i, s) for i, s in enumerate(client.statuses) if s != 200]
+        assert not failed, (f"{len(failed)} of {len(client.statuses)} failed (the move began "
+                            f"at request {moved}): {failed[:5]}")
