@@ -72,7 +72,7 @@ def run_agent(*args: str, web_port: int, online: bool = True, log: str | None = 
                              *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             text=True)
     a = Agent(proc, f"http://127.0.0.1:{web_port}")
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             status = a.api("GET", "/api/status").json()["status"]
@@ -297,7 +297,7 @@ def test_the_console_prints_screens_when_not_on_a_terminal(srv: Server, token: s
             return "".join(out).split("\n\n")  # one screen per change (not a terminal)
 
         try:
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 60
             url = ""
             while time.monotonic() < deadline and not url:
                 try:
@@ -390,7 +390,7 @@ def test_region_dials_the_region_domain_and_logs_go_to_the_file(tmp_path: Path,
                 url = a.api("GET", "/api/tunnels/web").json()["public_url"]
                 with EdgeClient(srv) as client:
                     assert client.get(url + "/r").text == "svc /r"
-                deadline = time.monotonic() + 20
+                deadline = time.monotonic() + 60
                 while "event=tunnel_bound" not in (log.read_text() if log.exists() else ""):
                     assert time.monotonic() < deadline, "no tunnel_bound line in the log file"
                     time.sleep(0.1)

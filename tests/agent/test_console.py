@@ -61,7 +61,7 @@ def terminal(tmp_path: Path, *argv: str) -> Iterator[Terminal]:
         yield Terminal(socket, name)
     finally:
         subprocess.run(["tmux", "-L", socket, "send-keys", "-t", name, "C-c"], check=False)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline and subprocess.run(
                 ["tmux", "-L", socket, "has-session", "-t", name],
                 capture_output=True).returncode == 0:

@@ -21,7 +21,7 @@ def test_the_session_latency_is_the_measured_round_trip(srv: Server, tmp_path: P
         # A beat every 20 ms; a clock of whole milliseconds gives nothing but multiples of
         # 1,000,000 ns (give or take the float's last digit), 0 most often.
         seen: list[int] = []
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             ns = a.api("GET", "/api/status").json()["session"]["legs"][0]["latency"]
             seen.append(ns)

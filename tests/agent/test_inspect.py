@@ -226,7 +226,7 @@ def counting_upstream() -> Iterator[tuple[int, dict[str, int]]]:
 
 def captures(a: Agent, query: str = "", count: int = 0) -> list[dict[str, Any]]:
     """The listing; with ``count``, once that many have their response (or 10 s passed)."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while True:
         r = a.api("GET", "/api/requests/http" + query)
         assert r.status_code == 200 and r.json()["uri"] == "/api/requests/http", r.text

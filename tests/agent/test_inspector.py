@@ -66,7 +66,7 @@ def test_the_inspector_lists_shows_and_replays(srv: Server, tmp_path: Path) -> N
                     page.fill("#e-body", "changed")
                     page.click("#send")
                     playwright.expect(page.locator("#notice")).to_contain_text("Replayed")
-                    deadline = time.monotonic() + 10
+                    deadline = time.monotonic() + 30
                     while seen.get("/count/edited") != 1:
                         assert time.monotonic() < deadline, seen
                         time.sleep(0.05)
@@ -76,7 +76,7 @@ def test_the_inspector_lists_shows_and_replays(srv: Server, tmp_path: Path) -> N
                     page.click("#replay")  # as captured, once more
                     playwright.expect(page.locator("#notice")).to_contain_text("Replayed")
                     browser.close()
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 30
             while seen.get("/count/edited") != 2:
                 assert time.monotonic() < deadline, seen
                 time.sleep(0.05)
@@ -170,7 +170,7 @@ def test_the_replay_editor_shows_only_when_asked(srv: Server, tmp_path: Path) ->
                 playwright.expect(page.locator("#notice")).not_to_have_class("error")
                 playwright.expect(editor).to_be_hidden()
                 browser.close()
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 30
             while seen.get("/count/form") != 2:
                 assert time.monotonic() < deadline, seen
                 time.sleep(0.05)

@@ -38,7 +38,7 @@ def spawn(*argv: str, web: int) -> Agent:
                              "--web-addr", f"127.0.0.1:{web}"], stderr=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, text=True)
     a = Agent(proc, f"http://127.0.0.1:{web}")
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             tunnels = a.api("GET", "/api/tunnels").json()["tunnels"]
@@ -85,7 +85,7 @@ def tls_echo(srv: Server) -> Iterator[int]:
 
 def metrics_after(a: Agent, tunnel: str, key: str) -> dict[str, Any]:
     """The tunnel's metrics once ``key``'s rate1 moved (rates tick every second)."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while True:
         m: dict[str, Any] = a.api("GET", f"/api/tunnels/{tunnel}").json()["metrics"]
         if m[key]["rate1"] > 0 or time.monotonic() > deadline:
@@ -191,7 +191,7 @@ def test_web_addr_in_use_moves_to_the_next_port(server: Server, tmp_path: Path) 
             # the next free port: port + 1 unless another process took that one meanwhile
             assert line["event"] == "web_addr_in_use" and port < line["listening"] <= port + 9
             a = Agent(proc, f"http://127.0.0.1:{line['listening']}")
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 60
             while True:
                 try:
                     if a.api("GET", "/api/status").json()["status"] == "online":

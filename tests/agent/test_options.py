@@ -49,7 +49,7 @@ tunnels:
 
 
 def wait_bound(a: Any, names: set[str]) -> dict[str, dict[str, Any]]:
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while True:
         tunnels = {t["name"]: t for t in a.api("GET", "/api/tunnels").json()["tunnels"]}
         if set(tunnels) == names and all(t["public_url"] or t["error"]
