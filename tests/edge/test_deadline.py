@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -44,29 +45,68 @@ def test_idle_and_slow_heads_are_closed(monkeypatch: pytest.MonkeyPatch, send: b
     assert 0.25 < asyncio.run(main()) < 2
 
 
+class Clock:
+    """An event loop's clock and timers, moved by the test alone (no sleep can overrun)."""
+
+    class Handle:
+        def __init__(self, when: float, callback: Callable[[], None]) -> None:
+            self.at, self.callback, self.cancelled = when, callback, False
+
+        def when(self) -> float:
+            return self.at
+
+        def cancel(self) -> None:
+            self.cancelled = True
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.handles: list[Clock.Handle] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Clock.Handle:
+        handle = Clock.Handle(when, callback)
+        self.handles.append(handle)
+        return handle
+
+    def advance(self, seconds: float) -> None:
+        """Move on by ``seconds``, running each timer that falls due, in time order."""
+        end = self.now + seconds
+        while due := sorted((h for h in self.handles if not h.cancelled and h.at <= end),
+                            key=Clock.Handle.when):
+            self.handles.remove(due[0])
+            self.now = max(self.now, due[0].at)
+            due[0].callback()
+        self.now = end
+
+
 def test_a_deadline_moved_before_it_passed_waits_for_the_new_time() -> None:
-    async def main() -> tuple[float, float]:
-        loop = asyncio.get_running_loop()
-        aborted = loop.create_future()
+    aborted: list[float] = []
+    clock = Clock()
 
-        class Transport(asyncio.WriteTransport):
-            def abort(self) -> None:
-                aborted.set_result(loop.time())
+    class Transport(asyncio.WriteTransport):
+        def abort(self) -> None:
+            aborted.append(clock.now)
 
-        deadline = client.Deadline(Transport())
-        t0 = loop.time()
-        deadline.arm(0.1)
-        await asyncio.sleep(0.05)
-        deadline.arm(0.2)  # a new wait began: its limit counts from now
-        await asyncio.sleep(0.1)
-        deadline.disarm()  # the request arrived: nothing fires at the old time
-        await asyncio.sleep(0.2)
-        assert not aborted.done()
-        deadline.arm(0.1)
-        return t0, await asyncio.wait_for(aborted, 2)
+    async def make() -> client.Deadline:
+        return client.Deadline(Transport())
 
-    t0, fired = asyncio.run(main())
-    assert fired - t0 >= 0.45
+    deadline = asyncio.run(make())
+    deadline._loop = clock  # type: ignore[assignment]  # (its timers, on the test's clock)
+    deadline.arm(0.1)
+    clock.advance(0.05)
+    deadline.arm(0.2)  # a new wait began: its limit counts from now (0.25)
+    clock.advance(0.1)  # past the first limit (0.1): not fired, it moved
+    assert not aborted
+    deadline.disarm()  # the request arrived: nothing fires at the old time
+    clock.advance(0.2)
+    assert not aborted
+    deadline.arm(0.1)  # at 0.35: fires at 0.45, not before
+    clock.advance(0.09)
+    assert not aborted
+    clock.advance(0.02)
+    assert aborted == [pytest.approx(0.45)]
 
 
 async def drip(port: int, data: bytes, every: float) -> float:
