@@ -57,9 +57,13 @@ def _pair(tmp_path: Path, url: str) -> tuple[Server, Server]:
     env = {"EDGEWAY_SECRET_KEY": base64.b64encode(secrets.token_bytes(32)).decode()}
     common = ("--reuse-port", "--node-lease", "3")
     a = start(tmp_path / "a", url, *common, "--node-addr", f"127.0.0.1:{free_port()}", env=env)
-    b = start(tmp_path / "b", url, *common, "--node-addr", f"127.0.0.1:{free_port()}",
-              token=a.token, env=env, ports=(free_port(), a.tunnel_port, free_port(),
-                                             free_port()))
+    try:
+        b = start(tmp_path / "b", url, *common, "--node-addr", f"127.0.0.1:{free_port()}",
+                  token=a.token, env=env, ports=(free_port(), a.tunnel_port, free_port(),
+                                                 free_port()))
+    except BaseException:
+        a.stop()  # (not left running when the second node fails to start)
+        raise
     return a, b
 
 
