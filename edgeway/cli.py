@@ -16,9 +16,10 @@ from typing import cast
 
 from edgeway import __version__, datadir, logs, runner, serve_cli, users_cli
 from edgeway.agent import cli as agent_cli
+from edgeway.store.db import DatabaseUnavailable, StoreUnavailable  # (standard library only)
 
-# The store, the catalog and the server are imported by the commands that use them: the
-# others (the agent's, --version, a refused option) start without them.
+# The store's engines, the catalog and the server are imported by the commands that use them:
+# the others (the agent's, --version, a refused option) start without them.
 
 DESCRIPTION = """Edgeway: a self-hosted ingress and tunneling platform. Run the platform with
 serve; expose local services with the agent (http, tcp, tls for one tunnel, start for the
@@ -94,8 +95,8 @@ def _ca_export(args: argparse.Namespace) -> None:
 async def _api_key(args: argparse.Namespace) -> None:
     from edgeway import bootstrap
     from edgeway.api.render import render
-    from edgeway.catalog.model import Settings
     from edgeway.events.changes import ChangeLog
+    from edgeway.settings import Settings
     from edgeway.store.migrate import open_database
 
     if not args.database_url and not args.init:
@@ -130,24 +131,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     logs.configure()
     try:
         _run(args, raw)
-    except Exception as exc:
-        if not isinstance(exc, _reported()):
-            raise
+    # (SealError is a ValueError; DatabaseUnavailable: the database went while starting)
+    except (ValueError, OSError, StoreUnavailable, DatabaseUnavailable) as exc:
         print(f"edgeway: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         pass
-
-
-def _reported() -> tuple[type[BaseException], ...]:
-    """The errors a command reports in a line: a bad value (SealError is a ValueError), the
-    system's, and the store's (DatabaseUnavailable: the database went while starting; only
-    when the command loaded the store, which alone raises them)."""
-    kinds: list[type[BaseException]] = [ValueError, OSError]
-    store = sys.modules.get("edgeway.store.db")
-    if store is not None:
-        kinds += [store.StoreUnavailable, store.DatabaseUnavailable]
-    return tuple(kinds)
 
 
 def _run(args: argparse.Namespace, raw: list[str]) -> None:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from edgeway import catalog
-from edgeway.catalog.model import Settings
 from edgeway.pki.seal import Sealer
 from edgeway.restrictions import KINDS as RESTRICTION_KINDS
 from edgeway.restrictions import Restrictions
+from edgeway.settings import Settings
 from edgeway.store.db import Database
 
 # what is announced besides the catalog's collections (``everything`` tells them all)

@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 import structlog
 
 from edgeway.acme.client import Acme, AcmeFailure, Challenge, call, private_key
-from edgeway.catalog.model import Settings
 from edgeway.dns import check
+from edgeway.settings import Settings
 from edgeway.store.acme import AcmeStore
 
 log = structlog.get_logger()

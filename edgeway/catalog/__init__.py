@@ -18,7 +18,7 @@ from edgeway.catalog import (
     tls,
     vaults,
 )
-from edgeway.catalog.model import Context, Field, Kind, Link, Ref, Settings
+from edgeway.catalog.model import Context, Field, Kind, Link, Ref
 
 ALL: tuple[Kind, ...] = (
     *identity.KINDS, *domains.KINDS, *ip.KINDS, *authorities.KINDS, *events.KINDS,
@@ -28,5 +28,4 @@ ALL: tuple[Kind, ...] = (
 BY_COLLECTION: dict[str, Kind] = {k.collection: k for k in ALL}
 BY_PREFIX: dict[str, Kind] = {k.prefix: k for k in ALL}
 
-__all__ = ["ALL", "BY_COLLECTION", "BY_PREFIX", "Context", "Field", "Kind", "Link", "Ref",
-           "Settings"]
+__all__ = ["ALL", "BY_COLLECTION", "BY_PREFIX", "Context", "Field", "Kind", "Link", "Ref"]

@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from edgeway.pki.seal import Sealer
-from edgeway.settings import Settings as Settings  # (where the catalog's users look)
+from edgeway.settings import Settings
 
 Presence = Literal["required", "optional", "no"]
 OnDelete = Literal["restrict", "cascade", "keep"]

@@ -20,7 +20,7 @@ import dns.exception
 import dns.nameserver
 import dns.resolver
 
-from edgeway.catalog.model import Settings
+from edgeway.settings import Settings
 
 TIMEOUT = 5.0
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import ipaddress
 
 from edgeway import catalog
-from edgeway.catalog.model import Settings
 from edgeway.dns.zones import Records, Zones
+from edgeway.settings import Settings
 from edgeway.store import nodes
 from edgeway.store.acme import AcmeStore
 from edgeway.store.db import Database

@@ -17,10 +17,10 @@ import structlog
 
 from edgeway import caps
 from edgeway.accept import Acceptor
-from edgeway.catalog.model import Settings
 from edgeway.config import listen_socket
 from edgeway.dns import records
 from edgeway.dns.zones import Zones, answer
+from edgeway.settings import Settings
 from edgeway.store.db import Database, DatabaseUnavailable
 
 log = structlog.get_logger()

@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from edgeway.catalog.model import Settings, ref
+from edgeway.catalog.model import ref
+from edgeway.settings import Settings
 from edgeway.tunnel.registry import Tunnel
 
 DEFAULT_PORTS = {"http": 80, "https": 443, "tls": 443}

@@ -21,9 +21,9 @@ from schemathesis.specs.openapi.checks import (
 
 from edgeway import bootstrap, catalog
 from edgeway.api.app import build
-from edgeway.catalog.model import Settings
 from edgeway.pki import seal
 from edgeway.platform import Platform
+from edgeway.settings import Settings
 from edgeway.store.db import Database
 from edgeway.store.migrate import open_database
 

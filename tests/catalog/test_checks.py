@@ -90,8 +90,9 @@ def test_tcp_edges_refuse_privileged_ports_the_server_cannot_bind() -> None:
     from datetime import UTC, datetime
 
     from edgeway.catalog.edges import _tcp_hostports
-    from edgeway.catalog.model import Context, Settings
+    from edgeway.catalog.model import Context
     from edgeway.pki.seal import Sealer
+    from edgeway.settings import Settings
 
     settings = Settings(lowest_port=1024)
     ctx = Context(settings, datetime.now(UTC), "", True, Sealer(b"k" * 32))

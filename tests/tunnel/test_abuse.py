@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from edgeway.catalog.model import Settings
 from edgeway.pki import platform_ca, seal
 from edgeway.platform import Platform
+from edgeway.settings import Settings
 from edgeway.store.migrate import open_database
 from edgeway.tunnel import server as tunnel_server
 from edgeway.tunnel.auth import AUTH_TIMEOUT, PRE_AUTH_FRAME, PRE_AUTH_STREAMS
