@@ -177,13 +177,13 @@ async def serve(cfg: ServerConfig) -> None:
                 platform.publish = link.publish
                 link.start()
                 running.push_async_callback(link.stop)
-            await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
             member = cluster.Cluster(cfg.nodes, platform, cfg.data_dir, tunnels,
                                      cfg.drain_timeout) \
                 if cfg.nodes.addr is not None else None
-            if member is not None:
+            if member is not None:  # (the others' tunnels loaded before any bind here)
                 running.push_async_callback(member.stop)
                 await member.start(cfg.reuse_port)
+            await tunnels.start(cfg.tunnel_host, cfg.tunnel_port, cfg.reuse_port)
             running.push_async_callback(tunnels.stop, cfg.drain_timeout)
             running.push_async_callback(edge.stop)
             await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)

@@ -3,6 +3,7 @@ lease, its link listener, its links to the others and their tunnels in its regis
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,10 @@ from edgeway import catalog
 from edgeway.config import NodesConfig
 from edgeway.nodes import ca, tls
 from edgeway.nodes.lease import NodeLease
-from edgeway.nodes.link import LinkPeers, LinkServer
+from edgeway.nodes.link import SERVES_WAIT, LinkPeers, LinkServer
 from edgeway.nodes.remote import RemoteTunnels
 from edgeway.platform import Platform
+from edgeway.store.db import DatabaseUnavailable
 from edgeway.store.nodes import Node
 from edgeway.store.repo import Repo
 from edgeway.tunnel.pipes import UpstreamGone
@@ -42,18 +44,36 @@ class Cluster:
         self.peers = LinkPeers(client_ctx)
         self.remote = RemoteTunnels(platform.db, platform.sealer, tunnels.registry,
                                     tunnels.binder.tcp, self.lease, self.peers)
-        self.server = LinkServer(server_ctx, self.remote.local, tunnels)
+        self.server = LinkServer(server_ctx, self.remote.local, tunnels, self.remote.serves)
 
     async def start(self, reuse_port: bool) -> None:
         assert self.cfg.addr is not None
         self.server.start(self.cfg.addr, reuse_port)
         self.tunnels.binder.clustered = True
+        self.tunnels.binder.spread = self.spread
         self.platform.watchers.append(self.remote.changed)
         self.lease.tick = lambda: self.remote.changed("nodes")  # (the safety net)
         await self.lease.join()
         self.lease.start()
         self.remote.changed("nodes")
         await self.remote.settle()
+
+    async def spread(self, tunnel_id: str) -> None:
+        """Until every other live node serves a tunnel this one just recorded (``SERVES_WAIT``
+        at most: a node that does not answer by then is left to follow on its own)."""
+        try:
+            live = await self.lease.load()  # (a node that joined a moment ago too)
+        except DatabaseUnavailable:
+            live = self.lease.live
+        others = [n for n in live.values()
+                  if n.id != self.lease.me.id and n.id not in self.remote.suspects]
+        if not others:
+            return
+        answers = await asyncio.gather(*(self.peers.serves(n, tunnel_id, SERVES_WAIT)
+                                         for n in others))
+        late = [n.id for n, ok in zip(others, answers, strict=True) if not ok]
+        if late:
+            log.warning("tunnel_spread_late", tunnel=tunnel_id, nodes=late)
 
     async def command(self, session_id: str, kind: int, body: dict[str, Any],
                       timeout: float = 10.0) -> str | None:

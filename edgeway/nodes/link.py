@@ -18,7 +18,7 @@ import os
 import socket
 import ssl
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -39,6 +39,7 @@ log = structlog.get_logger()
 HEADER_MAX = 4096
 HEADER_TIMEOUT = 10.0
 DIAL_TIMEOUT = 3.0
+SERVES_WAIT = 1.0  # seconds a bind waits for the other nodes to serve its tunnel, at most
 LINK_STREAMS = 65536  # public connections one link carries at once
 
 
@@ -57,15 +58,17 @@ def header(tunnel_id: str, client: str, proto: str, edge: str, passthrough: bool
 
 
 async def read_header(stream: MuxStream) -> dict[str, Any]:
-    """A stream's header: a public connection's (``tunnel``) or an agent command's
-    (``command``: the API's stop, restart or update of a session held there)."""
+    """A stream's header: a public connection's (``tunnel``), an agent command's
+    (``command``: the API's stop, restart or update of a session held there) or a bind's
+    (``serves``: answered once the tunnel of that id, just recorded, is served here)."""
     (size,) = struct.unpack(">I", await stream.readexactly(4))
     if size > HEADER_MAX:
         raise ValueError(f"a link header of {size} bytes")
     head = json.loads(await stream.readexactly(size))
     if not isinstance(head, dict) or not (isinstance(head.get("tunnel"), str)
-                                          or isinstance(head.get("command"), int)):
-        raise ValueError("a link header with neither a tunnel nor a command")
+                                          or isinstance(head.get("command"), int)
+                                          or isinstance(head.get("serves"), str)):
+        raise ValueError("a link header with neither a tunnel, a command nor a bind")
     return head
 
 
@@ -74,8 +77,10 @@ class LinkServer:
     (``local``: the registry's tunnels whose agent is connected to this node)."""
 
     def __init__(self, context: ssl.SSLContext, local: Callable[[str], Tunnel | None],
-                 agents: AgentCommands) -> None:
+                 agents: AgentCommands,
+                 serves: Callable[[str, float], Awaitable[bool]]) -> None:
         self.context, self.local, self.agents = context, local, agents
+        self.serves = serves
         self._server: Acceptor | None = None
         self._links: set[MuxConnection] = set()
         self._carrying: dict[MuxConnection, set[asyncio.Task[None]]] = {}
@@ -129,6 +134,11 @@ class LinkServer:
                 head = await read_header(stream)
             if "command" in head:
                 await self._command(stream, head)
+                return
+            if "serves" in head:
+                timeout = min(float(head.get("timeout") or SERVES_WAIT), SERVES_WAIT)
+                served = await self.serves(head["serves"], timeout)
+                await stream.write(_frame({"serves": served}), eof=True)
                 return
             tunnel = self.local(head["tunnel"])
             if tunnel is None:
@@ -272,6 +282,22 @@ class LinkPeers:
             return f"the node {node.id} holding the session did not answer ({exc})"
         found = answer.get("answer") if isinstance(answer, dict) else None
         return None if found is None else str(found)
+
+    async def serves(self, node: Node, tunnel_id: str, timeout: float) -> bool:
+        """Whether ``node`` serves the tunnel of that id (recorded just before) within
+        ``timeout`` seconds; False when it cannot be asked."""
+        try:
+            async with asyncio.timeout(timeout):
+                conn = await self._session(node)
+                stream = await conn.open_stream()
+                await stream.write(_frame({"serves": tunnel_id, "timeout": timeout}),
+                                   eof=True)
+                (size,) = struct.unpack(">I", await stream.readexactly(4))
+                answer = json.loads(await stream.readexactly(min(size, HEADER_MAX)))
+        except (StreamClosed, StreamError, TimeoutError, asyncio.IncompleteReadError,
+                ValueError, UpstreamGone):
+            return False
+        return isinstance(answer, dict) and answer.get("serves") is True
 
     async def forget(self, node_id: str) -> None:
         conn = self._conns.pop(node_id, None)

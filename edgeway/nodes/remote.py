@@ -93,6 +93,23 @@ class RemoteTunnels:
     async def settle(self) -> None:
         await self._reload.settle(None)
 
+    async def serves(self, tunnel_id: str, timeout: float) -> bool:
+        """Whether the tunnel of that id (another node just recorded it) is served here
+        within ``timeout`` seconds: the node that bound it asks before it answers the bind,
+        so that no node answers 404 for a tunnel its agent was told is up."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self.local(tunnel_id) is None:
+                    # (a reload that starts after the row's commit, its TCP port listened on)
+                    self.changed("tunnels")
+                    await self.settle()
+                    if tunnel_id in self.tunnels:
+                        break
+                    await asyncio.sleep(0.01)  # (not readable yet: soon again)
+        except TimeoutError:
+            return False
+        return True
+
     def unreachable(self, node_id: str) -> None:
         """A node's link could not be dialed: leave its tunnels out now (requests wait for
         them to come back through another node) and for a lease, unless it answers again."""

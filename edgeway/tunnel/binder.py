@@ -35,6 +35,10 @@ async def _enforceable(_req: binds.BindRequest) -> str | None:
     return None
 
 
+async def _spread_nowhere(_tunnel_id: str) -> None:
+    return None
+
+
 class Binder:
     def __init__(self, platform: Platform, tcp_host: str, tcp_ports: tuple[int, int],
                  grace: float, node: str, http_port: int, https_port: int) -> None:
@@ -49,6 +53,8 @@ class Binder:
         self.sessions: dict[str, AgentConnection] = {}
         self.others: dict[str, Holder] = {}  # sessions of other ways in (the SSH gateway)
         self.clustered = False  # other nodes serve this one's tunnels (``edgeway.nodes``)
+        # set with ``clustered``: until the other nodes serve a tunnel just recorded
+        self.spread: Callable[[str], Awaitable[None]] = _spread_nowhere
 
     def holder(self, session_id: str) -> Holder | None:
         return self.sessions.get(session_id) or self.others.get(session_id)
@@ -162,6 +168,8 @@ class Binder:
                     settings, node, session.id, tunnel, domain_id))
         tunnel.endpoint_id = endpoint_id
         self._announce(tunnel)
+        if self.clustered:  # (the agent is answered once any node serves it)
+            await self.spread(tunnel.id)
 
     # -- ending tunnels ----------------------------------------------------------------------
 

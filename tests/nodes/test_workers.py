@@ -7,7 +7,6 @@ option is refused with the reason."""
 from __future__ import annotations
 
 import stat
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from edgeway import cli
 from tests.conftest import BACKENDS
 from tests.edge import upstream
 from tests.edge.agents import EdgeClient, agent
-from tests.server import Server, fresh_pg_database, start
+from tests.server import fresh_pg_database, start
 
 
 def test_workers_need_postgresql(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -41,9 +40,10 @@ def test_two_workers_serve_one_tunnel_whichever_accepts(tmp_path: Path) -> None:
                 bound = agent(srv, token,
                               {"kind": "https", "forward": f"http://127.0.0.1:{port}"})
                 try:
-                    _both_serve(srv, bound.urls[0])
                     answers = []
-                    for i in range(40):  # (a client of its own each: a new connection)
+                    # (a client of its own each: a new connection, accepted by either worker;
+                    # the bind was answered once both served it: no 404 from the first)
+                    for i in range(40):
                         with EdgeClient(srv) as web:
                             r = web.get(f"{bound.urls[0]}/{i}")
                         answers.append((r.status_code, r.text))
@@ -58,13 +58,3 @@ def test_two_workers_serve_one_tunnel_whichever_accepts(tmp_path: Path) -> None:
         finally:
             assert srv.stop() == 0
     assert srv.stdout_tail.count("First start") == 0  # (printed once, before the workers)
-
-
-def _both_serve(srv: Server, url: str) -> None:
-    """Until the bind reached the other worker too (milliseconds: a notification): ten
-    fresh connections in a row answered."""
-    began, streak = time.monotonic(), 0
-    while streak < 10:
-        with EdgeClient(srv) as web:
-            streak = streak + 1 if web.get(url).status_code == 200 else 0
-        assert time.monotonic() - began < 5, "the other worker never served the tunnel"
