@@ -90,7 +90,7 @@ class HttpEdge:
         # what hooks reach: the login flow, SNS certificates (fetched and cached), the
         # traffic policies' rate-limit windows
         self.services = Services(login, sns or SnsVerifier(), RateLimits())
-        self.pool = pool or Pool()
+        self.pool = pool if pool is not None else Pool()  # (an empty Pool is falsy)
         self.events: TrafficSink | None = None  # set when traffic events are delivered
 
     # -- one public connection -------------------------------------------------------------

@@ -203,7 +203,8 @@ class PublicListeners:
             name = hello.server_name or ""
             snap = await self.router.current()
             edge = snap.tls.get(name)
-            bound = [t for t in self.router.registry.for_host(name) if t.proto == "tls"]
+            bound = [t for t in self.router.registry.for_host(name) if t.proto == "tls"] \
+                if edge is not None else await self.router.registry.tls_back(name)
             if (edge is not None or bound) and await self._refused(peer):
                 sock.close()  # TLS edges and tunnels: closed (HTTPS gets a 403 page)
                 return

@@ -70,8 +70,11 @@ class Pool:
         enough idle ones, it ended, or its agent session has requests waiting for a
         stream)."""
         conn = upstream.conn
-        if upstream.pipe.ended or (conn is not None and (conn.crowded or conn.closed.is_set())):
+        if upstream.pipe.ended:
             upstream.pipe.close()
+            return
+        if conn is not None and (conn.crowded or conn.closed.is_set()):
+            upstream.pipe.abort()  # (between requests: a reset loses nothing, frees it now)
             return
         loop = asyncio.get_running_loop()
         idle = self._idle.setdefault(upstream.key, deque())
@@ -82,10 +85,11 @@ class Pool:
             self._sweep = loop.call_later(self.idle_timeout / 2, self._expire)
 
     def forget(self, key: str) -> None:
-        """Close the idle upstreams of a target that is gone (another node's tunnel: its
-        node left, and waits for the connections it carries to end)."""
+        """Reset the idle upstreams of a target that is gone (another node's tunnel: its
+        node left, and waits for the connections it carries to end: a FIN would wait for
+        the agent's local service to close its keep-alive connection)."""
         for _, upstream in self._idle.pop(key, ()):
-            upstream.pipe.close()
+            upstream.pipe.abort()
 
     def reclaim(self, conn: Carrier) -> None:
         """Close the idle upstreams carried by ``conn`` (it has no stream to spare)."""

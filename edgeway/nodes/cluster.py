@@ -13,7 +13,7 @@ from edgeway import catalog
 from edgeway.config import NodesConfig
 from edgeway.nodes import ca, tls
 from edgeway.nodes.lease import NodeLease
-from edgeway.nodes.link import SERVES_WAIT, LinkPeers, LinkServer
+from edgeway.nodes.link import ASK_WAIT, LinkPeers, LinkServer
 from edgeway.nodes.remote import RemoteTunnels
 from edgeway.platform import Platform
 from edgeway.store.db import DatabaseUnavailable
@@ -44,7 +44,8 @@ class Cluster:
         self.peers = LinkPeers(client_ctx)
         self.remote = RemoteTunnels(platform.db, platform.sealer, tunnels.registry,
                                     tunnels.binder.tcp, self.lease, self.peers)
-        self.server = LinkServer(server_ctx, self.remote.local, tunnels, self.remote.serves)
+        self.server = LinkServer(server_ctx, self.remote.local, tunnels,
+                                 {"serves": self.remote.serves, "left": self.remote.forgot})
 
     async def start(self, reuse_port: bool) -> None:
         assert self.cfg.addr is not None
@@ -59,21 +60,22 @@ class Cluster:
         await self.remote.settle()
 
     async def spread(self, tunnel_id: str) -> None:
-        """Until every other live node serves a tunnel this one just recorded (``SERVES_WAIT``
+        """Until every other live node serves a tunnel this one just recorded (``ASK_WAIT``
         at most: a node that does not answer by then is left to follow on its own)."""
         try:
             live = await self.lease.load()  # (a node that joined a moment ago too)
         except DatabaseUnavailable:
             live = self.lease.live
+        await self._ask(live, "serves", tunnel_id)
+
+    async def _ask(self, live: dict[str, Node], question: str, about: str) -> None:
         others = [n for n in live.values()
                   if n.id != self.lease.me.id and n.id not in self.remote.suspects]
-        if not others:
-            return
-        answers = await asyncio.gather(*(self.peers.serves(n, tunnel_id, SERVES_WAIT)
+        answers = await asyncio.gather(*(self.peers.ask(n, question, about, ASK_WAIT)
                                          for n in others))
-        late = [n.id for n, ok in zip(others, answers, strict=True) if not ok]
+        late = [n.id for n, yes in zip(others, answers, strict=True) if not yes]
         if late:
-            log.warning("tunnel_spread_late", tunnel=tunnel_id, nodes=late)
+            log.warning("nodes_late", question=question, about=about, nodes=late)
 
     async def command(self, session_id: str, kind: int, body: dict[str, Any],
                       timeout: float = 10.0) -> str | None:
@@ -92,7 +94,9 @@ class Cluster:
         """A clean stop, before the agents are told to go: stop being sent connections (the
         others hold new requests for this node's tunnels until the agents bound them again
         elsewhere), then let those carried here end (``--drain-timeout`` at most)."""
+        live = dict(self.lease.live)
         await self.lease.leave()
+        await self._ask(live, "left", self.lease.me.id)  # (then nothing more arrives)
         cut = await self.server.idle(self.drain)
         log.info("node_left", node=self.lease.me.id, carried_cut=cut)
 

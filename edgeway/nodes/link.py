@@ -39,7 +39,10 @@ log = structlog.get_logger()
 HEADER_MAX = 4096
 HEADER_TIMEOUT = 10.0
 DIAL_TIMEOUT = 3.0
-SERVES_WAIT = 1.0  # seconds a bind waits for the other nodes to serve its tunnel, at most
+ASK_WAIT = 1.0  # seconds a node waits for the others to follow a bind or its leave, at most
+QUESTIONS = ("serves", "left")
+FORGET_LINGER = 60.0  # seconds the streams to a node that left may go on, at most
+LINGER_CHECK = 0.05  # seconds between looks at whether they have
 LINK_STREAMS = 65536  # public connections one link carries at once
 
 
@@ -59,16 +62,17 @@ def header(tunnel_id: str, client: str, proto: str, edge: str, passthrough: bool
 
 async def read_header(stream: MuxStream) -> dict[str, Any]:
     """A stream's header: a public connection's (``tunnel``), an agent command's
-    (``command``: the API's stop, restart or update of a session held there) or a bind's
-    (``serves``: answered once the tunnel of that id, just recorded, is served here)."""
+    (``command``: the API's stop, restart or update of a session held there) or a question
+    (``ask``: ``serves`` a tunnel another node just recorded, or forgot a node that
+    ``left``; answered yes once it is so here)."""
     (size,) = struct.unpack(">I", await stream.readexactly(4))
     if size > HEADER_MAX:
         raise ValueError(f"a link header of {size} bytes")
     head = json.loads(await stream.readexactly(size))
     if not isinstance(head, dict) or not (isinstance(head.get("tunnel"), str)
                                           or isinstance(head.get("command"), int)
-                                          or isinstance(head.get("serves"), str)):
-        raise ValueError("a link header with neither a tunnel, a command nor a bind")
+                                          or head.get("ask") in QUESTIONS):
+        raise ValueError("a link header with neither a tunnel, a command nor a question")
     return head
 
 
@@ -78,9 +82,9 @@ class LinkServer:
 
     def __init__(self, context: ssl.SSLContext, local: Callable[[str], Tunnel | None],
                  agents: AgentCommands,
-                 serves: Callable[[str, float], Awaitable[bool]]) -> None:
+                 answers: dict[str, Callable[[str, float], Awaitable[bool]]]) -> None:
         self.context, self.local, self.agents = context, local, agents
-        self.serves = serves
+        self.answers = answers  # (one for each of ``QUESTIONS``: whether it is so in time)
         self._server: Acceptor | None = None
         self._links: set[MuxConnection] = set()
         self._carrying: dict[MuxConnection, set[asyncio.Task[None]]] = {}
@@ -135,17 +139,17 @@ class LinkServer:
             if "command" in head:
                 await self._command(stream, head)
                 return
-            if "serves" in head:
-                timeout = min(float(head.get("timeout") or SERVES_WAIT), SERVES_WAIT)
-                served = await self.serves(head["serves"], timeout)
-                await stream.write(_frame({"serves": served}), eof=True)
+            if "ask" in head:
+                timeout = min(float(head.get("timeout") or ASK_WAIT), ASK_WAIT)
+                yes = await self.answers[head["ask"]](str(head.get("about") or ""), timeout)
+                await stream.write(_frame({"yes": yes}), eof=True)
                 return
             tunnel = self.local(head["tunnel"])
             if tunnel is None:
                 raise UpstreamGone("the tunnel is not held by this node")
             pipe = await tunnel.open(str(head.get("client") or ""), str(head.get("proto") or ""),
                                      str(head.get("edge") or ""), bool(head.get("passthrough")))
-        except (StreamClosed, StreamError, UpstreamGone, TimeoutError, ValueError,
+        except (StreamClosed, StreamError, UpstreamGone, TimeoutError, ValueError, TypeError,
                 asyncio.IncompleteReadError) as exc:
             log.info("node_link_stream_refused", error=str(exc) or type(exc).__name__)
             with contextlib.suppress(StreamClosed, StreamError):
@@ -283,26 +287,43 @@ class LinkPeers:
         found = answer.get("answer") if isinstance(answer, dict) else None
         return None if found is None else str(found)
 
-    async def serves(self, node: Node, tunnel_id: str, timeout: float) -> bool:
-        """Whether ``node`` serves the tunnel of that id (recorded just before) within
-        ``timeout`` seconds; False when it cannot be asked."""
+    async def ask(self, node: Node, question: str, about: str, timeout: float) -> bool:
+        """Whether ``node`` says yes to one of ``QUESTIONS`` within ``timeout`` seconds (it
+        serves the tunnel ``about`` this node just recorded; it forgot the node ``about``,
+        this one, which left); False when it cannot be asked."""
         try:
             async with asyncio.timeout(timeout):
                 conn = await self._session(node)
                 stream = await conn.open_stream()
-                await stream.write(_frame({"serves": tunnel_id, "timeout": timeout}),
-                                   eof=True)
+                await stream.write(_frame({"ask": question, "about": about,
+                                           "timeout": timeout}), eof=True)
                 (size,) = struct.unpack(">I", await stream.readexactly(4))
                 answer = json.loads(await stream.readexactly(min(size, HEADER_MAX)))
         except (StreamClosed, StreamError, TimeoutError, asyncio.IncompleteReadError,
                 ValueError, UpstreamGone):
             return False
-        return isinstance(answer, dict) and answer.get("serves") is True
+        return isinstance(answer, dict) and answer.get("yes") is True
 
-    async def forget(self, node_id: str) -> None:
-        conn = self._conns.pop(node_id, None)
+    def retire(self, node_id: str) -> None:
+        """Open no more streams to ``node_id`` (it left; ``forget`` it next)."""
+        conn = self._conns.get(node_id)
         if conn is not None:
-            await conn.close()
+            conn.retire()
+
+    async def forget(self, node_id: str, linger: float = 0.0) -> None:
+        """No more streams to ``node_id``; its link closed once the streams it carries now
+        ended (``linger`` seconds at most: a node that left lets them finish before it
+        exits, and a dead one's link ends with it)."""
+        self.retire(node_id)
+        conn = self._conns.pop(node_id, None)
+        if conn is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(linger):
+                while conn.session.stream_count and not conn.closed.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(conn.closed.wait(), LINGER_CHECK)
+        await conn.close()
 
     async def close(self) -> None:
         for node_id in list(self._conns):

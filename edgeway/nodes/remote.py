@@ -110,6 +110,21 @@ class RemoteTunnels:
             return False
         return True
 
+    async def forgot(self, node_id: str, timeout: float) -> bool:
+        """Whether this node stopped sending connections to ``node_id`` within ``timeout``
+        seconds: that node left the cluster and asks before it lets the connections it
+        carries end (none may arrive after), its tunnels now waited for here."""
+        try:
+            async with asyncio.timeout(timeout):
+                while node_id in self.nodes:
+                    self.changed("nodes")  # (a reload that starts after its row was deleted)
+                    await self.settle()
+                    if node_id in self.nodes:
+                        await asyncio.sleep(0.01)
+        except TimeoutError:
+            return False
+        return True
+
     def unreachable(self, node_id: str) -> None:
         """A node's link could not be dialed: leave its tunnels out now (requests wait for
         them to come back through another node) and for a lease, unless it answers again."""
@@ -191,6 +206,9 @@ class RemoteTunnels:
         tunnels that came and went, whose ports this node listens on for them."""
         came: list[Tunnel] = []
         went: list[Tunnel] = []
+        for node_id in self.nodes:
+            if node_id not in live:  # (first: no stream of it goes back to a keep-alive pool)
+                self.peers.retire(node_id)
         for id_, tunnel in list(self.tunnels.items()):
             if wanted.get(id_) is not tunnel:
                 self.registry.remove(tunnel)
@@ -209,6 +227,6 @@ class RemoteTunnels:
                 came.append(tunnel)
         for node_id in [n for n in self.nodes if n not in live]:
             self.nodes.pop(node_id).closed.set()
-            self._background(self.peers.forget(node_id))
+            self._background(self.peers.forget(node_id, link.FORGET_LINGER))
             log.info("node_tunnels_dropped", node=node_id)
         return came, went

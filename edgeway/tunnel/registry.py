@@ -121,6 +121,7 @@ class Registry:
     version: int = 0  # bumped on every change; the router's caches key on it
     _turn: itertools.count[int] = field(default_factory=itertools.count)
     _moving: dict[str, float] = field(default_factory=dict)  # host -> until (loop time)
+    _moving_tls: dict[str, float] = field(default_factory=dict)  # (its TLS tunnels')
     _labels_moving: float = 0.0  # a labeled tunnel is moving until then
     _change: asyncio.Event | None = None
 
@@ -135,6 +136,8 @@ class Registry:
         if tunnel.host:
             self.by_host.setdefault(tunnel.host, []).append(tunnel)
             self._moving.pop(tunnel.host, None)
+            if tunnel.proto == "tls":
+                self._moving_tls.pop(tunnel.host, None)
         if tunnel.labels:
             self.labeled.append(tunnel)
         self._changed()
@@ -145,6 +148,8 @@ class Registry:
         until = asyncio.get_running_loop().time() + seconds
         if tunnel.host:
             self._moving[tunnel.host] = until
+            if tunnel.proto == "tls":
+                self._moving_tls[tunnel.host] = until
         if tunnel.labels:
             self._labels_moving = max(self._labels_moving, until)
 
@@ -156,6 +161,19 @@ class Registry:
         parent = "*." + host.split(".", 1)[1] if "." in host else ""
         return max(self._moving.get(host, 0.0), self._moving.get(parent, 0.0),
                    self._labels_moving)
+
+    async def tls_back(self, host: str) -> list[Tunnel]:
+        """The TLS tunnels bound to ``host``; when none are but one is moving to another node,
+        those bound again within the time it is expected back (a TLS connection waits for
+        its tunnel as an HTTP request does)."""
+        loop = asyncio.get_running_loop()
+        while not (bound := [t for t in self.for_host(host) if t.proto == "tls"]):
+            parent = "*." + host.split(".", 1)[1] if "." in host else ""
+            until = max(self._moving_tls.get(host, 0.0), self._moving_tls.get(parent, 0.0))
+            if until <= loop.time():
+                break
+            await self.change(until - loop.time())
+        return bound
 
     async def change(self, timeout: float) -> None:
         """Until the next change (or ``timeout`` seconds)."""

@@ -1,5 +1,6 @@
-"""A clean stop of the node holding an agent's session (SIGTERM) while a client sends
-requests through another node for that agent's tunnel: not one request fails. The stopping
+"""A clean stop of the node holding an agent's session (SIGTERM) while one client sends
+HTTP requests and another opens TLS connections (passed through) through another node for
+that agent's tunnels: not one request or connection fails, and none is cut. The stopping
 node leaves the cluster at once, the other holds new requests for its tunnels, the requests
 carried over the link end, then the agent is told to go (a GOAWAY), reconnects to the other
 node (both listen for agents on one address) and binds the same URL; the held requests go on.
@@ -19,7 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import BACKENDS
-from tests.edge import upstream
+from tests.edge import tls_upstream, upstream
 from tests.edge.agents import EdgeClient, agent
 from tests.server import Server, free_port, fresh_pg_database, start
 
@@ -28,22 +29,31 @@ pytestmark = pytest.mark.skipif("postgres" not in BACKENDS,
 
 
 class Client(threading.Thread):
-    """Requests one after the other through ``srv`` until stopped; every status kept."""
+    """Requests one after the other through ``srv`` until stopped, every outcome kept: HTTP
+    requests for ``url``, or with ``tls`` (a TLS tunnel's name and its upstream's
+    certificate) a line through a new TLS connection each, passed through to the upstream."""
 
-    def __init__(self, srv: Server, url: str) -> None:
+    def __init__(self, srv: Server, url: str, tls: tuple[str, Path] | None = None) -> None:
         super().__init__(daemon=True)
-        self.srv, self.url = srv, url
+        self.srv, self.url, self.tls = srv, url, tls
         self.statuses: list[int | str] = []
         self.done = threading.Event()
 
     def run(self) -> None:
         with EdgeClient(self.srv, timeout=30) as web:
             while not self.done.is_set():
+                n = len(self.statuses)
                 try:
-                    r = web.get(f"{self.url}/{len(self.statuses)}")
-                    ok = r.status_code == 200 and r.text == f"svc /{len(self.statuses)}"
+                    if self.tls is not None:
+                        name, cert = self.tls
+                        got = tls_upstream.ask(self.srv.https_port, name, cert, b"%d\n" % n)
+                        expected = b"%s got %d\n" % (name.encode(), n)
+                        self.statuses.append(200 if got == expected else repr(got))
+                        continue
+                    r = web.get(f"{self.url}/{n}")
+                    ok = r.status_code == 200 and r.text == f"svc /{n}"
                     self.statuses.append(200 if ok else f"{r.status_code} {r.text[:200]}")
-                except httpx.HTTPError as exc:
+                except (httpx.HTTPError, OSError) as exc:
                     self.statuses.append(repr(exc))
 
     def until(self, count: int, within: float = 60) -> None:
@@ -69,23 +79,32 @@ def _pair(tmp_path: Path, url: str) -> tuple[Server, Server]:
 
 @pytest.mark.parametrize("how", ["SIGTERM"])
 def test_no_request_fails_while_the_agent_moves(tmp_path: Path, how: str) -> None:
-    with fresh_pg_database() as url, upstream.running("svc") as service:
+    name = "raw.drain.example"
+    with fresh_pg_database() as url, upstream.running("svc") as service, \
+            tls_upstream.running(name, tmp_path) as (tls_port, tls_cert):
         a, b = _pair(tmp_path, url)
         bound = None
         moved = 0
         client: Client | None = None
+        clients: list[Client] = []
         try:
             with a.client() as api:
                 token = api.post("/credentials", json={}).json()["token"]
+                assert api.post("/reserved_domains", json={"domain": name}).status_code == 201
             # (the agent dials the address both listen on: the kernel picks the node)
-            bound = agent(a, token, {"kind": "https", "forward": f"http://127.0.0.1:{service}"})
+            bound = agent(a, token, {"kind": "https", "forward": f"http://127.0.0.1:{service}"},
+                          {"kind": "tls", "domain": name,
+                           "forward": f"tcp://127.0.0.1:{tls_port}"})
             holder, other = (a, b) if "agent_session_start" in a.log() else (b, a)
             # (the bind was answered once the other node served it too)
             with EdgeClient(other) as web:
                 assert web.get(bound.urls[0]).status_code == 200
             client = Client(other, bound.urls[0])
-            client.start()
-            client.until(20)  # (the other node serves it: over the link)
+            clients = [client, Client(other, "", (name, tls_cert))]
+            for each in clients:
+                each.start()
+            for each in clients:
+                each.until(20)  # (the other node serves it: over the link)
             if how == "SIGTERM":
                 began = time.monotonic()
                 assert holder.stop() == 0
@@ -97,15 +116,17 @@ def test_no_request_fails_while_the_agent_moves(tmp_path: Path, how: str) -> Non
                 holder.proc.wait()
             moved = len(client.statuses)
             client.until(moved + 50)
+            clients[1].until(len(clients[1].statuses) + 20)  # (TLS connections wait too)
         finally:
-            if client is not None:
-                client.done.set()
-                client.join(60)
+            for each in clients:
+                each.done.set()
+                each.join(60)
             if bound is not None:
                 bound.stop()
             for srv in (a, b):
                 if srv.proc.stdout is not None and not srv.proc.stdout.closed:
                     srv.stop()
-        failed = [(i, s) for i, s in enumerate(client.statuses) if s != 200]
-        assert not failed, (f"{len(failed)} of {len(client.statuses)} failed (the move began "
-                            f"at request {moved}): {failed[:5]}")
+        for each in clients:
+            failed = [(i, s) for i, s in enumerate(each.statuses) if s != 200]
+            assert not failed, (f"{len(failed)} of {len(each.statuses)} failed (the move "
+                                f"began at HTTP request {moved}): {failed[:5]}")

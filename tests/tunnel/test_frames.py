@@ -85,12 +85,21 @@ def test_frame_buffer_holds_frames_of_any_size(sizes: list[int], data: st.DataOb
     tail moved to the front or into a bigger buffer as needed, views handed out stay valid."""
     wire = b"".join(frames.encode(frames.data(1, bytes([n % 251]) * n)) for n in sizes)
     rx, bodies, pos, views = frames.FrameBuffer(), [], 0, []
+    # the writes' sizes and hints, in turn: a cycle drawn once (one with only tiny writes
+    # gets a big one too, or 1.8 MB would go a byte at a time)
+    hints = data.draw(st.lists(st.sampled_from([-1, 0, 256, 70_000, 400_000]), min_size=1,
+                               max_size=6))
+    steps = data.draw(st.lists(st.sampled_from([1, 7, 9, 5000, 65536, 500_000]), min_size=1,
+                               max_size=6))
+    if max(steps) < 65536:
+        steps.append(65536)
+    turn = 0
     while pos < len(wire):
-        room = rx.get_buffer(data.draw(st.sampled_from([-1, 0, 256, 70_000, 400_000])))
+        room = rx.get_buffer(hints[turn % len(hints)])
         views.append(room)  # a transport may still hold it: the buffer must not be resized
         assert len(room) >= frames.MIN_FREE
-        n = min(len(room), len(wire) - pos,
-                data.draw(st.sampled_from([1, 7, 9, 5000, 65536, 500_000])))
+        n = min(len(room), len(wire) - pos, steps[turn % len(steps)])
+        turn += 1
         room[:n] = wire[pos:pos + n]
         rx.end += n
         pos += n

@@ -111,6 +111,7 @@ class MuxConnection:
         self._tasks: set[asyncio.Task[None]] = set()
         self.closed = asyncio.Event()
         self.peer_goaway: GoAway | None = None  # the peer's goodbye, when it said one
+        self.retired = False  # no new streams: those open finish (``retire``)
         # What the stream reader already received is the start of the session's bytes.
         early, ended = adopt(reader, writer, _Protocol(self))
         if early:
@@ -149,8 +150,13 @@ class MuxConnection:
 
     @property
     def crowded(self) -> bool:
-        """No stream can be opened right now without waiting."""
-        return self.open_count >= self.max_open or bool(self._openers)
+        """No stream can be opened right now without waiting (or at all: ``retired``)."""
+        return self.open_count >= self.max_open or bool(self._openers) or self.retired
+
+    def retire(self) -> None:
+        """Open no more streams (``open_stream`` refuses, and a keep-alive pool does not keep
+        those that finish a request); the open ones go on until the connection closes."""
+        self.retired = True
 
     def linger(self) -> None:
         """Count a stream the peer may still hold for ``LINGER`` seconds."""
@@ -175,7 +181,7 @@ class MuxConnection:
         """A new stream, once the budget allows one (see the module docstring); a session
         that is closing raises ``StreamError``."""
         session = self.session
-        if self.closed.is_set() or session.closed or session.peer_gone:
+        if self.closed.is_set() or session.closed or session.peer_gone or self.retired:
             raise StreamError("the session is closing")
         if self._openers or self.open_count >= self.max_open:
             fut = self._loop.create_future()
