@@ -139,7 +139,7 @@ class RemoteTunnels:
                 self.gone(tunnel)
                 del self.tunnels[id_]
                 if tunnel.port and tunnel.proto == "tcp":
-                    self._background(self.tcp.close(tunnel, clean=True))
+                    self.tcp.park(tunnel, MOVE_WAIT)
         self.changed("nodes")
 
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -216,7 +216,8 @@ class RemoteTunnels:
                 del self.tunnels[id_]
                 if isinstance(tunnel.conn, RemoteNode) and tunnel.conn.node.id not in live:
                     self.registry.moved(tunnel, MOVE_WAIT)  # (its node left or died)
-                if tunnel.port and self.local(id_) is None:  # (a take-over closed it)
+                    self.tcp.park(tunnel, MOVE_WAIT)  # (its TCP port waits for it too)
+                elif tunnel.port and self.local(id_) is None:  # (a take-over closed it)
                     went.append(tunnel)
         for id_, tunnel in wanted.items():
             if id_ in self.tunnels or self.local(id_) is not None:

@@ -146,7 +146,7 @@ class Binder:
         if holder is None:  # bound through another node (a cluster's): its agent came here
             self.registry.moved(old, MOVE_WAIT)  # (requests wait the few ms to its re-bind)
             self.registry.remove(old)  # (and the id is this credential's: ``tunnel_id``)
-            await self.tcp.close(old, clean=True)  # (its port, served here too, is free)
+            self.tcp.park(old, MOVE_WAIT)  # (its port, served here too, waits for it)
             await self._delete_rows(old, theirs=True)
             return
         if old.credential != session.credential:  # (ids are bound to their credential)

@@ -36,9 +36,14 @@ class TcpBinds:
         self.platform, self.host = platform, host
         self.pool = PortPool(ports[0], ports[1], grace)
         self.listeners: dict[str, TcpListener] = {}  # tunnel id -> its public listener
+        self.serving: dict[str, Tunnel] = {}  # tunnel id -> the tunnel its listener serves
+        # tunnel id -> set when it is back: a tunnel moving to another node, whose listener
+        # stays (``park``) and whose connections wait for it
+        self.parked: dict[str, asyncio.Event] = {}
         # Set by the edge: whether a TCP tunnel's traffic policy admits (ip, port).
         self.admits: Callable[[Tunnel, str, int], bool] = lambda _t, _ip, _port: True
         self.closed: Closed | None = None  # set by the server: each connection's end
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def load_reserved(self) -> None:
         """Follow the reserved addresses of this host (at start, on a change, and every
@@ -89,6 +94,12 @@ class TcpBinds:
     async def close(self, tunnel: Tunnel, clean: bool) -> None:
         """Stop listening for ``tunnel``: a clean end frees its port at once, otherwise the
         port waits the grace period for the agent to re-bind it."""
+        if self.serving.get(tunnel.id, tunnel) is not tunnel:
+            return  # (the listener serves the tunnel of that id bound since)
+        self.serving.pop(tunnel.id, None)
+        back = self.parked.pop(tunnel.id, None)
+        if back is not None:
+            back.set()  # (its waiting connections end)
         listener = self.listeners.pop(tunnel.id, None)
         if listener is not None:
             await listener.close()
@@ -97,6 +108,31 @@ class TcpBinds:
                 self.pool.release(tunnel.id, tunnel.port)
             else:
                 self.pool.hold(tunnel.id, tunnel.port, self._now(), tunnel.credential)
+
+    def park(self, tunnel: Tunnel, seconds: float) -> None:
+        """``tunnel`` is moving to another node (its node left or died): its listener stays
+        and its port is held for it; a connection arriving meanwhile waits for it to be
+        bound again (here or on another node: ``_open`` adopts the listener) for up to
+        ``seconds``, after which the listener closes."""
+        if self.serving.get(tunnel.id) is not tunnel or tunnel.id not in self.listeners:
+            return
+        del self.serving[tunnel.id]
+        self.pool.hold(tunnel.id, tunnel.port, self._now(), tunnel.credential)
+        back = self.parked[tunnel.id] = asyncio.Event()
+        asyncio.get_running_loop().call_later(seconds, self._unpark, tunnel.id, back)
+
+    def _unpark(self, tunnel_id: str, back: asyncio.Event) -> None:
+        """A parked tunnel that did not come back in time: its listener closes (its port
+        stays held for the grace period)."""
+        if self.parked.get(tunnel_id) is not back:
+            return
+        del self.parked[tunnel_id]
+        back.set()
+        listener = self.listeners.pop(tunnel_id, None)
+        if listener is not None:
+            task = asyncio.get_running_loop().create_task(listener.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def mirror(self, tunnel: Tunnel) -> None:
         """Serve another node's TCP tunnel on its port here too (a cluster: any node serves
@@ -112,14 +148,32 @@ class TcpBinds:
                         error=exc.strerror)
 
     async def _open(self, tunnel: Tunnel, port: int) -> None:
-        listener = TcpListener(self.host, port, partial(self._client, tunnel), tunnel.id,
-                               self.closed)
-        await listener.start()
+        parked = self.listeners.get(tunnel.id) if tunnel.id in self.parked else None
+        if parked is not None and parked.port == port:  # (back: the listener is its again)
+            self.parked.pop(tunnel.id).set()
+        else:
+            if parked is not None:  # (back on another port: the parked listener goes)
+                self.parked.pop(tunnel.id).set()
+                await self.listeners.pop(tunnel.id).close()
+            listener = TcpListener(self.host, port, partial(self._client, tunnel.id),
+                                   tunnel.id, self.closed)
+            await listener.start()
+            self.listeners[tunnel.id] = listener
         tunnel.port, tunnel.url = port, f"tcp://{self.host}:{port}"
-        self.listeners[tunnel.id] = listener
+        self.serving[tunnel.id] = tunnel
 
-    async def _client(self, tunnel: Tunnel, reader: asyncio.StreamReader,
+    async def _serving(self, tunnel_id: str) -> Tunnel | None:
+        """The tunnel a listener serves; while it is parked, once it is back."""
+        back = self.parked.get(tunnel_id)
+        if back is not None:
+            await back.wait()  # (set when it is back, or when the wait is over)
+        return self.serving.get(tunnel_id)
+
+    async def _client(self, tunnel_id: str, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, peer: tuple[str, int]) -> None:
+        tunnel = await self._serving(tunnel_id)
+        if tunnel is None:
+            return  # (it did not come back)
         if not restrict.allowed(tunnel.req, peer[0]) \
                 or not self.admits(tunnel, peer[0], peer[1]) \
                 or await self.platform.restrictions.refusing("endpoints", peer[0]):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import secrets
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -21,8 +22,8 @@ import pytest
 
 from tests.conftest import BACKENDS
 from tests.edge import tls_upstream, upstream
-from tests.edge.agents import EdgeClient, agent
-from tests.server import Server, free_port, fresh_pg_database, start
+from tests.edge.agents import EdgeClient, agent, read_all
+from tests.server import Server, free_block, free_port, fresh_pg_database, start
 
 pytestmark = pytest.mark.skipif("postgres" not in BACKENDS,
                                 reason="nodes share a PostgreSQL database")
@@ -30,12 +31,15 @@ pytestmark = pytest.mark.skipif("postgres" not in BACKENDS,
 
 class Client(threading.Thread):
     """Requests one after the other through ``srv`` until stopped, every outcome kept: HTTP
-    requests for ``url``, or with ``tls`` (a TLS tunnel's name and its upstream's
-    certificate) a line through a new TLS connection each, passed through to the upstream."""
+    requests for ``url``; or with ``tls`` (a TLS tunnel's name and its upstream's
+    certificate) a line through a new TLS connection each, passed through to the upstream;
+    or with ``tcp`` (the node's address and the tunnel's port) bytes through a new TCP
+    connection each, echoed."""
 
-    def __init__(self, srv: Server, url: str, tls: tuple[str, Path] | None = None) -> None:
+    def __init__(self, srv: Server, url: str, tls: tuple[str, Path] | None = None,
+                 tcp: tuple[str, int] | None = None) -> None:
         super().__init__(daemon=True)
-        self.srv, self.url, self.tls = srv, url, tls
+        self.srv, self.url, self.tls, self.tcp = srv, url, tls, tcp
         self.statuses: list[int | str] = []
         self.done = threading.Event()
 
@@ -44,6 +48,13 @@ class Client(threading.Thread):
             while not self.done.is_set():
                 n = len(self.statuses)
                 try:
+                    if self.tcp is not None:  # (a new connection each, to an echo service)
+                        with socket.create_connection(self.tcp, timeout=30) as sock:
+                            sock.sendall(b"%d" % n)
+                            sock.shutdown(socket.SHUT_WR)
+                            got = read_all(sock)
+                        self.statuses.append(200 if got == b"%d" % n else repr(got))
+                        continue
                     if self.tls is not None:
                         name, cert = self.tls
                         got = tls_upstream.ask(self.srv.https_port, name, cert, b"%d\n" % n)
@@ -63,12 +74,18 @@ class Client(threading.Thread):
             time.sleep(0.01)
 
 
+TCP_HOSTS = {"a": "127.0.0.1", "b": "127.0.0.2"}
+
+
 def _pair(tmp_path: Path, url: str) -> tuple[Server, Server]:
     env = {"EDGEWAY_SECRET_KEY": base64.b64encode(secrets.token_bytes(32)).decode()}
-    common = ("--reuse-port", "--node-lease", "3")
-    a = start(tmp_path / "a", url, *common, "--node-addr", f"127.0.0.1:{free_port()}", env=env)
+    block = free_block(10)  # (each node publishes TCP tunnels on an address of its own)
+    common = ("--reuse-port", "--node-lease", "3", "--tcp-ports", f"{block[0]}-{block[-1]}")
+    a = start(tmp_path / "a", url, *common, "--node-addr", f"127.0.0.1:{free_port()}",
+              "--tcp-host", TCP_HOSTS["a"], env=env)
     try:
         b = start(tmp_path / "b", url, *common, "--node-addr", f"127.0.0.1:{free_port()}",
+                  "--tcp-host", TCP_HOSTS["b"],
                   token=a.token, env=env, ports=(free_port(), a.tunnel_port, free_port(),
                                                  free_port()))
     except BaseException:
@@ -81,6 +98,7 @@ def _pair(tmp_path: Path, url: str) -> tuple[Server, Server]:
 def test_no_request_fails_while_the_agent_moves(tmp_path: Path, how: str) -> None:
     name = "raw.drain.example"
     with fresh_pg_database() as url, upstream.running("svc") as service, \
+            upstream.echo() as echo, \
             tls_upstream.running(name, tmp_path) as (tls_port, tls_cert):
         a, b = _pair(tmp_path, url)
         bound = None
@@ -94,13 +112,16 @@ def test_no_request_fails_while_the_agent_moves(tmp_path: Path, how: str) -> Non
             # (the agent dials the address both listen on: the kernel picks the node)
             bound = agent(a, token, {"kind": "https", "forward": f"http://127.0.0.1:{service}"},
                           {"kind": "tls", "domain": name,
-                           "forward": f"tcp://127.0.0.1:{tls_port}"})
+                           "forward": f"tcp://127.0.0.1:{tls_port}"},
+                          {"kind": "tcp", "forward": f"tcp://127.0.0.1:{echo}"})
             holder, other = (a, b) if "agent_session_start" in a.log() else (b, a)
+            tcp_port = int(bound.urls[2].rsplit(":", 1)[1])
             # (the bind was answered once the other node served it too)
             with EdgeClient(other) as web:
                 assert web.get(bound.urls[0]).status_code == 200
             client = Client(other, bound.urls[0])
-            clients = [client, Client(other, "", (name, tls_cert))]
+            clients = [client, Client(other, "", (name, tls_cert)),
+                       Client(other, "", tcp=(TCP_HOSTS["a" if other is a else "b"], tcp_port))]
             for each in clients:
                 each.start()
             for each in clients:
@@ -116,7 +137,8 @@ def test_no_request_fails_while_the_agent_moves(tmp_path: Path, how: str) -> Non
                 holder.proc.wait()
             moved = len(client.statuses)
             client.until(moved + 50)
-            clients[1].until(len(clients[1].statuses) + 20)  # (TLS connections wait too)
+            for each in clients[1:]:  # (TLS and TCP connections wait too)
+                each.until(len(each.statuses) + 20)
         finally:
             for each in clients:
                 each.done.set()
