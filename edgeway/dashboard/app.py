@@ -27,7 +27,16 @@ from edgeway.api.router import PathRouter
 from edgeway.config import DashboardConfig
 from edgeway.dashboard import detail, nav, overview, resources, sessions, statics
 from edgeway.dashboard.limiter import Limiter
-from edgeway.dashboard.web import HEADERS, PREFIX, Ctx, Handler, Refusal, Shared, error_page
+from edgeway.dashboard.web import (
+    HEADERS,
+    PREFIX,
+    Ctx,
+    Handler,
+    Refusal,
+    Shared,
+    error_page,
+    polling,
+)
 from edgeway.errors import Forbidden
 from edgeway.platform import Platform
 from edgeway.store.dashboard import SessionStore
@@ -130,13 +139,6 @@ class Dashboard:
             ctx.csrf = self.shared.mac("csrf", secret)
         elif cookies.get(sessions.SIGNIN_COOKIE):
             ctx.csrf = self.shared.mac("signin", cookies[sessions.SIGNIN_COOKIE])
-
-
-def polling(ctx: Ctx) -> bool:
-    """A live part of a page refreshing itself (htmx, ``X-Poll``): it keeps no session alive,
-    and an ended one sends the whole page to sign-in."""
-    headers = ctx.request.headers
-    return ctx.request.method == "GET" and "hx-request" in headers and "x-poll" in headers
 
 
 def _same_site(request: Request) -> None:

@@ -1,7 +1,8 @@
 """The overview: the live agent sessions with the tunnels each has bound (stop and restart
 through the API's ``/tunnel_sessions/{id}/stop|restart``), refreshed in place every ``POLL``
-seconds when scripts run (htmx), and how many of each listed kind there are (counted to
-``COUNT_TO``: beyond, "100+", as one page of the API tells)."""
+seconds when scripts run (htmx), what needs attention (``attention``), and how many of each
+listed kind there are (counted to ``COUNT_TO``: beyond, "100+", as one page of the API
+tells)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any
 
 from starlette.responses import Response
 
+from edgeway.dashboard import attention
 from edgeway.dashboard.nav import GROUPS, Entry
-from edgeway.dashboard.web import PREFIX, Ctx, Handler, Refusal, api_refusal, redirect
+from edgeway.dashboard.web import PREFIX, Ctx, Handler, Refusal, api_refusal, polling, redirect
 
 COUNT_TO = 100
 POLL = 5  # seconds between two refreshes of the live sessions (htmx)
@@ -40,12 +42,16 @@ async def overview(ctx: Ctx) -> Response:
         by_session.setdefault(owner, []).append(t)
     live = [{**s, "tunnels": by_session.get(s["id"], [])} for s in sessions]
     counts = []
-    for group, entries in GROUPS:
-        found = [await _count(ctx, e) for e in entries if e.kind.collection not in RUNTIME]
-        if found:
-            counts.append((group, found))
+    needs = None
+    if not polling(ctx):  # (a refresh of the live part takes only that part)
+        for group, entries in GROUPS:
+            found = [await _count(ctx, e) for e in entries if e.kind.collection not in RUNTIME]
+            if found:
+                counts.append((group, found))
+        needs = await attention.gather(ctx)
     done = ctx.request.query_params.get("done", "")
     return ctx.page("overview.html", live=live, more=more, counts=counts, poll=POLL,
+                    needs=needs,
                     actions=ACTIONS if ctx.can("POST", "/tunnel_sessions/x/stop") else {},
                     notice=f"Sent {done} to the agent." if done in ACTIONS else "")
 

@@ -114,6 +114,13 @@ class Ctx:
 Handler = Callable[[Ctx], Awaitable[Response]]
 
 
+def polling(ctx: Ctx) -> bool:
+    """A live part of a page refreshing itself (htmx, ``X-Poll``): it keeps no session alive,
+    and an ended one sends the whole page to sign-in."""
+    headers = ctx.request.headers
+    return ctx.request.method == "GET" and "hx-request" in headers and "x-poll" in headers
+
+
 def redirect(path: str) -> Response:
     """303 to ``path`` (a page of the dashboard: the only place it sends a browser)."""
     assert path.startswith(PREFIX + "/") and not path.startswith(PREFIX + "//")

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.dashboard.visitor import signed_in
 from tests.domains.conftest import Domains
 from tests.domains.resolver import udp_and_tcp_port
 from tests.domains.tlsprobe import presented
@@ -122,6 +123,12 @@ def test_a_broken_cname_is_a_dns_error_until_fixed(domains: Domains) -> None:
                           f"wrong.example.net, expected {target}")
     assert when(job["retries_at"]) - when(job["started_at"]) == 60
     assert doc["certificate"] is None
+    with signed_in(domains.server) as browser:  # (the dashboard's overview says so)
+        page = browser.get("/dashboard/").text
+        jobs = page.split('id="needs-jobs"', 1)[1].split("</div>", 1)[0]
+        assert f'href="/dashboard/reserved_domains/{made["id"]}"' in jobs, page
+        assert "*.broken.acme.example" in jobs and "(DNS_ERROR)" in jobs
+        assert "wrong.example.net" in jobs and job["retries_at"] in jobs
     # fixed (and the wildcard's own CNAME made): the DNS check sees every record ok, and the
     # order is tried again at once
     domains.resolver.cnames["_acme-challenge.broken.acme.example"] = target
