@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from edgeway.api.platform import AuthCache
 from edgeway.api.router import PathRouter
 from edgeway.config import DashboardConfig
-from edgeway.dashboard import detail, nav, overview, resources, sessions, statics
+from edgeway.dashboard import detail, dnschecks, nav, overview, resources, sessions, statics
 from edgeway.dashboard.limiter import Limiter
 from edgeway.dashboard.web import (
     HEADERS,
@@ -57,7 +57,8 @@ class Dashboard:
                              platform.settings.public_url.startswith("https://"))
         self.router = PathRouter()
         for path, method, handler, public in [*statics.routes(), *sessions.routes(),
-                                              *overview.routes(), *resources.routes(),
+                                              *overview.routes(), *dnschecks.routes(),
+                                              *resources.routes(),
                                               *detail.routes()]:
             self.router.add(path, [method], (handler, public))
 

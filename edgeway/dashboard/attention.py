@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from edgeway import catalog
 from edgeway.dashboard.web import Ctx, api_refusal
 
 LOOK_AT = 100  # the newest of each kind looked at (one page of the API)
@@ -30,12 +31,13 @@ class Attention:
 
 
 async def _list(ctx: Ctx, collection: str) -> list[dict[str, Any]]:
-    if not ctx.can("GET", f"/{collection}"):
+    kind = catalog.BY_COLLECTION[collection]
+    if not ctx.can("GET", kind.url):
         return []
-    answer = await ctx.call("GET", f"/{collection}", [("limit", str(LOOK_AT))])
+    answer = await ctx.call("GET", kind.url, [("limit", str(LOOK_AT))])
     if not answer.ok:
         raise api_refusal(answer)
-    items: list[dict[str, Any]] = answer.body[collection]
+    items: list[dict[str, Any]] = answer.body[kind.list_key]
     return items
 
 

@@ -1,5 +1,6 @@
 """The overview's live part in Chromium (htmx, vendored): an agent that connects shows up
-without a reload, under the dashboard's Content-Security-Policy with nothing refused; a page
+without a reload, and the DNS checks load in place, under the dashboard's
+Content-Security-Policy with nothing refused; a page
 refreshing itself keeps no session alive, and the ended session sends the page to
 sign-in."""
 
@@ -35,6 +36,10 @@ def test_an_agent_appears_on_the_open_overview(chrome: Any, own_server: Server) 
         page.on("pageerror", lambda e: problems.append(str(e)))
         sign_in(page, srv)
         expect(page.locator("#no-agents")).to_be_visible()
+        expect(page.locator("#all-well")).to_be_visible()  # (nothing needs attention)
+        # the DNS checks, loaded in place after the page showed
+        expect(page.locator("#dns-all-ok")).to_have_text("No domain or agent ingress to check.")
+        expect(page.locator("#dns-checks-link")).to_have_count(0)
         page.evaluate("window.stillHere = true")  # (gone if the page were loaded again)
         proc = subprocess.Popen([sys.executable, "-c", AGENT, token,
                                  f"localhost:{srv.tunnel_port}", str(srv.data_dir / "ca.pem"),

@@ -97,3 +97,29 @@ def test_a_name_too_long_to_look_up_is_reported_not_a_500(domains: Domains) -> N
     assert acme["msg"].startswith(f"_acme-challenge.{rest} cannot be looked up: "), acme
     with domains.server.client() as api:
         assert api.delete(f"/reserved_domains/{rd['id']}").status_code == 204
+
+
+def test_the_dashboard_lists_the_domains_whose_records_are_missing_or_wrong(
+        domains: Domains) -> None:
+    from tests.dashboard.visitor import signed_in
+
+    with domains.server.client() as api:
+        rd = api.post("/reserved_domains", json={"domain": "board.check.example",
+                                                 "certificate_management_policy": None}).json()
+        reader = api.post("/api_keys", json={"role": "read_only"}).json()["token"]
+    with signed_in(domains.server, reader) as browser:  # (a read-only key may check)
+        overview = browser.get("/dashboard/").text
+        assert 'hx-get="/dashboard/dns_checks"' in overview and 'id="dns-checks-link"' in overview
+        page = browser.get("/dashboard/dns_checks")
+        assert page.status_code == 200, domains.server.log()[-3000:]
+        listed = page.text.split(f'id="dns-{rd["id"]}"', 1)
+        assert len(listed) == 2, page.text
+        item = listed[1].split('class="card"', 1)[0]  # (up to the next domain's)
+        assert "board.check.example" in item and "<strong>missing</strong>" in item
+        assert rd["cname_target"] in item
+        domains.resolver.cnames["board.check.example"] = "elsewhere.example.net"
+        item = browser.get("/dashboard/dns_checks").text.split(f'id="dns-{rd["id"]}"', 1)[1]
+        assert "<strong>wrong</strong>" in item.split('class="card"', 1)[0]
+        assert "found elsewhere.example.net" in item.split('class="card"', 1)[0]
+        domains.resolver.cnames["board.check.example"] = rd["cname_target"]
+        assert f'id="dns-{rd["id"]}"' not in browser.get("/dashboard/dns_checks").text
