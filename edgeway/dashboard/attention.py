@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from edgeway import catalog
-from edgeway.dashboard.web import Ctx, api_refusal
+from edgeway.dashboard.web import Ctx
 
 LOOK_AT = 100  # the newest of each kind looked at (one page of the API)
 SOON = timedelta(days=30)
@@ -32,13 +32,7 @@ class Attention:
 
 async def _list(ctx: Ctx, collection: str) -> list[dict[str, Any]]:
     kind = catalog.BY_COLLECTION[collection]
-    if not ctx.can("GET", kind.url):
-        return []
-    answer = await ctx.call("GET", kind.url, [("limit", str(LOOK_AT))])
-    if not answer.ok:
-        raise api_refusal(answer)
-    items: list[dict[str, Any]] = answer.body[kind.list_key]
-    return items
+    return (await ctx.newest(kind, LOOK_AT))[0] if ctx.can("GET", kind.url) else []
 
 
 def failing(delivery: dict[str, Any] | None) -> bool:

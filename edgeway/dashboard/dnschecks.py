@@ -12,7 +12,7 @@ from typing import Any
 from starlette.responses import Response
 
 from edgeway import catalog
-from edgeway.dashboard.web import Ctx, Handler, api_refusal
+from edgeway.dashboard.web import Ctx, Handler
 
 LOOK_AT = 100
 AT_ONCE = 8
@@ -37,11 +37,8 @@ async def dns_checks(ctx: Ctx) -> Response:
     for collection, _label in CHECKED:
         if not ctx.can("GET", f"/{collection}/x/dns_check"):
             continue
-        kind = catalog.BY_COLLECTION[collection]
-        answer = await ctx.call("GET", kind.url, [("limit", str(LOOK_AT))])
-        if not answer.ok:
-            raise api_refusal(answer)
-        runs += [_checked(ctx, collection, item, gate) for item in answer.body[kind.list_key]]
+        items, _more = await ctx.newest(catalog.BY_COLLECTION[collection], LOOK_AT)
+        runs += [_checked(ctx, collection, item, gate) for item in items]
     checks = await asyncio.gather(*runs)
     failing = [c for c in checks if not c.get("ok")]
     return ctx.page("dns_checks.html", failing=failing, checked=len(checks), labels=labels)

@@ -11,6 +11,7 @@ from typing import Any
 
 from starlette.responses import Response
 
+from edgeway import catalog
 from edgeway.dashboard import attention
 from edgeway.dashboard.nav import GROUPS, Entry
 from edgeway.dashboard.web import PREFIX, Ctx, Handler, Refusal, api_refusal, polling, redirect
@@ -21,21 +22,15 @@ ACTIONS = {"stop": "Stop", "restart": "Restart"}
 RUNTIME = ("tunnel_sessions", "tunnels", "endpoints")
 
 
-async def _all(ctx: Ctx, url: str, key: str) -> tuple[list[dict[str, Any]], bool]:
-    answer = await ctx.call("GET", url, [("limit", str(COUNT_TO))])
-    if not answer.ok:
-        raise api_refusal(answer)
-    return answer.body[key], answer.body.get("next_page_uri") is not None
-
-
 async def _count(ctx: Ctx, entry: Entry) -> dict[str, Any]:
-    items, more = await _all(ctx, entry.kind.url, entry.kind.list_key)
+    items, more = await ctx.newest(entry.kind, COUNT_TO)
     return {"entry": entry, "count": f"{len(items)}+" if more else str(len(items))}
 
 
 async def overview(ctx: Ctx) -> Response:
     (sessions, more), (tunnels, _) = await asyncio.gather(
-        _all(ctx, "/tunnel_sessions", "tunnel_sessions"), _all(ctx, "/tunnels", "tunnels"))
+        ctx.newest(catalog.BY_COLLECTION["tunnel_sessions"], COUNT_TO),
+        ctx.newest(catalog.BY_COLLECTION["tunnels"], COUNT_TO))
     by_session: dict[str, list[dict[str, Any]]] = {}
     for t in tunnels:
         owner = (t.get("tunnel_session") or {}).get("id", "")

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp
 from edgeway.api import guards, inprocess
 from edgeway.api.inprocess import Answer
 from edgeway.api.platform import AuthCache, Caller
+from edgeway.catalog.model import Kind
 from edgeway.config import DashboardConfig
 from edgeway.dashboard.limiter import Limiter
 from edgeway.errors import Forbidden
@@ -103,6 +104,14 @@ class Ctx:
 
     def can(self, method: str, path: str) -> bool:
         return may(self.caller, method, path)
+
+    async def newest(self, kind: Kind, limit: int) -> tuple[list[dict[str, Any]], bool]:
+        """The newest ``limit`` of a kind through its API list, and whether there are more
+        (a refused list is the page's refusal)."""
+        answer = await self.call("GET", kind.url, [("limit", str(limit))])
+        if not answer.ok:
+            raise api_refusal(answer)
+        return answer.body[kind.list_key], answer.body.get("next_page_uri") is not None
 
     def page(self, template: str, status: int = 200, **values: Any) -> Response:
         body = templates.get_template(template).render(

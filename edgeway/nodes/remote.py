@@ -97,33 +97,35 @@ class RemoteTunnels:
         """Whether the tunnel of that id (another node just recorded it) is served here
         within ``timeout`` seconds: the node that bound it asks before it answers the bind,
         so that no node answers 404 for a tunnel its agent was told is up."""
-        try:
-            async with asyncio.timeout(timeout):
-                while self.local(tunnel_id) is None:
-                    # (a reload that starts after the row's commit, its TCP port listened on)
-                    self.changed("tunnels")
-                    await self.settle()
-                    if tunnel_id in self.tunnels:
-                        break
-                    await asyncio.sleep(0.01)  # (not readable yet: soon again)
-        except TimeoutError:
-            return False
-        return True
+        if self.local(tunnel_id) is not None:
+            return True
+        return await self._reloaded_until(
+            lambda: tunnel_id in self.tunnels or self.local(tunnel_id) is not None, "tunnels",
+            timeout)
 
     async def forgot(self, node_id: str, timeout: float) -> bool:
         """Whether this node stopped sending connections to ``node_id`` within ``timeout``
         seconds: that node left the cluster and asks before it lets the connections it
         carries end (none may arrive after), its tunnels now waited for here."""
+        if node_id not in self.nodes:
+            return True
+        return await self._reloaded_until(lambda: node_id not in self.nodes, "nodes", timeout)
+
+    async def _reloaded_until(self, done: Callable[[], bool], collection: str,
+                              timeout: float) -> bool:
+        """Reload (each one starting after the change another node asks about was
+        committed, its TCP ports listened on) until ``done``, for ``timeout`` seconds at
+        most; whether it came to be."""
         try:
             async with asyncio.timeout(timeout):
-                while node_id in self.nodes:
-                    self.changed("nodes")  # (a reload that starts after its row was deleted)
+                while True:
+                    self.changed(collection)
                     await self.settle()
-                    if node_id in self.nodes:
-                        await asyncio.sleep(0.01)
+                    if done():
+                        return True
+                    await asyncio.sleep(0.01)  # (not readable yet: soon again)
         except TimeoutError:
             return False
-        return True
 
     def unreachable(self, node_id: str) -> None:
         """A node's link could not be dialed: leave its tunnels out now (requests wait for

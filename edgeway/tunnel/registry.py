@@ -158,9 +158,7 @@ class Registry:
         moving tunnel (loop time; 0: nothing is moving)."""
         if not host:
             return self._labels_moving
-        parent = "*." + host.split(".", 1)[1] if "." in host else ""
-        return max(self._moving.get(host, 0.0), self._moving.get(parent, 0.0),
-                   self._labels_moving)
+        return max(_expected(self._moving, host), self._labels_moving)
 
     async def tls_back(self, host: str) -> list[Tunnel]:
         """The TLS tunnels bound to ``host``; when none are but one is moving to another node,
@@ -168,8 +166,7 @@ class Registry:
         its tunnel as an HTTP request does)."""
         loop = asyncio.get_running_loop()
         while not (bound := [t for t in self.for_host(host) if t.proto == "tls"]):
-            parent = "*." + host.split(".", 1)[1] if "." in host else ""
-            until = max(self._moving_tls.get(host, 0.0), self._moving_tls.get(parent, 0.0))
+            until = _expected(self._moving_tls, host)
             if until <= loop.time():
                 break
             await self.change(until - loop.time())
@@ -212,3 +209,9 @@ class Registry:
         """Round robin over the live ones."""
         live = [t for t in tunnels if t.alive]
         return live[next(self._turn) % len(live)] if live else None
+
+
+def _expected(moving: dict[str, float], host: str) -> float:
+    """Until when a tunnel of ``host`` (or of the wildcard one label up) is expected back."""
+    parent = "*." + host.split(".", 1)[1] if "." in host else ""
+    return max(moving.get(host, 0.0), moving.get(parent, 0.0))
