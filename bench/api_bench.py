@@ -147,7 +147,8 @@ def note(msg: str) -> None:
 
 def run_wrk(base: str, script: Path, pid: int, args: argparse.Namespace) -> Result:
     def once(seconds: int) -> str:  # wrk takes whole seconds
-        cmd = ["wrk", "--latency", "-t1", f"-c{args.connections}", f"-d{seconds}s",
+        cmd = ["wrk", "--latency", f"-t{getattr(args, 'threads', 1)}", f"-c{args.connections}",
+               f"-d{seconds}s",
                "-s", str(script), base]
         cpus = args.wrk_cpus
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60,

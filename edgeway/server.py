@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from edgeway.edge.router import EdgeRouter
 from edgeway.edge.traffic import TcpEvents
 from edgeway.events.service import Events
 from edgeway.nodes import cluster
+from edgeway.nodes.handoff import Handed, Handoff
 from edgeway.pki import platform_ca, seal
 from edgeway.platform import AgentCommands, Platform
 from edgeway.sshgw.server import SshGateway
@@ -39,6 +41,7 @@ from edgeway.store.pgnotify import ChangeLink
 from edgeway.store.repo import Repo
 from edgeway.store.sealing import seal_stored
 from edgeway.tunnel.server import TunnelServer
+from edgeway.tunnel.tcp_binds import TcpBinds
 
 log = structlog.get_logger()
 
@@ -189,6 +192,8 @@ async def serve(cfg: ServerConfig) -> None:
             await edge.start(cfg.http_addr, cfg.https_addr, cfg.reuse_port)
             if member is not None:
                 member.remote.gone = lambda tunnel: edge.pool.forget(tunnel.key)
+            if member is not None and member.handoff is not None:  # (workers of one machine)
+                _hand_over(member.handoff, edge, binder.tcp)
             if cfg.domains.dns_addr is not None:
                 dns = DnsServer(db, cfg.settings)
                 platform.watchers.append(dns.changed)
@@ -247,6 +252,20 @@ async def serve(cfg: ServerConfig) -> None:
         await db.close()
         logs.report_suppressed()
         log.info("stopped")
+
+
+def _hand_over(handoff: Handoff, edge: PublicListeners, tcp: TcpBinds) -> None:
+    """Connections for tunnels a sibling worker holds go to it, and those it accepted for
+    tunnels held here come to the listener that would have accepted them."""
+    edge.offer = tcp.offer = handoff.offer
+
+    async def public(sock: socket.socket, handed: Handed) -> None:
+        await edge.take(sock, handed.kind, handed.ref, handed.peer)
+
+    async def tcp_tunnel(sock: socket.socket, handed: Handed) -> None:
+        await tcp.take(sock, handed.ref, handed.peer)
+
+    handoff.receivers.update(http=public, tls=public, tcp_edge=public, tcp=tcp_tunnel)
 
 
 async def _report_suppressed(every: float = 5.0) -> None:

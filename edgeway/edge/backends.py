@@ -111,3 +111,25 @@ def compile_backend(collection: str, doc: dict[str, Any]) -> Backend:
     if collection == "backends/failover":
         return Failover(tuple(doc.get("backends") or ()))
     return Weighted(tuple((k, w) for k, w in (doc.get("backends") or {}).items() if w > 0))
+
+
+def tunnels_behind(backends: Mapping[str, Backend], backend_id: str, registry: Registry,
+                   depth: int = 0) -> list[Tunnel] | None:
+    """Every live tunnel backend ``backend_id`` may pick now; None when it may pick anything
+    else (a fixed answer, a static address) or names a backend that is not there."""
+    found = backends.get(backend_id)
+    if found is None or depth > MAX_DEPTH:
+        return None
+    if isinstance(found, TunnelGroup):
+        return registry.with_labels(found.labels)
+    children = found.children if isinstance(found, Failover) else \
+        tuple(child for child, _ in found.weights) if isinstance(found, Weighted) else None
+    if children is None:
+        return None
+    tunnels: list[Tunnel] = []
+    for child in children:
+        behind = tunnels_behind(backends, child, registry, depth + 1)
+        if behind is None:
+            return None
+        tunnels += behind
+    return tunnels

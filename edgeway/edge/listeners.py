@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from functools import partial
 from typing import Any
 
@@ -25,8 +25,11 @@ import structlog
 
 from edgeway import caps, proxied
 from edgeway.accept import Acceptor, Peer, open_streams
+from edgeway.caps import Door
 from edgeway.config import listen_socket
+from edgeway.edge import handover
 from edgeway.edge.backends import Static, Target
+from edgeway.edge.handover import agents, behind, head_host, peek_head, peek_hello
 from edgeway.edge.http import HttpEdge
 from edgeway.edge.login_gate import LoginGate
 from edgeway.edge.modules.mutual_tls import TlsOptions
@@ -34,57 +37,16 @@ from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.pages import Fixed
 from edgeway.edge.pool import Pool
 from edgeway.edge.router import EdgeRouter
-from edgeway.edge.snapshot import Edge
-from edgeway.edge.sni import ClientHello, NotTLS, parse_client_hello
+from edgeway.edge.snapshot import Edge, Snapshot
 from edgeway.pki.platform_ca import EdgeCerts
 from edgeway.restrictions import Restrictions
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import StreamClosed
 from edgeway.tunnel.pipes import Pipe, SocketPipe, UpstreamGone, splice
 from edgeway.tunnel.registry import Tunnel
-from edgeway.tunnel.tcp import CLOSE_WAIT, Closed, TcpListener, client_addr
+from edgeway.tunnel.tcp import CLOSE_WAIT, Closed, Offer, TcpListener, client_addr
 
 log = structlog.get_logger()
-PEEK_TIMEOUT = 10.0
-MAX_HELLO = 65536 + 4096
-
-
-def _wake(ready: asyncio.Future[None]) -> None:
-    if not ready.done():
-        ready.set_result(None)
-
-
-async def peek_hello(sock: socket.socket) -> ClientHello | None:
-    """The ClientHello waiting on ``sock``, left unread; None if it is not TLS or too slow."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + PEEK_TIMEOUT
-    while loop.time() < deadline:
-        ready: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(sock.fileno(), _wake, ready)
-        try:
-            await asyncio.wait_for(ready, deadline - loop.time())
-        except TimeoutError:
-            return None
-        finally:
-            loop.remove_reader(sock.fileno())
-        try:
-            data = sock.recv(MAX_HELLO, socket.MSG_PEEK)
-        except BlockingIOError:
-            continue
-        except OSError:
-            return None
-        if not data:
-            return None
-        try:
-            hello = parse_client_hello(data)
-        except NotTLS:
-            return None
-        if hello is not None:
-            return hello
-        await asyncio.sleep(0.005)  # a partial hello stays readable: wait for the rest
-    return None
-
-
 def _admits(edge: Edge, peer: tuple[str, int]) -> bool:
     """TCP and TLS edges: the IP restriction, the traffic policy's on_tcp_connect, and no
     module this edge cannot enforce."""
@@ -112,6 +74,10 @@ class PublicListeners:
         self.tcp_closed: Closed | None = None  # set by the server: each connection's end
         self._watch: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
+        # hands a connection to the worker holding every tunnel it may reach (``edgeway
+        # serve --workers``); None: each is served where it arrived
+        self.offer: Offer | None = None
+        self._doors: dict[str, Door] = {}
 
     async def start(self, http: tuple[str, int] | None, https: tuple[str, int] | None,
                     reuse_port: bool = False) -> None:
@@ -122,11 +88,13 @@ class PublicListeners:
             plain = listen_socket("public HTTP listener", *http, reuse_port)
             door = caps.process().door("public HTTP listener",
                                        refusal=caps.http_refusal(caps.text_body))
-            self._servers.append(Acceptor.streams(plain, door, self._http_client,
-                                                  trust=proxied.trust()).start())
+            self._doors["http"] = door
+            self._servers.append(Acceptor(plain, door, self._http_socket,
+                                          proxied.trust()).start())
         if https is not None:  # (no answer before a TLS handshake: refused ones are closed)
             sock = listen_socket("public HTTPS/TLS listener", *https, reuse_port)
             door = caps.process().door("public HTTPS/TLS listener")
+            self._doors["tls"] = door
             self._servers.append(Acceptor(sock, door, self._tls_connection,
                                           proxied.trust()).start())
         await self._sync_tcp_edges()
@@ -178,23 +146,65 @@ class PublicListeners:
 
     # -- plain HTTP ------------------------------------------------------------------------
 
-    async def _http_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                           peer: Peer) -> None:
-        await self.http.serve(reader, writer, peer)
+    async def _http_socket(self, sock: socket.socket, peer: Peer, handed: bool = False
+                           ) -> None:
+        if self.offer is not None and not handed \
+                and (host := head_host(await peek_head(sock, handover.PEEK_TIMEOUT))) \
+                and await self.offer(sock, "http", peer, "",
+                                     agents(self.router.registry, host, "http")):
+            return
+        try:
+            reader, writer = await open_streams(sock)
+        except (ConnectionError, OSError):
+            return
+        try:
+            await self.http.serve(reader, writer, peer)
+        finally:
+            with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+                writer.close()
+
+    async def take(self, sock: socket.socket, kind: str, ref: str, peer: Peer) -> None:
+        """A connection another worker accepted on one of these listeners, served here as
+        if accepted here (its tunnels are held here): ``kind`` http, tls or tcp_edge (whose
+        port is ``ref``)."""
+        if kind == "tcp_edge":
+            listener = self._tcp_edges.get(int(ref)) if ref.isdigit() else None
+            if listener is None:
+                sock.close()
+            else:
+                await listener.adopt(sock, peer)
+            return
+        door = self._doors.get(kind)
+        ticket = door.admit(peer) if door is not None else None
+        if ticket is None:
+            if door is not None:
+                door.refuse(sock)
+            else:
+                sock.close()
+            return
+        try:
+            if kind == "http":
+                await self._http_socket(sock, peer, handed=True)  # (never handed on again:
+            else:  # a worker that sees the tunnel moving back serves it through the link)
+                await self._tls_connection(sock, peer, handed=True)
+        finally:
+            ticket.release()
 
     # -- TLS: SNI routing, passthrough or termination ----------------------------------------
 
-    async def _tls_connection(self, sock: socket.socket, peer: Peer) -> None:
+    async def _tls_connection(self, sock: socket.socket, peer: Peer, handed: bool = False
+                              ) -> None:
         """One connection to the TLS port (ended by ``stop``, which waits for its end)."""
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
         try:
-            await self._tls_client(sock, peer)
+            await self._tls_client(sock, peer, handed)
         finally:
             self._tasks.discard(task)
 
-    async def _tls_client(self, sock: socket.socket, peer: tuple[str, int]) -> None:
+    async def _tls_client(self, sock: socket.socket, peer: tuple[str, int], handed: bool
+                          ) -> None:
         try:
             hello = await peek_hello(sock)
             if hello is None:
@@ -207,6 +217,10 @@ class PublicListeners:
                 if edge is not None else await self.router.registry.tls_back(name)
             if (edge is not None or bound) and await self._refused(peer):
                 sock.close()  # TLS edges and tunnels: closed (HTTPS gets a 403 page)
+                return
+            if self.offer is not None and not handed \
+                    and (reach := self._reach(snap, name, edge, bound)) \
+                    and await self.offer(sock, "tls", peer, "", reach):
                 return
             if edge is not None:
                 await self._tls_edge(sock, peer, edge, name)
@@ -231,6 +245,18 @@ class PublicListeners:
         except (ConnectionError, OSError, ssl.SSLError, TimeoutError):
             with contextlib.suppress(OSError):
                 sock.close()
+
+    def _reach(self, snap: Snapshot, name: str, edge: Edge | None, bound: list[Tunnel]
+               ) -> Sequence[Tunnel] | None:
+        """The tunnels a TLS connection for ``name`` may reach."""
+        registry = self.router.registry
+        if edge is not None:
+            return behind(snap, registry, edge)
+        if bound:
+            return bound
+        https_edge = snap.https.get(name)
+        return behind(snap, registry, https_edge, name) if https_edge is not None \
+            else agents(registry, name, "https")
 
     async def _tls_edge(self, sock: socket.socket, peer: tuple[str, int], edge: Edge,
                         name: str) -> None:
@@ -277,13 +303,21 @@ class PublicListeners:
             await self._tcp_edges.pop(port).close()
         for port in wanted - set(self._tcp_edges):
             listener = TcpListener(self.tcp_host, port, partial(self._tcp_edge_client, port),
-                                   closed=self.tcp_closed)
+                                   closed=self.tcp_closed,
+                                   offer=partial(self._offer_tcp_edge, port))
             try:
                 await listener.start()
             except OSError as exc:
                 log.warning("tcp_edge_listen_failed", port=port, error=exc.strerror)
                 continue
             self._tcp_edges[port] = listener
+
+    async def _offer_tcp_edge(self, port: int, sock: socket.socket, peer: Peer) -> bool:
+        snap = self.router.snapshot
+        edge = snap.tcp.get(port)
+        reach = behind(snap, self.router.registry, edge) if edge is not None else None
+        return self.offer is not None and bool(reach) \
+            and await self.offer(sock, "tcp_edge", peer, str(port), reach or ())
 
     async def _tcp_edge_client(self, port: int, reader: asyncio.StreamReader,
                                writer: asyncio.StreamWriter, peer: Peer) -> None:

@@ -12,14 +12,16 @@ import structlog
 from edgeway import catalog
 from edgeway.config import NodesConfig
 from edgeway.nodes import ca, tls
+from edgeway.nodes.handoff import Handoff, sibling_path
 from edgeway.nodes.lease import NodeLease
 from edgeway.nodes.link import ASK_WAIT, LinkPeers, LinkServer
-from edgeway.nodes.remote import RemoteTunnels
+from edgeway.nodes.remote import RemoteNode, RemoteTunnels
 from edgeway.platform import Platform
 from edgeway.store.db import DatabaseUnavailable
 from edgeway.store.nodes import Node
 from edgeway.store.repo import Repo
 from edgeway.tunnel.pipes import UpstreamGone
+from edgeway.tunnel.registry import Tunnel
 from edgeway.tunnel.server import TunnelServer
 
 log = structlog.get_logger()
@@ -29,6 +31,12 @@ SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
 async def share_ca(platform: Platform, data_dir: Path) -> None:
     """Before any certificate is issued: the cluster's CA becomes this node's."""
     await ca.share(platform.db, data_dir, platform.sealer)
+
+
+def _holder(tunnel: Tunnel) -> str | None:
+    """The hand-off socket of the sibling worker holding ``tunnel``, if one does."""
+    conn = tunnel.conn
+    return sibling_path(conn.node.addr) if isinstance(conn, RemoteNode) else None
 
 
 class Cluster:
@@ -46,10 +54,14 @@ class Cluster:
                                     tunnels.binder.tcp, self.lease, self.peers)
         self.server = LinkServer(server_ctx, self.remote.local, tunnels,
                                  {"serves": self.remote.serves, "left": self.remote.forgot})
+        own = sibling_path(cfg.addr)  # a worker of this machine: connections handed over
+        self.handoff = Handoff(own, _holder) if own is not None else None
 
     async def start(self, reuse_port: bool) -> None:
         assert self.cfg.addr is not None
         self.server.start(self.cfg.addr, reuse_port)
+        if self.handoff is not None:
+            self.handoff.start()
         self.tunnels.binder.clustered = True
         self.tunnels.binder.spread = self.spread
         self.platform.watchers.append(self.remote.changed)
@@ -98,8 +110,11 @@ class Cluster:
         await self.lease.leave()
         await self._ask(live, "left", self.lease.me.id)  # (then nothing more arrives)
         cut = await self.server.idle(self.drain)
-        log.info("node_left", node=self.lease.me.id, carried_cut=cut)
+        log.info("node_left", node=self.lease.me.id, carried=self.server.carried,
+                 carried_cut=cut)
 
     async def stop(self) -> None:
+        if self.handoff is not None:
+            await self.handoff.stop()
         await self.server.stop()
         await self.peers.close()

@@ -88,6 +88,7 @@ class LinkServer:
         self._server: Acceptor | None = None
         self._links: set[MuxConnection] = set()
         self._carrying: dict[MuxConnection, set[asyncio.Task[None]]] = {}
+        self.carried = 0  # public connections carried here from other nodes, so far
 
     def start(self, addr: str, reuse_port: bool = False) -> None:
         """Listen at HOST:PORT (mutual TLS) or unix:PATH (a socket file only this user may
@@ -147,6 +148,7 @@ class LinkServer:
             tunnel = self.local(head["tunnel"])
             if tunnel is None:
                 raise UpstreamGone("the tunnel is not held by this node")
+            self.carried += 1
             pipe = await tunnel.open(str(head.get("client") or ""), str(head.get("proto") or ""),
                                      str(head.get("edge") or ""), bool(head.get("passthrough")))
         except (StreamClosed, StreamError, UpstreamGone, TimeoutError, ValueError, TypeError,

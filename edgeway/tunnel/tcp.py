@@ -9,16 +9,23 @@ import contextlib
 import ipaddress
 import socket
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from edgeway import caps, proxied
-from edgeway.accept import Acceptor, Peer
+from edgeway.accept import Acceptor, Peer, open_streams
+from edgeway.caps import Door
+
+if TYPE_CHECKING:
+    from edgeway.tunnel.registry import Tunnel
 
 # one client's connection, and its address (the PROXY header's, from a trusted load balancer)
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Peer], Awaitable[None]]
 # told of each connection as it ends (listener, peer, socket, start time): traffic events
 Closed = Callable[["TcpListener", tuple[str, int], Any, float], None]
+# hands an accepted connection (kind, client, listener ref) to the worker holding every one of
+# the tunnels it may reach, if one does (``edgeway serve --workers``): whether it was
+Offer = Callable[[socket.socket, str, Peer, str, Sequence["Tunnel"]], Awaitable[bool]]
 CLOSE_WAIT = 2.0  # seconds close() waits for its connections to end
 
 
@@ -35,10 +42,13 @@ class TcpListener:
     connections it accepted."""
 
     def __init__(self, host: str, port: int, handler: Handler, owner: str = "",
-                 closed: Closed | None = None) -> None:
+                 closed: Closed | None = None,
+                 offer: Callable[[socket.socket, Peer], Awaitable[bool]] | None = None
+                 ) -> None:
         self.host, self.port, self.owner = host, port, owner  # owner: a TCP tunnel's id
-        self._handler, self._closed = handler, closed
+        self._handler, self._closed, self._offer = handler, closed, offer
         self._server: Acceptor | None = None
+        self._door: Door | None = None
         self._clients: set[asyncio.Task[None]] = set()
         self._closing = False
 
@@ -47,8 +57,33 @@ class TcpListener:
         sock = socket.create_server((self.host, self.port), backlog=1024,
                                     family=socket.AF_INET6 if ":" in self.host
                                     else socket.AF_INET)
-        door = caps.process().door(f"TCP {client_addr((self.host, self.port))}")
-        self._server = Acceptor.streams(sock, door, self._client, trust=proxied.trust()).start()
+        self._door = door = caps.process().door(f"TCP {client_addr((self.host, self.port))}")
+        self._server = Acceptor(sock, door, self._accepted, proxied.trust()).start()
+
+    async def _accepted(self, sock: socket.socket, peer: Peer) -> None:
+        if self._offer is not None and await self._offer(sock, peer):
+            return  # (handed to the worker holding its tunnel)
+        await self._streams(sock, peer)
+
+    async def _streams(self, sock: socket.socket, peer: Peer) -> None:
+        try:
+            reader, writer = await open_streams(sock)
+        except (ConnectionError, OSError):
+            return
+        await self._client(reader, writer, peer)
+
+    async def adopt(self, sock: socket.socket, peer: Peer) -> None:
+        """Serve a connection another worker accepted on this port (this one holds its
+        tunnel), counted as one accepted here."""
+        ticket = self._door.admit(peer) if self._door is not None and not self._closing \
+            else None
+        if ticket is None:
+            sock.close()
+            return
+        try:
+            await self._streams(sock, peer)
+        finally:
+            ticket.release()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       peer: Peer) -> None:

@@ -8,12 +8,14 @@ only given to binds that ask for them."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from functools import partial
 
 import structlog
 
 from edgeway import catalog
+from edgeway.accept import Peer
 from edgeway.catalog.addrs import port_of
 from edgeway.platform import Platform
 from edgeway.store.repo import Repo
@@ -24,7 +26,7 @@ from edgeway.tunnel.muxado.stream import StreamClosed
 from edgeway.tunnel.pipes import UpstreamGone, splice
 from edgeway.tunnel.ports import PortPool
 from edgeway.tunnel.registry import Tunnel
-from edgeway.tunnel.tcp import Closed, TcpListener, client_addr
+from edgeway.tunnel.tcp import Closed, Offer, TcpListener, client_addr
 
 log = structlog.get_logger()
 LISTEN_TRIES = 16  # free ports tried when the system refuses one (another process holds it)
@@ -43,6 +45,7 @@ class TcpBinds:
         # Set by the edge: whether a TCP tunnel's traffic policy admits (ip, port).
         self.admits: Callable[[Tunnel, str, int], bool] = lambda _t, _ip, _port: True
         self.closed: Closed | None = None  # set by the server: each connection's end
+        self.offer: Offer | None = None  # set by ``edgeway serve --workers``
         self._closing: set[asyncio.Task[None]] = set()
 
     async def load_reserved(self) -> None:
@@ -156,11 +159,24 @@ class TcpBinds:
                 self.parked.pop(tunnel.id).set()
                 await self.listeners.pop(tunnel.id).close()
             listener = TcpListener(self.host, port, partial(self._client, tunnel.id),
-                                   tunnel.id, self.closed)
+                                   tunnel.id, self.closed, partial(self._offer, tunnel.id))
             await listener.start()
             self.listeners[tunnel.id] = listener
         tunnel.port, tunnel.url = port, f"tcp://{self.host}:{port}"
         self.serving[tunnel.id] = tunnel
+
+    async def _offer(self, tunnel_id: str, sock: socket.socket, peer: Peer) -> bool:
+        tunnel = self.serving.get(tunnel_id)
+        return self.offer is not None and tunnel is not None and tunnel_id not in self.parked \
+            and await self.offer(sock, "tcp", peer, tunnel_id, (tunnel,))
+
+    async def take(self, sock: socket.socket, tunnel_id: str, peer: Peer) -> None:
+        """A connection another worker accepted on this tunnel's port (a mirror of it)."""
+        listener = self.listeners.get(tunnel_id)
+        if listener is None:
+            sock.close()
+        else:
+            await listener.adopt(sock, peer)
 
     async def _serving(self, tunnel_id: str) -> Tunnel | None:
         """The tunnel a listener serves; while it is parked, once it is back."""
