@@ -106,8 +106,6 @@ class HttpEdge:
         parser = RequestParser()
         deadline = Deadline(writer.transport)
         wait = HEAD_TIMEOUT  # a new connection is for a request: its head within 30 s
-        refused = self.restrictions is not None and \
-            await self.restrictions.refusing("endpoints", peer[0]) is not None
         try:
             while True:
                 try:
@@ -118,7 +116,9 @@ class HttpEdge:
                     return
                 if not isinstance(event, Request):
                     return  # the client closed, or was too slow
-                if refused:  # (an IP restriction of type endpoints)
+                if self.restrictions is not None and await self.restrictions.refusing(
+                        "endpoints", peer[0]) is not None:  # (each request: one enforced
+                    # while a kept-alive connection is open applies to its next request)
                     await fixed(writer, event, page(403, "Forbidden", "Your IP address may "
                                                     "not access this site.", 4003), close=True)
                     return

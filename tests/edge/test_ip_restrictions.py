@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import h11
 import httpx
 
 from tests.edge import tls_upstream
@@ -90,6 +91,38 @@ def http_status(srv: Server, host: str, tls: bool, source: str) -> int | None:
     return int(data.split(b" ", 2)[1]) if data else None
 
 
+class KeptAlive:
+    """One kept-alive HTTP connection from ``source``, a request at a time."""
+
+    def __init__(self, port: int, host: str, source: str) -> None:
+        self.host = host
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=20,
+                                             source_address=(source, 0))
+        self.conn = h11.Connection(h11.CLIENT)
+
+    def __enter__(self) -> KeptAlive:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.sock.close()
+
+    def status(self) -> int:
+        if self.conn.our_state is h11.DONE:
+            self.conn.start_next_cycle()
+        self.sock.sendall(self.conn.send(h11.Request(method="GET", target="/",
+                                                     headers=[("Host", self.host)])) or b"")
+        self.sock.sendall(self.conn.send(h11.EndOfMessage()) or b"")
+        status = 0
+        while True:
+            event = self.conn.next_event()
+            if event is h11.NEED_DATA:
+                self.conn.receive_data(self.sock.recv(65536))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.EndOfMessage):
+                return status
+
+
 def tcp_echoes(port: int, source: str) -> bool:
     """Whether bytes sent to 127.0.0.1:``port`` from ``source`` come back (else: closed)."""
     try:
@@ -141,11 +174,15 @@ def test_endpoints_restrictions_refuse_public_traffic_everywhere(
                         tls_answers(srv, "locked.example.org", tls_cert, source)]
 
             allowed = [200, 200, True, True, True]
-            with restriction(api, "endpoints", "127.0.0.1/32", False) as rid:
+            with restriction(api, "endpoints", "127.0.0.1/32", False) as rid, \
+                    KeptAlive(srv.http_port, http_host, OTHER) as kept:
                 assert reached(OTHER) == allowed  # unenforced: logged only
+                assert kept.status() == 200
                 wait_for(lambda: logged(srv, rid, "endpoints"))
                 assert api.patch(f"/ip_restrictions/{rid}", json={"enforced": True}
                                  ).status_code == 200
+                # a connection kept alive across the change: its next request is refused
+                assert kept.status() == 403
                 assert reached(OTHER) == [403, 403, False, False, False]
                 assert reached("127.0.0.1") == allowed
                 # the agent is not an endpoint client: its session stayed
