@@ -5,7 +5,9 @@ same options on the same ports (SO_REUSEPORT: the kernel spreads connections ove
 each a node of one cluster with a data directory of its own (``<data dir>/workers/<i>``) and
 a node link on a Unix socket there (or at PORT+i of ``--node-addr HOST:PORT``, for the other
 machines of a cluster). A public connection accepted by a worker that does not hold the
-tunnel's agent travels to the one that does over that link (``edgeway.nodes``).
+tunnel's agent is handed, as the socket itself, to the one that does
+(``edgeway.nodes.handoff``), or travels there over that link when no one worker holds every
+tunnel it may reach (``edgeway.nodes``).
 
 A worker that dies is started again (after 1 s, doubling to 30 s while it keeps dying);
 SIGTERM/SIGINT are passed on to every worker, and this process exits 0 when they all did."""
