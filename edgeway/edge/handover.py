@@ -17,6 +17,7 @@ arrived."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import Sequence
 
@@ -46,8 +47,14 @@ def head_host(data: bytes) -> str | None:
 
 
 async def peek_head(sock: socket.socket, timeout: float) -> bytes:
-    """The bytes waiting on ``sock`` once it is readable (left unread); b"" if none come
-    within ``timeout`` or the socket fails."""
+    """The bytes waiting on ``sock`` (once it is readable, when none are yet), left unread;
+    b"" if none come within ``timeout`` or the socket fails."""
+    try:
+        return sock.recv(HEAD_PEEK, socket.MSG_PEEK)  # (most clients sent it already)
+    except BlockingIOError:
+        pass
+    except OSError:
+        return b""
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[None] = loop.create_future()
     loop.add_reader(sock.fileno(), _wake, ready)
@@ -69,7 +76,15 @@ async def peek_hello(sock: socket.socket) -> ClientHello | None:
     """The ClientHello waiting on ``sock``, left unread; None if it is not TLS or too slow."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + PEEK_TIMEOUT
+    first = True
     while loop.time() < deadline:
+        if first:  # (most clients sent it already: no wait for the socket to be readable)
+            first = False
+            with contextlib.suppress(BlockingIOError, OSError):
+                data = sock.recv(MAX_HELLO, socket.MSG_PEEK)
+                with contextlib.suppress(NotTLS):
+                    if data and (hello := parse_client_hello(data)) is not None:
+                        return hello
         ready: asyncio.Future[None] = loop.create_future()
         loop.add_reader(sock.fileno(), _wake, ready)
         try:
