@@ -14,7 +14,8 @@ from edgeway.config import NodesConfig
 from edgeway.nodes import ca, tls
 from edgeway.nodes.handoff import Handoff, sibling_path
 from edgeway.nodes.lease import NodeLease
-from edgeway.nodes.link import ASK_WAIT, LinkPeers, LinkServer
+from edgeway.nodes.link import ASK_WAIT, LinkServer
+from edgeway.nodes.peers import LinkPeers
 from edgeway.nodes.remote import RemoteNode, RemoteTunnels
 from edgeway.platform import Platform
 from edgeway.store.db import DatabaseUnavailable

@@ -7,7 +7,8 @@ client's address, the protocol, the edge type and whether TLS passes through, wh
 the holding node's agent is told in its proxy header. The holding node opens a pipe to its
 agent (or the SSH gateway's client) and the bytes run both ways; if it cannot, it resets the
 stream, and the arriving node's edge answers as for an agent that went away. Nothing is
-answered before the bytes, so the hop costs no round trip."""
+answered before the bytes, so the hop costs no round trip. This is the protocol and the
+listening end; the dialing end is ``nodes.peers``."""
 
 from __future__ import annotations
 
@@ -28,11 +29,10 @@ from edgeway.accept import Acceptor
 from edgeway.config import listen_socket, parse_addr
 from edgeway.nodes import tls
 from edgeway.platform import AgentCommands
-from edgeway.store.nodes import Node
 from edgeway.tunnel.muxado.aio import MuxConnection
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
-from edgeway.tunnel.pipes import READ_MAX, Pipe, StreamPipe, UpstreamGone
+from edgeway.tunnel.pipes import READ_MAX, Pipe, UpstreamGone
 from edgeway.tunnel.registry import Tunnel
 
 log = structlog.get_logger()
@@ -41,22 +41,16 @@ HEADER_TIMEOUT = 10.0
 DIAL_TIMEOUT = 3.0
 ASK_WAIT = 1.0  # seconds a node waits for the others to follow a bind or its leave, at most
 QUESTIONS = ("serves", "left")
-FORGET_LINGER = 60.0  # seconds the streams to a node that left may go on, at most
-LINGER_CHECK = 0.05  # seconds between looks at whether they have
 LINK_STREAMS = 65536  # public connections one link carries at once
 
 
-class Unreachable(UpstreamGone):
-    """The link to a node could not be dialed."""
-
-
-def _frame(message: dict[str, Any]) -> bytes:
+def frame(message: dict[str, Any]) -> bytes:
     body = json.dumps(message).encode()
     return struct.pack(">I", len(body)) + body
 
 
 def header(tunnel_id: str, client: str, proto: str, edge: str, passthrough: bool) -> bytes:
-    return _frame({"tunnel": tunnel_id, "client": client, "proto": proto, "edge": edge,
+    return frame({"tunnel": tunnel_id, "client": client, "proto": proto, "edge": edge,
                    "passthrough": passthrough})
 
 
@@ -64,15 +58,19 @@ async def read_header(stream: MuxStream) -> dict[str, Any]:
     """A stream's header: a public connection's (``tunnel``), an agent command's
     (``command``: the API's stop, restart or update of a session held there) or a question
     (``ask``: ``serves`` a tunnel another node just recorded, or forgot a node that
-    ``left``; answered yes once it is so here)."""
+    ``left``; answered yes once it is so here), or requests another node served for
+    tunnels held here whose holder is told of each (``observed``: [tunnel, method, target,
+    status] each)."""
     (size,) = struct.unpack(">I", await stream.readexactly(4))
     if size > HEADER_MAX:
         raise ValueError(f"a link header of {size} bytes")
     head = json.loads(await stream.readexactly(size))
     if not isinstance(head, dict) or not (isinstance(head.get("tunnel"), str)
                                           or isinstance(head.get("command"), int)
-                                          or head.get("ask") in QUESTIONS):
-        raise ValueError("a link header with neither a tunnel, a command nor a question")
+                                          or head.get("ask") in QUESTIONS
+                                          or isinstance(head.get("observed"), list)):
+        raise ValueError("a link header with neither a tunnel, a command, a question nor "
+                         "observed requests")
     return head
 
 
@@ -140,10 +138,14 @@ class LinkServer:
             if "command" in head:
                 await self._command(stream, head)
                 return
+            if "observed" in head:
+                self._observed(head["observed"])
+                await stream.write(frame({"yes": True}), eof=True)
+                return
             if "ask" in head:
                 timeout = min(float(head.get("timeout") or ASK_WAIT), ASK_WAIT)
                 yes = await self.answers[head["ask"]](str(head.get("about") or ""), timeout)
-                await stream.write(_frame({"yes": yes}), eof=True)
+                await stream.write(frame({"yes": yes}), eof=True)
                 return
             tunnel = self.local(head["tunnel"])
             if tunnel is None:
@@ -159,11 +161,22 @@ class LinkServer:
             return
         await relay(stream, pipe)
 
+    def _observed(self, lines: list[Any]) -> None:
+        """Tell the tunnels held here of the requests another node served for them."""
+        for line in lines:
+            if not (isinstance(line, list) and len(line) == 4
+                    and all(isinstance(v, str) for v in line[:3])
+                    and isinstance(line[3], int)):
+                raise ValueError("an observed request is not [tunnel, method, target, status]")
+            tunnel = self.local(line[0])
+            if tunnel is not None and tunnel.observer is not None:
+                tunnel.observer(line[1].encode("latin-1"), line[2].encode("latin-1"), line[3])
+
     async def _command(self, stream: MuxStream, head: dict[str, Any]) -> None:
         timeout = min(float(head.get("timeout") or 10.0), 60.0)
         answer = await self.agents.command(str(head.get("session") or ""), int(head["command"]),
                                            dict(head.get("body") or {}), timeout)
-        await stream.write(_frame({"answer": answer}), eof=True)
+        await stream.write(frame({"answer": answer}), eof=True)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -222,111 +235,3 @@ async def relay(stream: MuxStream, pipe: Pipe) -> None:
             task.cancel()
         pipe.close()
         stream.close()
-
-
-class LinkPeers:
-    """This node's ends towards the others: one muxado session per node, dialed on first use
-    and again after it ended."""
-
-    def __init__(self, context: ssl.SSLContext) -> None:
-        self.context = context
-        self._conns: dict[str, MuxConnection] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
-
-    async def _session(self, node: Node) -> MuxConnection:
-        conn = self._conns.get(node.id)
-        if conn is not None and not conn.closed.is_set():
-            return conn
-        async with self._locks.setdefault(node.id, asyncio.Lock()):
-            conn = self._conns.get(node.id)
-            if conn is not None and not conn.closed.is_set():
-                return conn
-            try:
-                async with asyncio.timeout(DIAL_TIMEOUT):
-                    reader, writer = await self._dial(node)
-            except (OSError, ssl.SSLError, TimeoutError) as exc:
-                raise Unreachable(f"the node {node.id} at {node.addr} cannot be reached "
-                                   f"({exc or type(exc).__name__})") from None
-            with contextlib.suppress(OSError):
-                writer.get_extra_info("socket").setsockopt(
-                    socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = MuxConnection(reader, writer, client=True, max_streams=LINK_STREAMS)
-            self._conns[node.id] = conn
-            log.info("node_link_up", node=node.id, addr=node.addr)
-            return conn
-
-    async def _dial(self, node: Node) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        if node.addr.startswith("unix:"):
-            return await asyncio.open_unix_connection(node.addr[5:])
-        host, port = parse_addr(node.addr)
-        return await asyncio.open_connection(host, port, ssl=self.context,
-                                             server_hostname=tls.node_name(node.id))
-
-    async def open(self, node: Node, head: bytes) -> Pipe:
-        conn = await self._session(node)
-        try:
-            stream = await conn.open_stream()
-            await stream.write(head)
-        except (StreamClosed, StreamError) as exc:
-            raise UpstreamGone(f"the link to the node {node.id} failed ({exc})") from None
-        return StreamPipe(stream)
-
-    async def command(self, node: Node, session_id: str, kind: int, body: dict[str, Any],
-                      timeout: float) -> str | None:
-        """An agent command to a session ``node`` holds: the agent's error text ("" when it
-        accepted), None when that node holds no such session."""
-        conn = await self._session(node)
-        try:
-            async with asyncio.timeout(timeout + DIAL_TIMEOUT):
-                stream = await conn.open_stream()
-                await stream.write(_frame({"command": kind, "session": session_id,
-                                           "body": body, "timeout": timeout}), eof=True)
-                (size,) = struct.unpack(">I", await stream.readexactly(4))
-                answer = json.loads(await stream.readexactly(min(size, HEADER_MAX)))
-        except (StreamClosed, StreamError, TimeoutError, asyncio.IncompleteReadError,
-                ValueError) as exc:
-            return f"the node {node.id} holding the session did not answer ({exc})"
-        found = answer.get("answer") if isinstance(answer, dict) else None
-        return None if found is None else str(found)
-
-    async def ask(self, node: Node, question: str, about: str, timeout: float) -> bool:
-        """Whether ``node`` says yes to one of ``QUESTIONS`` within ``timeout`` seconds (it
-        serves the tunnel ``about`` this node just recorded; it forgot the node ``about``,
-        this one, which left); False when it cannot be asked."""
-        try:
-            async with asyncio.timeout(timeout):
-                conn = await self._session(node)
-                stream = await conn.open_stream()
-                await stream.write(_frame({"ask": question, "about": about,
-                                           "timeout": timeout}), eof=True)
-                (size,) = struct.unpack(">I", await stream.readexactly(4))
-                answer = json.loads(await stream.readexactly(min(size, HEADER_MAX)))
-        except (StreamClosed, StreamError, TimeoutError, asyncio.IncompleteReadError,
-                ValueError, UpstreamGone):
-            return False
-        return isinstance(answer, dict) and answer.get("yes") is True
-
-    def retire(self, node_id: str) -> None:
-        """Open no more streams to ``node_id`` (it left; ``forget`` it next)."""
-        conn = self._conns.get(node_id)
-        if conn is not None:
-            conn.retire()
-
-    async def forget(self, node_id: str, linger: float = 0.0) -> None:
-        """No more streams to ``node_id``; its link closed once the streams it carries now
-        ended (``linger`` seconds at most: a node that left lets them finish before it
-        exits, and a dead one's link ends with it)."""
-        self.retire(node_id)
-        conn = self._conns.pop(node_id, None)
-        if conn is None:
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(linger):
-                while conn.session.stream_count and not conn.closed.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(conn.closed.wait(), LINGER_CHECK)
-        await conn.close()
-
-    async def close(self) -> None:
-        for node_id in list(self._conns):
-            await self.forget(node_id)

@@ -14,7 +14,10 @@ by another node's row of it."""
 from __future__ import annotations
 
 import asyncio
+import collections
+import json
 from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any
 
 import structlog
@@ -22,6 +25,7 @@ import structlog
 from edgeway import catalog
 from edgeway.nodes import link
 from edgeway.nodes.lease import NodeLease
+from edgeway.nodes.peers import FORGET_LINGER, LinkPeers, Unreachable
 from edgeway.pki.seal import Sealer, SealError
 from edgeway.reloads import Reload
 from edgeway.store.db import Database, DatabaseUnavailable
@@ -33,6 +37,9 @@ from edgeway.tunnel.registry import MOVE_WAIT, Registry, Tunnel
 from edgeway.tunnel.tcp_binds import TcpBinds
 
 log = structlog.get_logger()
+OBSERVED_MAX = 1000  # request lines waiting to go to a node, at most (more are dropped)
+OBSERVED_WAIT = 5.0  # seconds a batch of them may take to be acknowledged
+TARGET_MAX = 512  # bytes of a request target told (a longer one is cut)
 SESSIONS = catalog.BY_COLLECTION["tunnel_sessions"]
 TUNNELS = catalog.BY_COLLECTION["tunnels"]
 WATCHED = frozenset({"tunnels", "tunnel_sessions", "nodes"})
@@ -40,12 +47,44 @@ WATCHED = frozenset({"tunnels", "tunnel_sessions", "nodes"})
 
 class RemoteNode:
     """Another node, as the carrier of the tunnels its agents hold; one that cannot be
-    reached is reported (``unreachable``): it is likely dead, its agents on their way."""
+    reached is reported (``unreachable``): it is likely dead, its agents on their way. The
+    requests served here for its observed tunnels (an SSH gateway client's, whose terminal
+    shows a line per request) are sent to it in order, in batches, behind the traffic."""
 
-    def __init__(self, node: Node, peers: link.LinkPeers,
+    def __init__(self, node: Node, peers: LinkPeers,
                  unreachable: Callable[[str], None]) -> None:
         self.node, self.peers, self.unreachable = node, peers, unreachable
         self._closed = asyncio.Event()
+        self._lines: collections.deque[list[Any]] = collections.deque()
+        self._sending: asyncio.Task[None] | None = None
+        self.dropped = 0  # request lines not sent (too many waiting, or the node was away)
+
+    def observer(self, tunnel_id: str) -> Callable[[bytes, bytes, int], None]:
+        """What the edge tells of each request it served for that tunnel of this node's."""
+        return partial(self._observed, tunnel_id)
+
+    def _observed(self, tunnel_id: str, method: bytes, target: bytes, status: int) -> None:
+        if len(self._lines) >= OBSERVED_MAX:
+            self.dropped += 1
+            return
+        self._lines.append([tunnel_id, method[:32].decode("latin-1"),
+                            target[:TARGET_MAX].decode("latin-1"), status])
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.get_running_loop().create_task(self._send())
+
+    async def _send(self) -> None:
+        while self._lines and not self._closed.is_set():
+            batch: list[list[Any]] = []
+            size = 0
+            while self._lines and size < link.HEADER_MAX // 2:
+                line = self._lines.popleft()
+                size += len(json.dumps(line))
+                batch.append(line)
+            if not await self.peers.tell(self.node, {"observed": batch}, OBSERVED_WAIT):
+                self.dropped += len(batch) + len(self._lines)
+                self._lines.clear()
+                log.warning("observed_requests_dropped", node=self.node.id,
+                            dropped=self.dropped)
 
     @property
     def closed(self) -> asyncio.Event:
@@ -60,7 +99,7 @@ class RemoteNode:
         try:
             return await self.peers.open(self.node, link.header(tunnel.id, client, proto, edge,
                                                                 passthrough))
-        except link.Unreachable:
+        except Unreachable:
             self.unreachable(self.node.id)
             raise
 
@@ -71,7 +110,7 @@ def _ref_id(value: Any) -> str:
 
 class RemoteTunnels:
     def __init__(self, db: Database, sealer: Sealer, registry: Registry, tcp: TcpBinds,
-                 lease: NodeLease, peers: link.LinkPeers) -> None:
+                 lease: NodeLease, peers: LinkPeers) -> None:
         self.db, self.sealer, self.registry, self.tcp = db, sealer, registry, tcp
         self.lease, self.peers = lease, peers
         self.nodes: dict[str, RemoteNode] = {}
@@ -200,7 +239,8 @@ class RemoteTunnels:
         return Tunnel(id_, carrier, req, url=str(doc.get("public_url") or ""),
                       host=str(doc.get("host") or ""), port=int(doc.get("port") or 0),
                       credential=credential, session_id=session_id,
-                      endpoint_id=_ref_id(doc.get("endpoint")))
+                      endpoint_id=_ref_id(doc.get("endpoint")),
+                      observer=carrier.observer(id_) if doc.get("observed") else None)
 
     def _apply(self, wanted: dict[str, Tunnel], live: set[str]) -> tuple[list[Tunnel],
                                                                          list[Tunnel]]:
@@ -230,6 +270,6 @@ class RemoteTunnels:
                 came.append(tunnel)
         for node_id in [n for n in self.nodes if n not in live]:
             self.nodes.pop(node_id).closed.set()
-            self._background(self.peers.forget(node_id, link.FORGET_LINGER))
+            self._background(self.peers.forget(node_id, FORGET_LINGER))
             log.info("node_tunnels_dropped", node=node_id)
         return came, went

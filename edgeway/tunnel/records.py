@@ -51,11 +51,14 @@ def tunnel_doc(settings: Settings, node: str, session_id: str, tunnel: Tunnel,
                endpoint_id: str, bind: str) -> dict[str, Any]:
     """The ``tunnels`` row of a bound tunnel (``endpoint_id``: "" when it has none). Besides
     what the API shows, it keeps what another node needs to serve the tunnel: its host name
-    or port and its bind request (``bind``, sealed: see ``bindcodec``)."""
+    or port, its bind request (``bind``, sealed: see ``bindcodec``) and whether its holder
+    wants to be told of each HTTP request it serves (``observed``: an SSH gateway's tunnel,
+    whose client sees a line per request)."""
     req = tunnel.req
     return {"public_url": tunnel.url, "started_at": now_text(), "created_at": now_text(),
             "metadata": req.metadata, "proto": req.proto, "region": settings.region,
             "tunnel_session": ref(settings.public_url, session_id),
             "endpoint": ref(settings.public_url, endpoint_id or None), "labels": req.labels,
             "backends": [], "forwards_to": req.forwards_to, "node": node,
-            "host": tunnel.host, "port": tunnel.port, "bind": bind}
+            "host": tunnel.host, "port": tunnel.port, "bind": bind,
+            "observed": tunnel.observer is not None}

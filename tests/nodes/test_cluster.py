@@ -23,6 +23,7 @@ from tests.conftest import BACKENDS
 from tests.edge import tls_upstream, upstream
 from tests.edge.agents import EdgeClient, agent, ca_context, parse_responses, read_all
 from tests.server import Server, free_block, free_port, fresh_pg_database, start
+from tests.sshgw.client import SshUser
 
 pytestmark = pytest.mark.skipif("postgres" not in BACKENDS,
                                 reason="nodes share a PostgreSQL database")
@@ -248,6 +249,28 @@ def test_a_tunnel_group_with_agents_on_two_nodes_is_served_round_robin_from_a_th
         finally:
             one.stop()
             two.stop()
+
+
+def test_an_ssh_client_sees_the_requests_every_node_served_for_it(
+        cluster: tuple[Server, ...], tmp_path: Path) -> None:
+    """``ssh -R ... http`` on node A: requests through B and C show on the client's terminal
+    as those through A do, in the order each node served them."""
+    a, b, c = cluster
+    user = SshUser(a, tmp_path / "ssh")
+    try:
+        with a.client() as api, upstream.running("svc") as web:
+            user.credential(api)
+            ssh = user.start(f"0:localhost:{web}", command=["http"])
+            [url] = ssh.urls()
+            for srv, path in ((a, "/via-a"), (b, "/via-b-1"), (b, "/via-b-2"), (c, "/via-c")):
+                assert through(srv, url, path).text == f"svc {path}", srv.base_url
+            for path in ("/via-a", "/via-b-2", "/via-c"):
+                ssh.wait_for(rf"GET\s+{path}  200 OK")
+            text = ssh.stdout()
+            assert text.index("/via-b-1 ") < text.index("/via-b-2 "), text
+            ssh.stop()
+    finally:
+        user.close()
 
 
 def test_a_bind_is_answered_once_every_node_serves_it(
