@@ -133,8 +133,9 @@ class ServerConfig:
     tunnel_host: str = "127.0.0.1"
     tunnel_port: int = 4443
     tunnel_names: tuple[str, ...] = ("localhost", "127.0.0.1", "::1")
-    tcp_host: str = "127.0.0.1"
+    tcp_host: str = "127.0.0.1"  # the address TCP tunnels listen on
     tcp_ports: tuple[int, int] = (20000, 20999)
+    tcp_name: str = ""  # the name they are published as ("": the tcp_host)
     tcp_grace: float = 120.0
     drain_timeout: float = 10.0  # seconds the agents' sessions get to end when stopping
     http_addr: tuple[str, int] | None = ("127.0.0.1", 8880)

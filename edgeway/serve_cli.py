@@ -5,7 +5,9 @@ bad one stops the start with a message naming the option."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import ipaddress
 import re
 from pathlib import Path
 
@@ -100,7 +102,13 @@ def _tunnel_options(serve: argparse.ArgumentParser) -> None:
            help="require agents to present a client certificate issued by one of these "
                 "certificate authorities (ids of /certificate_authorities)")
     option(serve, "--tcp-host", "127.0.0.1",
-           help="address TCP tunnels listen on and are published as (default: %(default)s)")
+           help="address TCP tunnels and TCP edges listen on (and the tunnels are published "
+                "as, without --tcp-name; default: %(default)s)")
+    option(serve, "--tcp-name", "", metavar="NAME",
+           help="host name (or address) TCP tunnels are published as: their URLs, reserved "
+                "addresses and ACL address rules name it; give every node of a cluster the "
+                "same one, resolving to the nodes, and a TCP tunnel keeps its URL whichever "
+                "node its agent reaches (default: the --tcp-host)")
     option(serve, "--tcp-ports", "20000-20999",
            help="port range for TCP tunnels (default: %(default)s)")
     option(serve, "--tcp-grace", "120", type=float, metavar="SECONDS",
@@ -167,6 +175,22 @@ def _settings(args: argparse.Namespace, host: str, port: int) -> Settings:
                     name_servers=split_list(args.name_servers))
 
 
+LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def _tcp_name(text: str, tcp_host: str) -> str:
+    """The name TCP tunnels are published as (``--tcp-name``; the ``--tcp-host`` without)."""
+    name = text.strip().lower().rstrip(".")
+    if not name:
+        return tcp_host
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.ip_address(name.strip("[]")))
+    if len(name) > 253 or not all(LABEL.fullmatch(label) for label in name.split(".")):
+        raise ValueError(f"--tcp-name {text!r} is not a host name or an IP address (letters, "
+                         "digits and hyphens in dot-separated labels)")
+    return name
+
+
 def server_config(args: argparse.Namespace) -> ServerConfig:
     host, port = parse_addr(args.api_addr)
     settings = _settings(args, host, port)
@@ -175,6 +199,7 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
              *split_list(args.tunnel_hostnames))
     names = tuple(n for n in dict.fromkeys(names) if n not in ("0.0.0.0", "::", ""))
     tcp_ports = _port_range(args.tcp_ports)
+    tcp_name = _tcp_name(args.tcp_name, args.tcp_host)
     if not 0 <= args.tcp_grace <= 86400:
         raise ValueError(f"--tcp-grace {args.tcp_grace:g} must be 0 to 86400 seconds")
     if not 0 <= args.drain_timeout <= 3600:
@@ -196,13 +221,14 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
                                    acme=bool(dom.acme_directory),
                                    dns_check_resolvers=domains.resolvers(args.dns_check_resolver),
                                    agent_client_cas=_agent_cas(args.agent_client_cas),
-                                   agent_ports=tcp_ports, tcp_host=args.tcp_host,
+                                   agent_ports=tcp_ports, tcp_host=tcp_name,
                                    lowest_port=lowest_bindable_port(),
                                    https_port=https_addr[1] if https_addr else 443,
                                    oauth_apps=tuple(p for p, _, _ in ident.oauth_apps),
                                    node_region=region)
     return ServerConfig(args.data_dir, args.database_url, host, port, settings, t_host, t_port,
-                        names, args.tcp_host, tcp_ports, tcp_grace=args.tcp_grace,
+                        names, args.tcp_host, tcp_ports, tcp_name=tcp_name,
+                        tcp_grace=args.tcp_grace,
                         drain_timeout=args.drain_timeout,
                         http_addr=http_addr, https_addr=https_addr, reuse_port=args.reuse_port,
                         cors_origins=cors_origins(split_list(args.api_cors_origins)),

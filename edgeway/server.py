@@ -154,7 +154,8 @@ async def serve(cfg: ServerConfig) -> None:
         node = node_id(cfg.data_dir)
         tunnels = TunnelServer(platform, tls, cfg.tcp_host, cfg.tcp_ports, node, http_port,
                                https_port, cfg.tcp_grace,
-                               await _agent_client_cas(db, cfg.settings.agent_client_cas))
+                               await _agent_client_cas(db, cfg.settings.agent_client_cas),
+                               cfg.tcp_name)
         events = Events(platform, node, cfg.events, render)
         tunnels.changes = events.changes
         tunnels.certs = certs = platform_ca.EdgeCerts(cfg.data_dir, sealer, tls)

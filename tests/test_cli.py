@@ -138,11 +138,21 @@ def test_log_format_and_level(tmp_path: Path) -> None:
     (["--events-datadog-url", "ftp://intake"], "must be an http:// or https:// URL"),
     (["--events-ca-file", "/nope.pem"], "--events-ca-file /nope.pem: no such file"),
     (["--drain-timeout", "nan"], "--drain-timeout nan must be 0 to 3600 seconds"),
+    (["--tcp-name", "tcp.example.com:7000"], "--tcp-name 'tcp.example.com:7000' is not a "
+                                             "host name or an IP address"),
+    (["--tcp-name", "tcp_.example.com"], "is not a host name or an IP address"),
 ])
 def test_bad_options_fail_clearly(tmp_path: Path, args: list[str], words: str) -> None:
     r = edgeway("serve", "--data-dir", str(tmp_path), *args)
     assert r.returncode == 2
     assert words in r.stderr and "Traceback" not in r.stderr
+
+
+def test_tcp_tunnels_are_published_as_the_tcp_name() -> None:
+    from edgeway.serve_cli import _tcp_name
+    assert _tcp_name("", "10.0.0.5") == "10.0.0.5"
+    assert _tcp_name(" TCP.Example.COM. ", "0.0.0.0") == "tcp.example.com"
+    assert _tcp_name("[2001:db8::1]", "::") == "2001:db8::1"
 
 
 @pytest.mark.parametrize(("option", "value", "kind", "out_of_range"), [

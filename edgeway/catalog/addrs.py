@@ -1,7 +1,8 @@
-"""Reserved TCP addresses: a ``host:port`` of the agent TCP range (``--tcp-host``,
-``--tcp-ports``) held for the account. The platform picks the port, one no other reservation
-holds and no live tunnel uses; the tunnel listener never hands it out as a generated port, and
-a TCP bind asking for it (``Addr``, the agents' ``remote_addr``) takes it. Creates that run
+"""Reserved TCP addresses: a ``host:port`` of the agent TCP range (``--tcp-name``, or
+``--tcp-host`` without one, and ``--tcp-ports``) held for the account. The platform picks the
+port, one no other reservation holds and no live tunnel uses; the tunnel listener never hands
+it out as a generated port, and a TCP bind asking for it (``Addr``, the agents'
+``remote_addr``) takes it. Creates that run
 at once (PostgreSQL runs them side by side) may pick the same port: the one whose insert the
 unique key refuses picks again (``repick``)."""
 

@@ -104,7 +104,7 @@ class Forwards:
             return None
         try:
             command.check_bind_host(listener.forward.host)
-            req = command.bind_request(cmd, listener.requested, services.binder.tcp.host,
+            req = command.bind_request(cmd, listener.requested, services.binder.tcp.name,
                                        services.platform.settings.base_domain,
                                        f"ssh client {self.peer}")
         except (CommandError, BindRefused) as exc:

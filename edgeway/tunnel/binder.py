@@ -41,9 +41,10 @@ async def _spread_nowhere(_tunnel_id: str) -> None:
 
 class Binder:
     def __init__(self, platform: Platform, tcp_host: str, tcp_ports: tuple[int, int],
-                 grace: float, node: str, http_port: int, https_port: int) -> None:
+                 grace: float, node: str, http_port: int, https_port: int,
+                 tcp_name: str = "") -> None:
         self.platform, self.node = platform, node
-        self.tcp = TcpBinds(platform, tcp_host, tcp_ports, grace)
+        self.tcp = TcpBinds(platform, tcp_host, tcp_ports, grace, tcp_name)
         self.http_port, self.https_port = http_port, https_port
         self.registry = Registry()
         # host name -> the edge serving it (set by the edge, to refuse agent binds of them)
@@ -241,7 +242,7 @@ class Binder:
             if tunnel.labels:
                 allowed = acl.allows_labels(rules, tunnel.labels)
             else:
-                allowed = acl.allows(rules, tunnel.host or f"{self.tcp.host}:{tunnel.port}")
+                allowed = acl.allows(rules, tunnel.host or f"{self.tcp.name}:{tunnel.port}")
             if not allowed:
                 await self.stop_tunnel(tunnel.id, "the credential's ACL no longer allows "
                                        "this tunnel", 8002)

@@ -61,12 +61,13 @@ class TunnelServer:
     def __init__(self, platform: Platform, tls: TunnelTLS, tcp_host: str = "127.0.0.1",
                  tcp_ports: tuple[int, int] = (20000, 20999), node: str = "",
                  http_port: int = 80, https_port: int = 443,
-                 tcp_grace: float = TCP_GRACE, client_cas: str = "") -> None:
+                 tcp_grace: float = TCP_GRACE, client_cas: str = "", tcp_name: str = ""
+                 ) -> None:
         self.platform = platform
         self.node = node  # rows this node writes carry it; only they are its to clean up
         self.admission = Admission(platform)
         self.binder = Binder(platform, tcp_host, tcp_ports, tcp_grace, node, http_port,
-                             https_port)
+                             https_port, tcp_name)
         self.registry = self.binder.registry
         self.sessions: dict[str, AgentConnection] = self.binder.sessions
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

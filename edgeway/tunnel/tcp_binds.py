@@ -34,8 +34,9 @@ LISTEN_TRIES = 16  # free ports tried when the system refuses one (another proce
 
 class TcpBinds:
     def __init__(self, platform: Platform, host: str, ports: tuple[int, int],
-                 grace: float) -> None:
-        self.platform, self.host = platform, host
+                 grace: float, name: str = "") -> None:
+        self.platform, self.host = platform, host  # the address the ports are listened on
+        self.name = name or host  # what the tunnels are published as (URLs, addresses, ACL)
         self.pool = PortPool(ports[0], ports[1], grace)
         self.listeners: dict[str, TcpListener] = {}  # tunnel id -> its public listener
         self.serving: dict[str, Tunnel] = {}  # tunnel id -> the tunnel its listener serves
@@ -54,7 +55,7 @@ class TcpBinds:
         docs = await Repo(self.platform.db.reader()).all_docs(
             catalog.BY_COLLECTION["reserved_addrs"])
         ports = {port_of(str(doc.get("addr", ""))) for _id, doc in docs
-                 if str(doc.get("addr", "")).rpartition(":")[0].strip("[]") == self.host}
+                 if str(doc.get("addr", "")).rpartition(":")[0].strip("[]") == self.name}
         self.pool.reserve({p for p in ports if p is not None})
 
     @staticmethod
@@ -65,9 +66,9 @@ class TcpBinds:
         """Give ``tunnel`` a port the ACL ``rules`` allow and listen on it; BindRefused when
         none can be had. ``stable``: a number to pick the same free port again by."""
         now, pool = self._now(), self.pool
-        asked = binds.requested_port(tunnel.req.addr, self.host) or pool.held(tunnel.id, now)
+        asked = binds.requested_port(tunnel.req.addr, self.name) or pool.held(tunnel.id, now)
         if asked is not None:
-            target = f"{self.host}:{asked}"
+            target = f"{self.name}:{asked}"
             acl.require(rules, target)
             if not pool.take(tunnel.id, asked, now, tunnel.credential):
                 raise BindRefused(f"the address {target} is already bound" + (
@@ -79,7 +80,7 @@ class TcpBinds:
                 pool.release(tunnel.id, asked)
                 raise BindRefused(f"cannot listen on {target}: {exc.strerror}") from None
             return
-        allowed = acl.ports(rules, self.host)
+        allowed = acl.ports(rules, self.name)
         preferred = pool.low + stable % (pool.high - pool.low + 1)
         for _ in range(LISTEN_TRIES):
             port = pool.take_any(tunnel.id, preferred, allowed, now)
@@ -162,7 +163,7 @@ class TcpBinds:
                                    tunnel.id, self.closed, partial(self._offer, tunnel.id))
             await listener.start()
             self.listeners[tunnel.id] = listener
-        tunnel.port, tunnel.url = port, f"tcp://{self.host}:{port}"
+        tunnel.port, tunnel.url = port, f"tcp://{self.name}:{port}"
         self.serving[tunnel.id] = tunnel
 
     async def _offer(self, tunnel_id: str, sock: socket.socket, peer: Peer) -> bool:

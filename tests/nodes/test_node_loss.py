@@ -51,6 +51,9 @@ def _answer(srv: Server, url: str) -> str:
         return ""
 
 
+TCP_NAME = "tcp.loss.example"
+
+
 def test_a_killed_node_costs_its_agent_one_reconnect(tmp_path: Path) -> None:
     key = base64.b64encode(secrets.token_bytes(32)).decode()
     block = free_block(10)
@@ -58,10 +61,13 @@ def test_a_killed_node_costs_its_agent_one_reconnect(tmp_path: Path) -> None:
               f"{block[0]}-{block[-1]}", "--regions", "us,eu")
     env = {"EDGEWAY_SECRET_KEY": key}
     with fresh_pg_database() as url:
+        # (each node listens for TCP tunnels on an address of its own, as nodes on two
+        # machines would, and publishes them under the one name both share)
         a = start(tmp_path / "a", url, *common, "--node-addr", f"127.0.0.1:{free_port()}",
-                  "--region", "us", env=env)
+                  "--region", "us", "--tcp-host", "127.0.0.1", "--tcp-name", TCP_NAME, env=env)
         b = start(tmp_path / "b", url, *common, "--node-addr", f"127.0.0.1:{free_port()}",
-                  "--region", "eu", token=a.token, env=env,
+                  "--region", "eu", "--tcp-host", "127.0.0.2", "--tcp-name", TCP_NAME,
+                  token=a.token, env=env,
                   ports=(free_port(), a.tunnel_port, free_port(), free_port()))
         with a.client() as api:
             token = api.post("/credentials", json={}).json()["token"]
@@ -90,7 +96,9 @@ def _lose_a_node(a: Server, b: Server, urls: list[str]) -> None:
     killed = time.monotonic()
     _until(lambda: _answer(other, https_url) == "svc /after", "served again after the kill")
     failover = time.monotonic() - killed
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+    assert tcp_url.startswith(f"tcp://{TCP_NAME}:")
+    tcp_host = "127.0.0.2" if other is b else "127.0.0.1"
+    with socket.create_connection((tcp_host, port), timeout=10) as sock:
         sock.sendall(b"same port")
         assert sock.recv(100) == b"same port"
     # the dead node's rows go once its lease ran out; the new session is the survivor's
