@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from edgeway import catalog
 from edgeway.pki.seal import Sealer
+from edgeway.recent import RecentTraffic
 from edgeway.restrictions import KINDS as RESTRICTION_KINDS
 from edgeway.restrictions import Restrictions
 from edgeway.settings import Settings
@@ -46,6 +47,8 @@ class Platform:
     watchers: list[Callable[[str], None]] = field(default_factory=list)
     # tells the other nodes of a committed write (set by ``edgeway serve`` on PostgreSQL)
     publish: Callable[[str], None] | None = None
+    # the last requests each endpoint served on this node (the edge adds, the dashboard reads)
+    recent: RecentTraffic = field(default_factory=RecentTraffic)
 
     def __post_init__(self) -> None:
         self.restrictions = Restrictions(self.db)

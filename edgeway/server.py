@@ -173,6 +173,7 @@ async def serve(cfg: ServerConfig) -> None:
         link = ChangeLink(cfg.database_url, node, platform.local, platform.everything) \
             if cfg.database_url else None  # (nodes sharing the database hear each other)
         edge.http.events = edge.https.events = events.traffic
+        edge.http.recent = edge.https.recent = platform.recent
         binder.tcp.closed = edge.tcp_closed = TcpEvents(events.traffic, router).closed
         async with contextlib.AsyncExitStack() as running:  # (stopped in reverse order,
             await events.start()  # those that started, however the start went)

@@ -25,7 +25,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from edgeway.api.platform import AuthCache
 from edgeway.api.router import PathRouter
 from edgeway.config import DashboardConfig
-from edgeway.dashboard import detail, dnschecks, nav, overview, resources, sessions, statics
+from edgeway.dashboard import (
+    detail,
+    dnschecks,
+    nav,
+    overview,
+    resources,
+    sessions,
+    statics,
+    traffic,
+)
 from edgeway.dashboard.limiter import Limiter
 from edgeway.dashboard.web import (
     HEADERS,
@@ -58,7 +67,7 @@ class Dashboard:
         self.router = PathRouter()
         for path, method, handler, public in [*statics.routes(), *sessions.routes(),
                                               *overview.routes(), *dnschecks.routes(),
-                                              *resources.routes(),
+                                              *traffic.routes(), *resources.routes(),
                                               *detail.routes()]:
             self.router.add(path, [method], (handler, public))
 

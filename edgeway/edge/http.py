@@ -55,6 +55,7 @@ from edgeway.edge.relay import Relay
 from edgeway.edge.router import Decision, EdgeRouter
 from edgeway.edge.snapshot import Edge
 from edgeway.events.traffic import TrafficSink
+from edgeway.recent import RecentTraffic
 from edgeway.restrictions import Restrictions
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import StreamClosed
@@ -92,6 +93,7 @@ class HttpEdge:
         self.services = Services(login, sns or SnsVerifier(), RateLimits())
         self.pool = pool if pool is not None else Pool()  # (an empty Pool is falsy)
         self.events: TrafficSink | None = None  # set when traffic events are delivered
+        self.recent: RecentTraffic | None = None  # set by ``edgeway serve``: the dashboard's
 
     # -- one public connection -------------------------------------------------------------
 
@@ -170,6 +172,14 @@ class HttpEdge:
         finally:
             if self.events is not None and self.events.wants(traffic.HTTP):
                 traffic.emit_http(self.events, x, req, decision, started)
+            if self.recent is not None and (decision.edge_id or isinstance(decision.target,
+                                                                           Tunnel)):
+                target = decision.target
+                key, label = (decision.edge_id, "") if decision.edge_id else \
+                    (target.id, target.url) if isinstance(target, Tunnel) else ("", "")
+                self.recent.served(key, req.method, req.target, x.status, x.ip, x.port,
+                                   time.monotonic() - started, self.scheme,
+                                   decision.route_id, label)
 
     async def _takeover(self, verdict: Takeover, parser: RequestParser,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,

@@ -14,6 +14,7 @@ import pytest
 
 from edgeway.dashboard.nav import GROUPS
 from tests.dashboard.browser import chromium, expect, sign_in
+from tests.edge.agents import EdgeClient
 from tests.server import Server
 
 AXE = Path(__file__).parents[1] / "vendor" / "peers" / "node_modules" / "axe-core" / "axe.min.js"
@@ -48,6 +49,13 @@ def _filled(srv: Server) -> dict[str, str]:
             "domain": "axe.example.com", "certificate_management_policy": None}).json()["id"]
         api.post("/credentials", json={"description": "site a"})
         edge = api.post("/edges/https", json={"hostports": ["axe.example.com:443"]}).json()
+        answer = api.post("/backends/http_response", json={"body": "hi", "status_code": 200,
+                                                           "headers": {}}).json()
+        assert api.post(f"/edges/https/{edge['id']}/routes", json={
+            "match_type": "path_prefix", "match": "/",
+            "backend": {"backend_id": answer["id"]}}).status_code == 201
+    with EdgeClient(srv) as web:  # (a request for the traffic page to show)
+        assert web.get("https://axe.example.com/seen").text == "hi"
     return {"policy": policy, "domain": domain, "edge": edge["id"]}
 
 
@@ -64,7 +72,7 @@ def test_every_page_passes_axe(chrome: Any, own_server: Server, width: int,
         expect(page.locator("#signin")).to_be_visible()
         found = {"signin": violations(page)}
         sign_in(page, own_server)
-        paths = ["/", "/sessions", "/dns_checks", f"/ip_policies/{made['policy']}",
+        paths = ["/", "/sessions", "/dns_checks", "/traffic", f"/ip_policies/{made['policy']}",
                  f"/reserved_domains/{made['domain']}?check=dns",
                  f"/edges/https/{made['edge']}"]
         if not dark:  # (every list page once; the phone-sized dark run, one of them)

@@ -1,5 +1,6 @@
 """The overview's live part in Chromium (htmx, vendored): an agent that connects shows up
-without a reload, and the DNS checks load in place, under the dashboard's
+without a reload, and the DNS checks load in place; the traffic page shows each request its
+endpoint served, without a reload; under the dashboard's
 Content-Security-Policy with nothing refused; a page
 refreshing itself keeps no session alive, and the ended session sends the page to
 sign-in."""
@@ -17,6 +18,7 @@ import pytest
 from tests.dashboard.browser import chromium, expect, page_of, sign_in
 from tests.dashboard.test_browser_server import AGENT
 from tests.edge import upstream
+from tests.edge.agents import EdgeClient
 from tests.server import Server, start
 
 
@@ -70,3 +72,41 @@ def test_a_page_refreshing_itself_keeps_no_session_alive(chrome: Any, tmp_path: 
             assert len(polls) >= 2  # (it refreshed, and still the session ended)
     finally:
         assert srv.stop() == 0
+
+
+def test_the_traffic_page_shows_each_request_as_it_is_served(chrome: Any, own_server: Server
+                                                             ) -> None:
+    """No event subscription: the page lists the requests the edge served for the agent's
+    endpoint (method, path, status, client), refreshing itself as more are served."""
+    srv = own_server
+    with srv.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+    with page_of(chrome, srv) as page, upstream.running("svc") as port:
+        sign_in(page, srv)
+        page.goto(f"{srv.base_url}/dashboard/traffic")
+        expect(page.locator("#traffic-empty")).to_be_visible()
+        proc = subprocess.Popen([sys.executable, "-c", AGENT, token,
+                                 f"localhost:{srv.tunnel_port}", str(srv.data_dir / "ca.pem"),
+                                 f"http://127.0.0.1:{port}"], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        try:
+            url = proc.stdout.readline().strip()
+            with EdgeClient(srv) as web:
+                assert web.get(f"{url}/first?x=1").status_code == 200
+                assert web.get(f"{url}/second", headers={"Host": "elsewhere.example"}
+                               ).status_code == 421  # (misdirected: no endpoint's request)
+            card = page.locator("#traffic section.card", has_text=url)
+            expect(card).to_be_visible(timeout=20_000)  # (without a reload)
+            rows = card.locator("tbody tr")
+            expect(rows).to_have_count(1)
+            expect(rows.first).to_contain_text("GET /first?x=1")
+            expect(rows.first.locator("td[data-label=Status]")).to_have_text("200")
+            expect(rows.first.locator("td[data-label=Client]")).to_contain_text("127.0.0.1:")
+            with EdgeClient(srv) as web:
+                assert web.get(f"{url}/third").status_code == 200
+            expect(rows).to_have_count(2, timeout=20_000)
+            expect(rows.first).to_contain_text("GET /third")  # (newest first)
+        finally:
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
