@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from typing import Any
 
 PER_ENDPOINT = 50
 ENDPOINTS = 1000
@@ -30,12 +31,13 @@ class Served:
 class RecentTraffic:
     def __init__(self, per_endpoint: int = PER_ENDPOINT, endpoints: int = ENDPOINTS) -> None:
         self.per_endpoint, self.max_endpoints = per_endpoint, endpoints
-        # endpoint key (an edge's id, or an agent tunnel's) -> its requests, oldest first;
+        # endpoint key (an edge's id, or an agent tunnel's) -> its requests, oldest first, as
+        # the edge gave them (``served``'s arguments: made into ``Served`` only when read);
         # the endpoint served last at the end
-        self._by: OrderedDict[str, deque[Served]] = OrderedDict()
+        self._by: OrderedDict[str, deque[tuple[Any, ...]]] = OrderedDict()
         self.labels: dict[str, str] = {}  # key -> what it is (a URL, a host name)
 
-    def add(self, key: str, label: str, served: Served) -> None:
+    def _add(self, key: str, label: str, row: tuple[Any, ...]) -> None:
         rows = self._by.get(key)
         if rows is None:
             if len(self._by) >= self.max_endpoints:
@@ -45,16 +47,22 @@ class RecentTraffic:
             self.labels[key] = label
         else:
             self._by.move_to_end(key)
-        rows.append(served)
+        rows.append(row)
 
     def served(self, key: str, method: bytes, target: bytes, status: int, ip: str, port: int,
                took: float, scheme: str, route: str, label: str) -> None:
         """One request the edge answered for the endpoint ``key`` (``label``: what it is)."""
-        text = target[:TARGET_MAX].decode("latin-1")
-        self.add(key, label, Served(time.time(), f"{ip}:{port}", method.decode("latin-1"),
-                                    text, status, round(took * 1000, 2), scheme, route))
+        self._add(key, label, (time.time(), ip, port, method, target, status, took, scheme,
+                               route))
 
     def endpoints(self) -> list[tuple[str, str, list[Served]]]:
         """Each endpoint (key, label, its requests newest first), the one served last first."""
-        return [(key, self.labels.get(key, ""), list(reversed(rows)))
+        return [(key, self.labels.get(key, ""), [_served(r) for r in reversed(rows)])
                 for key, rows in reversed(self._by.items())]
+
+
+def _served(row: tuple[Any, ...]) -> Served:
+    at, ip, port, method, target, status, took, scheme, route = row
+    return Served(at, f"{ip}:{port}", method.decode("latin-1"),
+                  target[:TARGET_MAX].decode("latin-1"), status, round(took * 1000, 2),
+                  scheme, route)
