@@ -17,7 +17,8 @@ from starlette.responses import Response
 
 from edgeway import catalog, ids
 from edgeway.catalog.model import Child, Kind
-from edgeway.dashboard import forms
+from edgeway.dashboard import delivery, forms
+from edgeway.dashboard.nav import BY_SLUG
 from edgeway.dashboard.resources import cell, columns, entry_of
 from edgeway.dashboard.web import PREFIX, Ctx, Handler, Refusal, api_refusal, redirect
 
@@ -41,8 +42,8 @@ def _child(parent: Kind, member: str) -> tuple[Child, Kind]:
     raise Refusal(404, "Not found", f"{parent.title} has no {member}.")
 
 
-def target(ctx: Ctx) -> Target:
-    entry = entry_of(ctx)
+def target(ctx: Ctx, slug: str = "") -> Target:
+    entry = BY_SLUG[slug] if slug else entry_of(ctx)
     id_ = ctx.params["id"]
     top = Target(entry.kind, f"{entry.kind.url}/{id_}", f"{PREFIX}/{entry.slug}/{id_}",
                  (entry.label, f"{PREFIX}/{entry.slug}"))
@@ -77,9 +78,13 @@ async def _page(ctx: Ctx, t: Target, status: int = 200, **extra: Any) -> Respons
                          "columns": columns(kind), "cell": cell,
                          "widgets": forms.create_widgets(kind) if offered else []})
     params = ctx.request.query_params
-    notice = "Saved." if "updated" in params else \
-        f"Deleted {params['deleted']}." if ids.split_id(params.get("deleted", "")) else ""
+    notice = extra.pop("notice", "") or ("Saved." if "updated" in params else
+                                         f"Deleted {params['deleted']}."
+                                         if ids.split_id(params.get("deleted", "")) else "")
+    sent = await delivery.section(ctx, t.api) \
+        if t.kind.collection == delivery.COLLECTION else None
     return ctx.page("show.html", status, t=t, item=item, widgets=widgets, notice=notice,
+                    delivery=sent,
                     checkable=t.kind.collection in CHECKED, check=check, children=children,
                     can_delete="delete" in t.kind.ops and ctx.can("DELETE", t.api),
                     **{"values": _values(t.kind, widgets, item), "errors": {},
@@ -140,9 +145,22 @@ async def create_child(ctx: Ctx) -> Response:
         "form_error": placed.get("form_error", "")})
 
 
+async def test_event(ctx: Ctx) -> Response:
+    t = target(ctx, delivery.COLLECTION)
+    return await _page(ctx, t, notice=await delivery.test_event(ctx, t.api))
+
+
+async def send_again(ctx: Ctx) -> Response:
+    t = target(ctx, delivery.COLLECTION)
+    return await _page(ctx, t, notice=await delivery.send_again(ctx, t.api))
+
+
 def routes() -> list[tuple[str, str, Handler, bool]]:
     one, child = "/{slug}/{id}", "/{slug}/{id}/{child}/{cid}"
-    return [(one, "GET", show, False), (one, "POST", update, False),
+    dest = f"/{delivery.COLLECTION}/{{id}}"
+    return [(f"{dest}/verify", "POST", test_event, False),
+            (f"{dest}/dead_letters/resend", "POST", send_again, False),
+            (one, "GET", show, False), (one, "POST", update, False),
             ("/{slug}/{id}/{child}", "POST", create_child, False),
             (child, "GET", show, False), (child, "POST", update, False),
             (child + "/delete", "POST", delete, False)]

@@ -54,9 +54,11 @@ def _filled(srv: Server) -> dict[str, str]:
         assert api.post(f"/edges/https/{edge['id']}/routes", json={
             "match_type": "path_prefix", "match": "/",
             "backend": {"backend_id": answer["id"]}}).status_code == 201
+        dest = api.post("/event_destinations", json={
+            "target": {"monitoring": {"api_key": "k", "tags": "axe"}}}).json()["id"]
     with EdgeClient(srv) as web:  # (a request for the traffic page to show)
         assert web.get("https://axe.example.com/seen").text == "hi"
-    return {"policy": policy, "domain": domain, "edge": edge["id"]}
+    return {"policy": policy, "domain": domain, "edge": edge["id"], "dest": dest}
 
 
 @pytest.mark.parametrize(("width", "dark"), [(1280, False), (390, True)])
@@ -74,7 +76,7 @@ def test_every_page_passes_axe(chrome: Any, own_server: Server, width: int,
         sign_in(page, own_server)
         paths = ["/", "/sessions", "/dns_checks", "/traffic", f"/ip_policies/{made['policy']}",
                  f"/reserved_domains/{made['domain']}?check=dns",
-                 f"/edges/https/{made['edge']}"]
+                 f"/edges/https/{made['edge']}", f"/event_destinations/{made['dest']}"]
         if not dark:  # (every list page once; the phone-sized dark run, one of them)
             paths += [f"/{e.slug}" for _, entries in GROUPS for e in entries]
         else:
