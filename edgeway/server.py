@@ -174,7 +174,7 @@ async def serve(cfg: ServerConfig) -> None:
             if cfg.database_url else None  # (nodes sharing the database hear each other)
         edge.http.events = edge.https.events = events.traffic
         edge.http.recent = edge.https.recent = platform.recent
-        binder.tcp.closed = edge.tcp_closed = TcpEvents(events.traffic, router).closed
+        binder.tcp.closed = edge.tcp.closed = TcpEvents(events.traffic, router).closed
         async with contextlib.AsyncExitStack() as running:  # (stopped in reverse order,
             await events.start()  # those that started, however the start went)
             running.push_async_callback(events.stop)
@@ -259,7 +259,7 @@ async def serve(cfg: ServerConfig) -> None:
 def _hand_over(handoff: Handoff, edge: PublicListeners, tcp: TcpBinds) -> None:
     """Connections for tunnels a sibling worker holds go to it, and those it accepted for
     tunnels held here come to the listener that would have accepted them."""
-    edge.offer = tcp.offer = handoff.offer
+    edge.offer = edge.tcp.offer = tcp.offer = handoff.offer
 
     async def public(sock: socket.socket, handed: Handed) -> None:
         await edge.take(sock, handed.kind, handed.ref, handed.peer)

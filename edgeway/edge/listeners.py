@@ -1,6 +1,6 @@
 """The public listeners: plain HTTP; HTTPS and TLS on one port, told apart by the SNI of the
 ClientHello (read without consuming it); and a TCP listener per TCP edge hostport, kept in
-step with the routing snapshot.
+step with the routing snapshot (``edge.tcp_edges``).
 
 On the TLS port, a name bound by a TLS tunnel or served by a TLS edge gets the raw TLS stream
 passed through (or terminated here when the edge says so); any other name gets TLS terminated
@@ -9,6 +9,10 @@ with a certificate from the platform CA and is served as HTTPS.
 With ``--proxy-protocol``, every one of these listeners reads the PROXY header of a trusted
 load balancer's connection before anything else (before the ClientHello on the TLS port), and
 its handlers get the client the header names as their peer (``edgeway.proxied``).
+
+With ``--workers``, a connection every tunnel of which another worker of this machine holds
+is handed to it as the socket (``offer``: ``edgeway.nodes.handoff``), before a byte of it is
+consumed; a connection handed here is served by ``take``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ import contextlib
 import socket
 import ssl
 from collections.abc import Coroutine, Sequence
-from functools import partial
 from typing import Any
 
 import structlog
@@ -28,31 +31,21 @@ from edgeway.accept import Acceptor, Peer, open_streams
 from edgeway.caps import Door
 from edgeway.config import listen_socket
 from edgeway.edge import handover
-from edgeway.edge.backends import Static, Target
 from edgeway.edge.handover import agents, behind, head_host, peek_head, peek_hello
 from edgeway.edge.http import HttpEdge
 from edgeway.edge.login_gate import LoginGate
 from edgeway.edge.modules.mutual_tls import TlsOptions
 from edgeway.edge.modules.sns import SnsVerifier
-from edgeway.edge.pages import Fixed
 from edgeway.edge.pool import Pool
 from edgeway.edge.router import EdgeRouter
 from edgeway.edge.snapshot import Edge, Snapshot
+from edgeway.edge.tcp_edges import TcpEdges, admits, forward
 from edgeway.pki.platform_ca import EdgeCerts
 from edgeway.restrictions import Restrictions
-from edgeway.tunnel.muxado.events import StreamError
-from edgeway.tunnel.muxado.stream import StreamClosed
-from edgeway.tunnel.pipes import Pipe, SocketPipe, UpstreamGone, splice
 from edgeway.tunnel.registry import Tunnel
-from edgeway.tunnel.tcp import CLOSE_WAIT, Closed, Offer, TcpListener, client_addr
+from edgeway.tunnel.tcp import CLOSE_WAIT, Offer
 
 log = structlog.get_logger()
-def _admits(edge: Edge, peer: tuple[str, int]) -> bool:
-    """TCP and TLS edges: the IP restriction, the traffic policy's on_tcp_connect, and no
-    module this edge cannot enforce."""
-    return edge.plan.admits(*peer)
-
-
 class PublicListeners:
     def __init__(self, router: EdgeRouter, certs: EdgeCerts, base_domain: str, tcp_host: str,
                  http_port: int, https_port: int, login: LoginGate,
@@ -70,8 +63,7 @@ class PublicListeners:
         router.bounce = login.bounce
         self._servers: list[Acceptor] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        self._tcp_edges: dict[int, TcpListener] = {}
-        self.tcp_closed: Closed | None = None  # set by the server: each connection's end
+        self.tcp = TcpEdges(router, tcp_host, self._refused)
         self._watch: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         # hands a connection to the worker holding every tunnel it may reach (``edgeway
@@ -97,7 +89,7 @@ class PublicListeners:
             self._doors["tls"] = door
             self._servers.append(Acceptor(sock, door, self._tls_connection,
                                           proxied.trust()).start())
-        await self._sync_tcp_edges()
+        await self.tcp.sync()
         self._watch = asyncio.create_task(self._follow())
 
     def changed(self, _collection: str) -> None:
@@ -113,8 +105,7 @@ class PublicListeners:
             task.cancel()
         if tasks:  # (their ends run before the events stop: traffic events are sent)
             await asyncio.wait(tasks, timeout=CLOSE_WAIT)
-        for listener in self._tcp_edges.values():
-            await listener.close()
+        await self.tcp.close()
         self.pool.close()
         if self.https.login is not None:
             await self.https.login.close()
@@ -135,7 +126,7 @@ class PublicListeners:
             self._changed.clear()
             try:  # a change: the load a request may already have done serves us too
                 await (self.router.settled() if changed else self.router.refresh())
-                await self._sync_tcp_edges()
+                await self.tcp.sync()
             except Exception:  # a failed reload must not end the follower
                 log.exception("edge_reload_failed")
 
@@ -168,11 +159,7 @@ class PublicListeners:
         if accepted here (its tunnels are held here): ``kind`` http, tls or tcp_edge (whose
         port is ``ref``)."""
         if kind == "tcp_edge":
-            listener = self._tcp_edges.get(int(ref)) if ref.isdigit() else None
-            if listener is None:
-                sock.close()
-            else:
-                await listener.adopt(sock, peer)
+            await self.tcp.take(sock, ref, peer)
             return
         door = self._doors.get(kind)
         ticket = door.admit(peer) if door is not None else None
@@ -226,7 +213,7 @@ class PublicListeners:
                 await self._tls_edge(sock, peer, edge, name)
             elif bound:
                 reader, writer = await open_streams(sock, None)
-                await self._forward(reader, writer, peer, self.router.registry.pick(bound),
+                await forward(reader, writer, peer, self.router.registry.pick(bound),
                                     "tls", "", True)
             else:
                 https_edge = snap.https.get(name)
@@ -261,7 +248,7 @@ class PublicListeners:
     async def _tls_edge(self, sock: socket.socket, peer: tuple[str, int], edge: Edge,
                         name: str) -> None:
         snap = self.router.snapshot
-        if not _admits(edge, peer):
+        if not admits(edge, peer):
             sock.close()
             return
         target = self.router.target(snap, edge.plan)
@@ -274,58 +261,4 @@ class PublicListeners:
         context = self.certs.context(cert_name, False, options.client_cas,
                                      options.min_version) if terminate else None
         reader, writer = await open_streams(sock, context)
-        await self._forward(reader, writer, peer, target, "tls", "tls", not terminate)
-
-    # -- raw forwarding (TLS passthrough, TCP edges) -----------------------------------------
-
-    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       peer: tuple[str, int], target: Target | None, proto: str, edge: str,
-                       passthrough: bool) -> None:
-        pipe: Pipe
-        try:
-            if isinstance(target, Tunnel):
-                pipe = await target.open(client_addr(peer), proto, edge, passthrough)
-            elif isinstance(target, Static):
-                pipe = await SocketPipe.dial(target.host, target.port, target.tls)
-            else:  # nothing live, or an HTTP response backend on a raw edge: closed
-                writer.close()
-                return
-        except (StreamClosed, StreamError, UpstreamGone):
-            writer.close()
-            return
-        await splice(reader, writer, pipe)
-
-    # -- TCP edges ---------------------------------------------------------------------------
-
-    async def _sync_tcp_edges(self) -> None:
-        wanted = set(self.router.snapshot.tcp)
-        for port in set(self._tcp_edges) - wanted:
-            await self._tcp_edges.pop(port).close()
-        for port in wanted - set(self._tcp_edges):
-            listener = TcpListener(self.tcp_host, port, partial(self._tcp_edge_client, port),
-                                   closed=self.tcp_closed,
-                                   offer=partial(self._offer_tcp_edge, port))
-            try:
-                await listener.start()
-            except OSError as exc:
-                log.warning("tcp_edge_listen_failed", port=port, error=exc.strerror)
-                continue
-            self._tcp_edges[port] = listener
-
-    async def _offer_tcp_edge(self, port: int, sock: socket.socket, peer: Peer) -> bool:
-        snap = self.router.snapshot
-        edge = snap.tcp.get(port)
-        reach = behind(snap, self.router.registry, edge) if edge is not None else None
-        return self.offer is not None and bool(reach) \
-            and await self.offer(sock, "tcp_edge", peer, str(port), reach or ())
-
-    async def _tcp_edge_client(self, port: int, reader: asyncio.StreamReader,
-                               writer: asyncio.StreamWriter, peer: Peer) -> None:
-        snap = self.router.snapshot
-        edge = snap.tcp.get(port)
-        if edge is None or not _admits(edge, peer) or await self._refused(peer):
-            return
-        target = self.router.target(snap, edge.plan)
-        if isinstance(target, Fixed):
-            return
-        await self._forward(reader, writer, peer, target, "tcp", "tcp", False)
+        await forward(reader, writer, peer, target, "tls", "tls", not terminate)

@@ -68,7 +68,7 @@ def test_two_workers_serve_one_tunnel_whichever_accepts(tmp_path: Path) -> None:
                 finally:
                     bound.stop()
             log = srv.log()
-            assert log.count('"node_joined"') == 2 and '"node_link_up"' in log
+            assert log.count('"node_joined"') == 2
             for i in (0, 1):
                 for name in ("link.sock", "handoff.sock"):
                     sock = srv.data_dir / "workers" / str(i) / name
