@@ -202,6 +202,8 @@ async def serve(cfg: ServerConfig) -> None:
                 running.push_async_callback(dns.stop)
                 await dns.start(*cfg.domains.dns_addr, cfg.reuse_port)
             certificates = CertificateManager(platform, cfg.domains, node)
+            if cfg.domains.dns_addr is not None:
+                certificates.dns_fresh = dns.reload
             running.push_async_callback(certificates.stop)
             if cfg.domains.acme_directory:
                 platform.watchers.append(certificates.changed)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -49,6 +50,9 @@ class CertificateManager:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._first = True
+        # brings this node's built-in DNS up to the committed records (set by ``edgeway
+        # serve`` when it runs one): an order's DNS check must not race its reload
+        self.dns_fresh: Callable[[], Awaitable[None]] | None = None
 
     def changed(self, collection: str) -> None:
         if collection in (*KINDS, "managed_certificates"):
@@ -122,6 +126,8 @@ class CertificateManager:
             f"Requesting a certificate for {', '.join(job['names'])} from "
             f"{policy['authority']}.", started)))
         try:
+            if self.dns_fresh is not None:  # (the NS and CNAME targets it serves itself)
+                await self.dns_fresh()
             chain, key = await issue.run(await self._order(id_, job, doc), self._acme,
                                          self.store, self.platform.settings,
                                          lambda: self.platform.changed("acme_challenges"))

@@ -39,7 +39,7 @@ class Resolver:
 
     def _ask(self, name: str, rdtype: dns.rdatatype.RdataType) -> dns.message.Message:
         query = dns.message.make_query(name, rdtype)
-        return dns.query.udp(query, self.upstream[0], timeout=2, port=self.upstream[1])
+        return dns.query.udp(query, self.upstream[0], timeout=5, port=self.upstream[1])
 
     def resolve(self, query: dns.message.Message) -> dns.message.Message:
         response = dns.message.make_response(query)
