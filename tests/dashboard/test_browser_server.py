@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,21 @@ AGENT = textwrap.dedent("""
         await s.close()
     asyncio.run(main())
 """)
+
+
+@contextmanager
+def sdk_agent(srv: Server, token: str, port: int) -> Iterator[str]:
+    """The official SDK as an agent of ``srv`` forwarding to ``port``: its URL, while it runs."""
+    proc = subprocess.Popen([sys.executable, "-c", AGENT, token, f"localhost:{srv.tunnel_port}",
+                             str(srv.data_dir / "ca.pem"), f"http://127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
 
 
 @pytest.fixture(scope="module")

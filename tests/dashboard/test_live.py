@@ -7,8 +7,6 @@ sign-in."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.dashboard.browser import chromium, expect, page_of, sign_in
-from tests.dashboard.test_browser_server import AGENT
+from tests.dashboard.test_browser_server import sdk_agent
 from tests.edge import upstream
 from tests.edge.agents import EdgeClient
 from tests.server import Server, start
@@ -43,19 +41,10 @@ def test_an_agent_appears_on_the_open_overview(chrome: Any, own_server: Server) 
         expect(page.locator("#dns-all-ok")).to_have_text("No domain or agent ingress to check.")
         expect(page.locator("#dns-checks-link")).to_have_count(0)
         page.evaluate("window.stillHere = true")  # (gone if the page were loaded again)
-        proc = subprocess.Popen([sys.executable, "-c", AGENT, token,
-                                 f"localhost:{srv.tunnel_port}", str(srv.data_dir / "ca.pem"),
-                                 f"http://127.0.0.1:{port}"], stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        try:
-            url = proc.stdout.readline().strip()
+        with sdk_agent(srv, token, port) as url:
             expect(page.locator("#live li.card")).to_contain_text(url, timeout=20_000)
             assert page.evaluate("window.stillHere") is True
             assert problems == [], problems
-        finally:
-            proc.kill()
-            proc.wait()
-            proc.stdout.close()
 
 
 def test_a_page_refreshing_itself_keeps_no_session_alive(chrome: Any, tmp_path: Path
@@ -85,12 +74,7 @@ def test_the_traffic_page_shows_each_request_as_it_is_served(chrome: Any, own_se
         sign_in(page, srv)
         page.goto(f"{srv.base_url}/dashboard/traffic")
         expect(page.locator("#traffic-empty")).to_be_visible()
-        proc = subprocess.Popen([sys.executable, "-c", AGENT, token,
-                                 f"localhost:{srv.tunnel_port}", str(srv.data_dir / "ca.pem"),
-                                 f"http://127.0.0.1:{port}"], stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        try:
-            url = proc.stdout.readline().strip()
+        with sdk_agent(srv, token, port) as url:
             with EdgeClient(srv) as web:
                 assert web.get(f"{url}/first?x=1").status_code == 200
                 assert web.get(f"{url}/second", headers={"Host": "elsewhere.example"}
@@ -106,7 +90,3 @@ def test_the_traffic_page_shows_each_request_as_it_is_served(chrome: Any, own_se
                 assert web.get(f"{url}/third").status_code == 200
             expect(rows).to_have_count(2, timeout=20_000)
             expect(rows.first).to_contain_text("GET /third")  # (newest first)
-        finally:
-            proc.kill()
-            proc.wait()
-            proc.stdout.close()
