@@ -19,7 +19,8 @@ from edgeway.api import listener
 from edgeway.api.app import build
 from edgeway.api.render import render
 from edgeway.catalog.modules import saml
-from edgeway.config import ServerConfig, listen_socket
+from edgeway.config import LETS_ENCRYPT, DomainsConfig, ServerConfig, listen_socket
+from edgeway.dashboard.agentfile import AgentDial
 from edgeway.dns.server import DnsServer
 from edgeway.edge import login_gate
 from edgeway.edge.app_sessions import AppSessions
@@ -87,6 +88,11 @@ class _Server(uvicorn.Server):
         if self.should_exit:
             self.force_exit = True
         self.should_exit = True
+
+
+def _public_trust(domains: DomainsConfig) -> bool:
+    """Whether managed certificates chain to the system's CAs (Let's Encrypt in production)."""
+    return domains.acme_directory == LETS_ENCRYPT and domains.acme_ca_bundle is None
 
 
 async def _agent_client_cas(db: Database, ids: tuple[str, ...]) -> str:
@@ -224,7 +230,8 @@ async def serve(cfg: ServerConfig) -> None:
             door = limits.door("management API", own=True, refusal=listener.refusal())
             app = build(platform, cfg.cors_origins)
             if cfg.dashboard is not None:  # (on the same listener, calling the API in-process)
-                app = dashboard.mount(app, platform, cfg.dashboard)
+                app = dashboard.mount(app, platform, cfg.dashboard, AgentDial(
+                    tls.ca_pem.read_text(), cfg.tunnel_port, _public_trust(cfg.domains)))
             config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
                                     server_header=False, ws="none",
                                     http=listener.protocol(door, cfg.api_head_timeout))

@@ -27,8 +27,9 @@ LOCAL_TLS = _local_tls()
 def context(root_cas: str, cert: str = "", key: str = "") -> ssl.SSLContext:
     if root_cas in ("trusted", "host", ""):
         ctx = ssl.create_default_context()
-    else:
-        ctx = ssl.create_default_context(cafile=root_cas)
+    else:  # (its certificates are trusted as given: a CA file may hold an intermediate,
+        ctx = ssl.create_default_context(cafile=root_cas)  # as Go's agents take it)
+        ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
     if cert:
         ctx.load_cert_chain(cert, key)
     return ctx

@@ -32,9 +32,11 @@ from edgeway.dashboard import (
     overview,
     resources,
     sessions,
+    site,
     statics,
     traffic,
 )
+from edgeway.dashboard.agentfile import AgentDial
 from edgeway.dashboard.limiter import Limiter
 from edgeway.dashboard.web import (
     HEADERS,
@@ -57,17 +59,19 @@ _HEADERS = [(k.encode(), v.encode()) for k, v in HEADERS.items()]
 
 
 class Dashboard:
-    def __init__(self, platform: Platform, api: ASGIApp, config: DashboardConfig) -> None:
+    def __init__(self, platform: Platform, api: ASGIApp, config: DashboardConfig,
+                 agent: AgentDial) -> None:
         cache = AuthCache()
         platform.watchers.append(cache.changed)
         self.shared = Shared(platform, api, config,
                              SessionStore(platform.db, config.session_ttl), cache,
                              Limiter(config.signin_per_minute),
-                             platform.settings.public_url.startswith("https://"))
+                             platform.settings.public_url.startswith("https://"), agent)
         self.router = PathRouter()
         for path, method, handler, public in [*statics.routes(), *sessions.routes(),
                                               *overview.routes(), *dnschecks.routes(),
-                                              *traffic.routes(), *resources.routes(),
+                                              *site.routes(), *traffic.routes(),
+                                              *resources.routes(),
                                               *detail.routes()]:
             self.router.add(path, [method], (handler, public))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from edgeway.config import DashboardConfig
+from edgeway.dashboard.agentfile import AgentDial
 from edgeway.platform import Platform
 
 PREFIX = "/dashboard"
@@ -36,8 +37,10 @@ def _wants_html(scope: Scope) -> bool:
     return False
 
 
-def mount(api: ASGIApp, platform: Platform, config: DashboardConfig) -> ASGIApp:
-    """``api`` with the dashboard beside it (the dashboard calls ``api`` in-process)."""
+def mount(api: ASGIApp, platform: Platform, config: DashboardConfig,
+          agent: AgentDial) -> ASGIApp:
+    """``api`` with the dashboard beside it (the dashboard calls ``api`` in-process);
+    ``agent``: how agents reach this platform, for the agent config files it hands out."""
     from edgeway.dashboard.app import Dashboard
 
-    return Front(api, Dashboard(platform, api, config))
+    return Front(api, Dashboard(platform, api, config, agent))

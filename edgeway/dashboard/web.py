@@ -22,6 +22,7 @@ from edgeway.api.inprocess import Answer
 from edgeway.api.platform import AuthCache, Caller
 from edgeway.catalog.model import Kind
 from edgeway.config import DashboardConfig
+from edgeway.dashboard.agentfile import AgentDial
 from edgeway.dashboard.limiter import Limiter
 from edgeway.errors import Forbidden
 from edgeway.platform import Platform
@@ -74,6 +75,7 @@ class Shared:
     auth: AuthCache  # (API keys checked recently, as the API keeps them)
     limiter: Limiter
     secure: bool  # cookies only over HTTPS (the public URL is https)
+    agent: AgentDial  # how agents reach this platform (the agent config file)
 
     def mac(self, purpose: str, secret: str) -> str:
         return self.platform.sealer.mac(f"dashboard {purpose}\0{secret}".encode()).hex()

@@ -2,10 +2,13 @@
 Debian's Chromium, wide and light, then (the pages of each layout) phone-sized and dark: no
 violation of the WCAG 2.x A and AA rules (and axe's best practices) that axe tests. The pages
 are filled first (a table of each kind, a detail page with its edit form, a failing DNS check,
-a form refused with the API's message) so that what is checked is what people see."""
+a form refused with the API's message, the site-to-site page empty and filled) so that what
+is checked is what people see. The main pages' screenshots, each size and scheme, are left in
+``artifacts/screenshots`` for people to look at."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ AXE = Path(__file__).parents[1] / "vendor" / "peers" / "node_modules" / "axe-cor
 if not AXE.is_file():
     pytest.skip("axe-core is not installed (scripts/test installs it with npm)",
                 allow_module_level=True)
+SHOTS = Path(__file__).parents[2] / "artifacts" / "screenshots"
 RULES = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practice"]
 
 
@@ -56,9 +60,23 @@ def _filled(srv: Server) -> dict[str, str]:
             "backend": {"backend_id": answer["id"]}}).status_code == 201
         dest = api.post("/event_destinations", json={
             "target": {"monitoring": {"api_key": "k", "tags": "axe"}}}).json()["id"]
+        ingress = api.post("/agent_ingresses", json={"domain": "connect.axe.example"}).json()
+        bot = api.post("/bot_users", json={"name": "axe agents"}).json()["id"]
     with EdgeClient(srv) as web:  # (a request for the traffic page to show)
         assert web.get("https://axe.example.com/seen").text == "hi"
-    return {"policy": policy, "domain": domain, "edge": edge["id"], "dest": dest}
+    site = f"/site?ingress={ingress['id']}&domain={domain}&bot={bot}&check=ingress"
+    return {"policy": policy, "domain": domain, "edge": edge["id"], "dest": dest, "site": site}
+
+
+def shot(page: Any, path: str, width: int, dark: bool) -> None:
+    """A screenshot of the page as shown, in ``artifacts/screenshots`` (not committed)."""
+    bare = re.sub(r"/[a-z]+_[0-9A-Za-z]{20,}", "/one", path.split("?")[0])  # (no ids)
+    name = re.sub(r"[^a-z0-9]+", "-", bare.lower()).strip("-") or "overview"
+    if "?" in path:
+        name += "-filled"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}-{width}{'-dark' if dark else ''}.png"),
+                    full_page=True)
 
 
 @pytest.mark.parametrize(("width", "dark"), [(1280, False), (390, True)])
@@ -74,17 +92,21 @@ def test_every_page_passes_axe(chrome: Any, own_server: Server, width: int,
         expect(page.locator("#signin")).to_be_visible()
         found = {"signin": violations(page)}
         sign_in(page, own_server)
-        paths = ["/", "/sessions", "/dns_checks", "/traffic", f"/ip_policies/{made['policy']}",
+        paths = ["/", "/site", made["site"], "/sessions", "/dns_checks", "/traffic",
+                 f"/ip_policies/{made['policy']}",
                  f"/reserved_domains/{made['domain']}?check=dns",
                  f"/edges/https/{made['edge']}", f"/event_destinations/{made['dest']}"]
         if not dark:  # (every list page once; the phone-sized dark run, one of them)
             paths += [f"/{e.slug}" for _, entries in GROUPS for e in entries]
         else:
             paths += ["/ip_policies", "/credentials"]
+        main = set(paths[:10])  # (the main pages: screenshots of them too)
         for path in paths:
             page.goto(own_server.base_url + "/dashboard" + path)
             expect(page.locator("h1")).to_be_visible()
             found[path] = violations(page)
+            if path in main:
+                shot(page, path, width, dark)
         # a form refused by the API, its message next to the input
         page.goto(own_server.base_url + "/dashboard/ip_policy_rules")
         page.click("#create summary")

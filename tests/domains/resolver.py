@@ -31,6 +31,9 @@ class Resolver:
         self.cnames: dict[str, str] = {}  # the user's zone: name -> CNAME target
         self.no_txt: set[str] = set()  # names whose TXT records are not seen (yet)
         self.servfail: set[str] = set()  # names every question about fails (SERVFAIL)
+        # zones the user has not delegated yet (no NS records at their provider): nothing in
+        # them resolves
+        self.undelegated: set[str] = set()
 
     def cname(self, name: str) -> str | None:
         """The user's CNAME for ``name``, or a wildcard's one label up."""
@@ -48,6 +51,9 @@ class Resolver:
         name = question.name.to_text(omit_final_dot=True).lower()
         if name in self.servfail:
             response.set_rcode(dns.rcode.SERVFAIL)
+            return response
+        if any(name == z or name.endswith("." + z) for z in self.undelegated):
+            response.set_rcode(dns.rcode.NXDOMAIN)
             return response
         if name in self.no_txt and question.rdtype == dns.rdatatype.TXT:
             return response  # (no answer: as before a record has propagated)
