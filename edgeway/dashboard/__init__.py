@@ -11,6 +11,7 @@ API key's caller (``edgeway.api.inprocess``), never the store.
     overview   live agent sessions and their tunnels, counts; stop and restart
     resources  every listed kind: list, filter, page, create, delete
     detail     one resource: its members, the edit form, the DNS check
+    modules    an edge's or a route's modules, each as a form of its own
     site       the site-to-site flow as one guided page (agentfile: the config it hands out)
     nav        which kinds the navigation lists, in groups
 """

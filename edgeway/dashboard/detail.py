@@ -3,6 +3,9 @@ update may change, as the kind's PATCH takes them: only those changed are sent),
 reserved domains and agent ingresses, the DNS check of the records to create (``Check
 status``: each record ok, missing or wrong, with what was expected and what was found).
 
+An edge or a route shows each of its modules as a form of its own (``modules``: Save is the
+module's ``PUT``, Remove its ``DELETE``).
+
 A kind with children (an HTTPS edge's routes, ``Kind.children``) lists them on its page
 with their create form; a child has a page of its own under its parent's
 (``/dashboard/edges_https/<edge>/routes/<route>``), with the same edit form and delete.
@@ -17,7 +20,7 @@ from starlette.responses import Response
 
 from edgeway import catalog, ids
 from edgeway.catalog.model import Child, Kind
-from edgeway.dashboard import delivery, forms
+from edgeway.dashboard import delivery, forms, modules
 from edgeway.dashboard.nav import BY_SLUG
 from edgeway.dashboard.resources import cell, columns, entry_of
 from edgeway.dashboard.web import PREFIX, Ctx, Handler, Refusal, api_refusal, redirect
@@ -64,8 +67,10 @@ async def _page(ctx: Ctx, t: Target, status: int = 200, **extra: Any) -> Respons
     if not answer.ok:
         raise api_refusal(answer)
     item = answer.body
-    widgets = forms.update_widgets(t.kind) \
-        if "update" in t.kind.ops and ctx.can("PATCH", t.api) else []
+    widgets = _edit_widgets(t.kind) if "update" in t.kind.ops and ctx.can("PATCH", t.api) \
+        else []
+    module_forms = modules.of(t.kind, item, extra.pop("failed", None)) \
+        if ctx.can("PUT", f"{t.api}/module") else []
     check = None
     if t.kind.collection in CHECKED and ctx.request.query_params.get("check") == "dns":
         found = await ctx.call("GET", f"{t.api}/dns_check")
@@ -78,17 +83,28 @@ async def _page(ctx: Ctx, t: Target, status: int = 200, **extra: Any) -> Respons
                          "columns": columns(kind), "cell": cell,
                          "widgets": forms.create_widgets(kind) if offered else []})
     params = ctx.request.query_params
-    notice = extra.pop("notice", "") or ("Saved." if "updated" in params else
+    module = params.get("module", "")
+    done = "saved" if "saved" in params else "removed" if "removed" in params else ""
+    notice = extra.pop("notice", "") or (
+        f"{done.capitalize()} the {module} module." if done and module in modules.names(t.kind)
+        else "Saved." if "updated" in params else
                                          f"Deleted {params['deleted']}."
                                          if ids.split_id(params.get("deleted", "")) else "")
     sent = await delivery.section(ctx, t.api) \
         if t.kind.collection == delivery.COLLECTION else None
     return ctx.page("show.html", status, t=t, item=item, widgets=widgets, notice=notice,
-                    delivery=sent,
+                    delivery=sent, modules=module_forms,
                     checkable=t.kind.collection in CHECKED, check=check, children=children,
                     can_delete="delete" in t.kind.ops and ctx.can("DELETE", t.api),
                     **{"values": _values(t.kind, widgets, item), "errors": {},
                        "form_error": "", "child_errors": {}, **extra})
+
+
+def _edit_widgets(kind: Kind) -> list[forms.Widget]:
+    """The edit form's inputs: the members an update may change, modules left to their own
+    forms."""
+    own = set(modules.names(kind))
+    return [w for w in forms.update_widgets(kind) if w.name not in own]
 
 
 async def show(ctx: Ctx) -> Response:
@@ -108,7 +124,7 @@ async def update(ctx: Ctx) -> Response:
     answer = await ctx.call("GET", t.api)
     if not answer.ok:
         raise api_refusal(answer)
-    widgets = forms.update_widgets(t.kind)
+    widgets = _edit_widgets(t.kind)
     body, errors = forms.changes(ctx.form, widgets, _values(t.kind, widgets, answer.body))
     if errors:
         return await _page(ctx, t, 400, values=ctx.form, errors=errors)
@@ -145,6 +161,47 @@ async def create_child(ctx: Ctx) -> Response:
         "form_error": placed.get("form_error", "")})
 
 
+def _module(ctx: Ctx, t: Target) -> str:
+    name = ctx.params["module"]
+    if name not in modules.names(t.kind):
+        raise Refusal(404, "Not found", f"{t.kind.title} has no module '{name}'.")
+    return name
+
+
+async def save_module(ctx: Ctx) -> Response:
+    """The module's ``PUT``, with its form as the whole module."""
+    t = target(ctx)
+    name = _module(ctx, t)
+    ws = modules.widgets(t.kind, name)
+    body, errors = modules.body(ctx.form, ws)
+    status, form_error = 400, ""
+    if not errors:
+        answer = await ctx.call("PUT", f"{t.api}/{name}", body=body)
+        if answer.ok:
+            return redirect(f"{t.page}?module={name}&saved=1")
+        if answer.status in (403, 404):
+            raise api_refusal(answer)
+        msg, code, member = answer.error()
+        text = f"{msg} ({code})" if code else msg
+        field = modules.placed(member, name)
+        status = answer.status
+        if field in {w.name for w in ws}:
+            errors = {field: text}
+        else:
+            form_error = text
+    return await _page(ctx, t, status, failed={"name": name, "values": ctx.form,
+                                               "errors": errors, "form_error": form_error})
+
+
+async def remove_module(ctx: Ctx) -> Response:
+    t = target(ctx)
+    name = _module(ctx, t)
+    answer = await ctx.call("DELETE", f"{t.api}/{name}")
+    if not answer.ok:
+        raise api_refusal(answer)
+    return redirect(f"{t.page}?module={name}&removed=1")
+
+
 async def test_event(ctx: Ctx) -> Response:
     t = target(ctx, delivery.COLLECTION)
     return await _page(ctx, t, notice=await delivery.test_event(ctx, t.api))
@@ -163,4 +220,7 @@ def routes() -> list[tuple[str, str, Handler, bool]]:
             (one, "GET", show, False), (one, "POST", update, False),
             ("/{slug}/{id}/{child}", "POST", create_child, False),
             (child, "GET", show, False), (child, "POST", update, False),
-            (child + "/delete", "POST", delete, False)]
+            (child + "/delete", "POST", delete, False),
+            *[(f"{page}/modules/{{module}}{end}", "POST", handler, False)
+              for page in (one, child)
+              for end, handler in (("", save_module), ("/delete", remove_module))]]

@@ -3,7 +3,8 @@
 Each member a create accepts gets an input by its declared type: a line of text, a text
 area for certificates and documents, a choice for booleans and enumerations (with "default"
 first: a member left out takes the API's default), a number, one item per line for a list
-of strings, and JSON for anything nested. An empty input is left out of the body. Values
+of strings, one ``name: value`` per line for a mapping of strings (headers), and JSON for
+anything nested. An empty input is left out of the body. Values
 are converted only as far as their input promises; a number that is not one goes to the
 API as written, so that the API's own message names what is wrong. Only JSON that does not
 parse is refused here, next to its input.
@@ -15,6 +16,8 @@ import json
 import types
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import msgspec
 
 from edgeway.catalog.model import Field, Kind
 
@@ -29,7 +32,7 @@ def long_text(name: str) -> bool:
 @dataclass(frozen=True)
 class Widget:
     name: str
-    kind: str  # text, area, choice, number, lines, json
+    kind: str  # text, area, choice, number, lines, pairs (name: value lines), json
     doc: str
     required: bool
     choices: tuple[str, ...] = ()
@@ -40,29 +43,35 @@ class Widget:
 
 
 def _bare(typ: Any) -> Any:
-    """``typ`` without ``| None`` and its constraints (``Annotated``)."""
+    """``typ`` without ``| None`` (or msgspec's unset) and its constraints (``Annotated``)."""
     if get_origin(typ) is Annotated:
         return _bare(get_args(typ)[0])
     if get_origin(typ) in (Union, types.UnionType):
-        rest = [a for a in get_args(typ) if a is not type(None)]
-        return rest[0] if len(rest) == 1 else typ
+        rest = [a for a in get_args(typ) if a not in (type(None), msgspec.UnsetType)]
+        return _bare(rest[0]) if len(rest) == 1 else typ
     return typ
 
 
 def widget(f: Field) -> Widget:
-    typ = _bare(f.type)
-    required = f.create == "required"
+    return widget_for(f.name, f.type, f.doc, f.create == "required")
+
+
+def widget_for(name: str, typ: Any, doc: str, required: bool) -> Widget:
+    """The input of a member ``name`` of type ``typ``."""
+    typ = _bare(typ)
     if typ is bool:
-        return Widget(f.name, "choice", f.doc, required, ("true", "false"))
+        return Widget(name, "choice", doc, required, ("true", "false"))
     if get_origin(typ) is Literal:
-        return Widget(f.name, "choice", f.doc, required, tuple(str(a) for a in get_args(typ)))
+        return Widget(name, "choice", doc, required, tuple(str(a) for a in get_args(typ)))
     if typ in (int, float):
-        return Widget(f.name, "number", f.doc, required)
+        return Widget(name, "number", doc, required)
     if typ is str:
-        return Widget(f.name, "area" if long_text(f.name) else "text", f.doc, required)
+        return Widget(name, "area" if long_text(name) else "text", doc, required)
     if get_origin(typ) is list and get_args(typ) == (str,):
-        return Widget(f.name, "lines", f.doc, required)
-    return Widget(f.name, "json", f.doc, required)
+        return Widget(name, "lines", doc, required)
+    if get_origin(typ) is dict and get_args(typ) == (str, str):
+        return Widget(name, "pairs", doc, required)
+    return Widget(name, "json", doc, required)
 
 
 def create_widgets(kind: Kind) -> list[Widget]:
@@ -97,6 +106,8 @@ def text_of(w: Widget, value: Any) -> str:
         return ("true" if value else "false") if isinstance(value, bool) else str(value)
     if w.kind == "lines":
         return "\n".join(str(v) for v in value)
+    if w.kind == "pairs" and isinstance(value, dict):
+        return "\n".join(f"{k}: {v}" for k, v in value.items())
     if w.kind == "json":
         return json.dumps(value, indent=2)
     return str(value)
@@ -110,8 +121,8 @@ def changes(form: dict[str, str], widgets: list[Widget], current: dict[str, str]
                current.get(w.name, "").strip()]
     body, errors = body_of(form, changed)
     for w in changed:
-        if not form.get(w.name, "").strip() and w.kind in ("text", "area", "lines"):
-            body[w.name] = [] if w.kind == "lines" else ""
+        if not form.get(w.name, "").strip() and w.kind in ("text", "area", "lines", "pairs"):
+            body[w.name] = {"lines": [], "pairs": {}}.get(w.kind, "")
     return body, errors
 
 
@@ -138,6 +149,10 @@ def body_of(form: dict[str, str], widgets: list[Widget]) -> tuple[dict[str, Any]
             body[w.name] = _number(text.strip())
         elif w.kind == "lines":
             body[w.name] = [line.strip() for line in text.splitlines() if line.strip()]
+        elif w.kind == "pairs":
+            body[w.name], bad = _pairs(text)
+            if bad:
+                errors[w.name] = f"line '{bad}' is not 'name: value'"
         elif w.kind == "json":
             try:
                 body[w.name] = json.loads(text)
@@ -146,6 +161,19 @@ def body_of(form: dict[str, str], widgets: list[Widget]) -> tuple[dict[str, Any]
         else:
             body[w.name] = text
     return body, errors
+
+
+def _pairs(text: str) -> tuple[dict[str, str], str]:
+    """``name: value`` lines as a mapping, and the first line that is not one ("")."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name, colon, value = line.partition(":")
+        if not colon or not name.strip():
+            return out, line.strip()
+        out[name.strip()] = value.strip()
+    return out, ""
 
 
 def input_of(member: str) -> str:

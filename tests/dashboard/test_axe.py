@@ -55,9 +55,12 @@ def _filled(srv: Server) -> dict[str, str]:
         edge = api.post("/edges/https", json={"hostports": ["axe.example.com:443"]}).json()
         answer = api.post("/backends/http_response", json={"body": "hi", "status_code": 200,
                                                            "headers": {}}).json()
-        assert api.post(f"/edges/https/{edge['id']}/routes", json={
+        route = api.post(f"/edges/https/{edge['id']}/routes", json={
             "match_type": "path_prefix", "match": "/",
-            "backend": {"backend_id": answer["id"]}}).status_code == 201
+            "backend": {"backend_id": answer["id"]}})
+        assert route.status_code == 201
+        assert api.put(f"/edges/https/{edge['id']}/routes/{route.json()['id']}"
+                       "/request_headers", json={"add": {"X-A": "b"}}).status_code == 200
         dest = api.post("/event_destinations", json={
             "target": {"monitoring": {"api_key": "k", "tags": "axe"}}}).json()["id"]
         ingress = api.post("/agent_ingresses", json={"domain": "connect.axe.example"}).json()
@@ -65,7 +68,8 @@ def _filled(srv: Server) -> dict[str, str]:
     with EdgeClient(srv) as web:  # (a request for the traffic page to show)
         assert web.get("https://axe.example.com/seen").text == "hi"
     site = f"/site?ingress={ingress['id']}&domain={domain}&bot={bot}&check=ingress"
-    return {"policy": policy, "domain": domain, "edge": edge["id"], "dest": dest, "site": site}
+    return {"policy": policy, "domain": domain, "edge": edge["id"], "dest": dest, "site": site,
+            "route": f"/edges_https/{edge['id']}/routes/{route.json()['id']}"}
 
 
 def shot(page: Any, path: str, width: int, dark: bool) -> None:
@@ -95,15 +99,22 @@ def test_every_page_passes_axe(chrome: Any, own_server: Server, width: int,
         paths = ["/", "/site", made["site"], "/sessions", "/dns_checks", "/traffic",
                  f"/ip_policies/{made['policy']}",
                  f"/reserved_domains/{made['domain']}?check=dns",
-                 f"/edges/https/{made['edge']}", f"/event_destinations/{made['dest']}"]
+                 f"/edges_https/{made['edge']}", made["route"],
+                 f"/event_destinations/{made['dest']}"]
         if not dark:  # (every list page once; the phone-sized dark run, one of them)
             paths += [f"/{e.slug}" for _, entries in GROUPS for e in entries]
         else:
             paths += ["/ip_policies", "/credentials"]
-        main = set(paths[:10])  # (the main pages: screenshots of them too)
+        page.goto(own_server.base_url + "/dashboard" + made["route"])  # (a module's form open)
+        page.click("#module-request_headers summary")
+        expect(page.locator("#m-request_headers-in-add")).to_be_visible()
+        found["module form"] = violations(page)
+        shot(page, "/route-module-form", width, dark)
+        main = set(paths[:11])  # (the main pages: screenshots of them too)
         for path in paths:
             page.goto(own_server.base_url + "/dashboard" + path)
             expect(page.locator("h1")).to_be_visible()
+            assert page.locator("h1").inner_text() != "Not found", path
             found[path] = violations(page)
             if path in main:
                 shot(page, path, width, dark)
