@@ -4,7 +4,8 @@ reserved domains and agent ingresses, the DNS check of the records to create (``
 status``: each record ok, missing or wrong, with what was expected and what was found).
 
 An edge or a route shows each of its modules as a form of its own (``modules``: Save is the
-module's ``PUT``, Remove its ``DELETE``).
+module's ``PUT``, Remove its ``DELETE``), and what serves it (``behind``: its backend down to
+the live tunnels).
 
 A kind with children (an HTTPS edge's routes, ``Kind.children``) lists them on its page
 with their create form; a child has a page of its own under its parent's
@@ -20,7 +21,7 @@ from starlette.responses import Response
 
 from edgeway import catalog, ids
 from edgeway.catalog.model import Child, Kind
-from edgeway.dashboard import delivery, forms, modules
+from edgeway.dashboard import behind, delivery, forms, modules
 from edgeway.dashboard.nav import BY_SLUG
 from edgeway.dashboard.resources import cell, columns, entry_of
 from edgeway.dashboard.web import PREFIX, Ctx, Handler, Refusal, api_refusal, redirect
@@ -92,8 +93,9 @@ async def _page(ctx: Ctx, t: Target, status: int = 200, **extra: Any) -> Respons
                                          if ids.split_id(params.get("deleted", "")) else "")
     sent = await delivery.section(ctx, t.api) \
         if t.kind.collection == delivery.COLLECTION else None
+    served_by = await behind.of(ctx, item) if modules.names(t.kind) else None
     return ctx.page("show.html", status, t=t, item=item, widgets=widgets, notice=notice,
-                    delivery=sent, modules=module_forms,
+                    delivery=sent, modules=module_forms, behind=served_by,
                     checkable=t.kind.collection in CHECKED, check=check, children=children,
                     can_delete="delete" in t.kind.ops and ctx.can("DELETE", t.api),
                     **{"values": _values(t.kind, widgets, item), "errors": {},

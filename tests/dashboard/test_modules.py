@@ -3,7 +3,8 @@ HTTPS edge, a TCP edge and a TLS edge set through the API, then its form sent ba
 browser would send it untouched: the module the API shows is the same (ids for the Refs it
 shows, a masked secret kept); a change saved; the API's message next to the input it names
 (the traffic policy's under its editor); a line that is not ``name: value`` refused before
-the API; Remove; a read-only key offered no module form and its forged one refused."""
+the API; Remove; a read-only key offered no module form and its forged one refused; and what
+serves a route, through failover and weighted backends, down to its live tunnels."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.api.samples_edges import reserved, tcp_port, tunnel_group
 from tests.api.test_modules import IDP_METADATA
 from tests.certs import make_cert
 from tests.dashboard.visitor import post, signed_in
+from tests.edge.agents import agent
 from tests.server import Server
 
 POLICY = ("on_http_request:\n  - name: block curl\n    expressions:\n"
@@ -219,3 +221,32 @@ def test_a_read_only_key_gets_no_module_form(server: Server) -> None:
     with server.client() as api:
         assert api.get(f"{url}/compression").status_code == 200
         assert api.delete(f"/api_keys/{ro['id']}").status_code == 204
+
+
+def test_a_routes_page_shows_what_serves_it_down_to_the_live_tunnels(server: Server) -> None:
+    label = uniq("site-")
+    with server.client() as api:
+        url, page_path = _made(api, "route")
+        group = created(api, "/backends/tunnel_group", {"labels": {"site": label}})["id"]
+        empty = created(api, "/backends/tunnel_group", {"labels": {"site": label + "x"}})["id"]
+        static = created(api, "/backends/static", {"address": "10.0.0.9:8080"})["id"]
+        weighted = created(api, "/backends/weighted", {"backends": {empty: 1, static: 2}})["id"]
+        failover = created(api, "/backends/failover", {"backends": [group, weighted]})["id"]
+        assert api.put(f"{url}/backend", json={"backend_id": failover}).status_code == 200
+        token = api.post("/credentials", json={}).json()["token"]
+    a = agent(server, token, {"kind": "labeled", "labels": {"site": label},
+                              "forward": "http://127.0.0.1:9"})
+    try:
+        with signed_in(server) as browser:
+            page = browser.get(page_path).text
+        served = page.split('id="behind"', 1)[1].split("</section>", 1)[0]
+        for backend in (failover, group, weighted, empty, static):
+            assert f"/{backend}" in served, backend
+        assert "tried in order" in served and "weight 2; 10.0.0.9:8080" in served
+        assert served.count('class="url"') == 1 and "No live tunnel has these labels" in served
+        tunnel = re.search(r'href="/dashboard/tunnels/(tn_[^"]+)"', served)
+        assert tunnel, served
+        with server.client() as api:
+            assert api.get(f"/tunnels/{tunnel.group(1)}").json()["labels"] == {"site": label}
+    finally:
+        a.stop()
