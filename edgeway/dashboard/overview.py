@@ -2,7 +2,8 @@
 through the API's ``/tunnel_sessions/{id}/stop|restart``), refreshed in place every ``POLL``
 seconds when scripts run (htmx), what needs attention (``attention``), and how many of each
 listed kind there are (counted to ``COUNT_TO``: beyond, "100+", as one page of the API
-tells)."""
+tells), loaded in place once the page has shown (``/dashboard/counts``: a page of the API per
+kind; without scripts, a link to it)."""
 
 from __future__ import annotations
 
@@ -36,19 +37,23 @@ async def overview(ctx: Ctx) -> Response:
         owner = (t.get("tunnel_session") or {}).get("id", "")
         by_session.setdefault(owner, []).append(t)
     live = [{**s, "tunnels": by_session.get(s["id"], [])} for s in sessions]
-    counts = []
     needs = None
     if not polling(ctx):  # (a refresh of the live part takes only that part)
-        for group, entries in GROUPS:
-            found = [await _count(ctx, e) for e in entries if e.kind.collection not in RUNTIME]
-            if found:
-                counts.append((group, found))
         needs = await attention.gather(ctx)
     done = ctx.request.query_params.get("done", "")
-    return ctx.page("overview.html", live=live, more=more, counts=counts, poll=POLL,
-                    needs=needs,
+    return ctx.page("overview.html", live=live, more=more, poll=POLL, needs=needs,
                     actions=ACTIONS if ctx.can("POST", "/tunnel_sessions/x/stop") else {},
                     notice=f"Sent {done} to the agent." if done in ACTIONS else "")
+
+
+async def counts(ctx: Ctx) -> Response:
+    """``/dashboard/counts``: how many of each kind (the overview loads it in place)."""
+    out = []
+    for group, entries in GROUPS:
+        found = [await _count(ctx, e) for e in entries if e.kind.collection not in RUNTIME]
+        if found:
+            out.append((group, found))
+    return ctx.page("counts.html", counts=out)
 
 
 async def command(ctx: Ctx) -> Response:
@@ -62,5 +67,5 @@ async def command(ctx: Ctx) -> Response:
 
 
 def routes() -> list[tuple[str, str, Handler, bool]]:
-    return [("/", "GET", overview, False),
+    return [("/", "GET", overview, False), ("/counts", "GET", counts, False),
             ("/tunnel_sessions/{id}/{action}", "POST", command, False)]

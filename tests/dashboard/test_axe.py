@@ -96,7 +96,7 @@ def test_every_page_passes_axe(chrome: Any, own_server: Server, width: int,
         expect(page.locator("#signin")).to_be_visible()
         found = {"signin": violations(page)}
         sign_in(page, own_server)
-        paths = ["/", "/site", made["site"], "/sessions", "/dns_checks", "/traffic",
+        paths = ["/", "/site", made["site"], "/counts", "/sessions", "/dns_checks", "/traffic",
                  f"/ip_policies/{made['policy']}",
                  f"/reserved_domains/{made['domain']}?check=dns",
                  f"/edges_https/{made['edge']}", made["route"],
@@ -110,7 +110,7 @@ def test_every_page_passes_axe(chrome: Any, own_server: Server, width: int,
         expect(page.locator("#m-request_headers-in-add")).to_be_visible()
         found["module form"] = violations(page)
         shot(page, "/route-module-form", width, dark)
-        main = set(paths[:11])  # (the main pages: screenshots of them too)
+        main = set(paths[:12])  # (the main pages: screenshots of them too)
         for path in paths:
             page.goto(own_server.base_url + "/dashboard" + path)
             expect(page.locator("h1")).to_be_visible()

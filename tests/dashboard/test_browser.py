@@ -211,3 +211,13 @@ def test_sign_in_with_a_name_and_password(chrome: Any, srv: Server) -> None:
         page.click("#signin-password")
         expect(page.locator("h1")).to_have_text("Overview")
         expect(page.locator("#role")).to_have_text("read_only")
+
+
+def test_the_overview_loads_its_counts_and_dns_checks_in_place(chrome: Any, srv: Server) -> None:
+    with page_of(chrome, srv) as page:
+        sign_in(page, srv)
+        expect(page.locator("#counts .n").first).to_be_visible()
+        expect(page.locator("#counts-link")).to_have_count(0)
+        expect(page.locator("section#dns-failing")).to_be_visible()
+        key = page.locator("#counts li", has_text="API keys").locator(".n")
+        assert int(key.inner_text().rstrip("+")) >= 1

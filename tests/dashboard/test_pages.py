@@ -217,3 +217,20 @@ def test_an_https_edge_page_lists_creates_and_edits_its_routes(server: Server) -
     with server.client() as api:
         assert api.get(f"/edges/https/{edge}").json()["routes"] == []
         assert api.delete(f"/edges/https/{edge}").status_code == 204
+
+
+def test_the_counts_are_the_apis_and_the_overview_loads_them_in_place(server: Server) -> None:
+    with server.client() as api:
+        while len(api.get("/ip_policies", params={"limit": "100"}).json()["ip_policies"]) < 100:
+            api.post("/ip_policies", json={"description": "counted"})
+        api.post("/ip_policies", json={"description": "one more"})
+        vaults = len(api.get("/vaults", params={"limit": "100"}).json()["vaults"])
+    with signed_in(server) as browser:
+        overview = browser.get("/dashboard/")
+        assert 'hx-get="/dashboard/counts"' in overview.text
+        assert 'href="/dashboard/counts" id="counts-link"' in overview.text  # (without scripts)
+        page = browser.get("/dashboard/counts").text
+        shown = dict(re.findall(r'<a href="/dashboard/([a-z_]+)">[^<]+</a> '
+                                r'<span class="n">([^<]+)</span>', page))
+        assert shown["ip_policies"] == "100+" and shown["vaults"] == str(vaults), shown
+        assert "tunnels" not in shown  # (the live kinds are the overview's own)
