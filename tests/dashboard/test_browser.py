@@ -180,7 +180,8 @@ def test_usable_on_a_narrow_dark_screen(chrome: Any, srv: Server) -> None:
         sign_in(page, srv)
         background = page.evaluate("getComputedStyle(document.body).backgroundColor")
         assert sum(map(int, re.findall(r"\d+", background)[:3])) < 150, background
-        for where in ("", "api_keys", "ip_policy_rules", "sessions", "tunnel_sessions"):
+        for where in ("", "api_keys", "ip_policy_rules", "sessions", "tunnel_sessions", "site",
+                      "counts"):
             page.goto(f"{srv.base_url}/dashboard/{where}")
             wide = page.evaluate("document.documentElement.scrollWidth")
             assert wide <= 390, (where, wide)
