@@ -12,7 +12,14 @@ from starlette.responses import Response
 
 from edgeway import catalog, ids
 from edgeway.api import guards, hostports, present, validate
-from edgeway.api.http import body_bytes, create_body, decode, json_response, no_content
+from edgeway.api.http import (
+    body_bytes,
+    create_body,
+    decode,
+    json_response,
+    no_content,
+    without_echoes,
+)
 from edgeway.api.platform import Caller
 from edgeway.api.render import render
 from edgeway.catalog.model import Context, Kind
@@ -82,7 +89,8 @@ async def load(repo: Repo, request: Request, kind: Kind) -> tuple[str, dict[str,
 
 
 async def create(request: Request, platform: Platform, caller: Caller, kind: Kind) -> Response:
-    body = decode(await create_body(request), shapes(kind).create, _codes(kind))
+    body = decode(without_echoes(await create_body(request), _path_members(request, kind)),
+                  shapes(kind).create, _codes(kind))
     ctx = context(platform, caller)
     given = validate.members(kind, body, ctx, update=False)
     flags = _flags(kind, given)
@@ -174,7 +182,9 @@ async def apply(repo: Repo, kind: Kind, id_: str, old: dict[str, Any],
 
 async def update(request: Request, platform: Platform, caller: Caller, kind: Kind) -> Response:
     validate.id_in_path(kind, request.path_params["id"])
-    body = decode(await body_bytes(request, True), shapes(kind).update, _codes(kind))
+    body = decode(without_echoes(await body_bytes(request, True), {
+        "id": request.path_params["id"], **_path_members(request, kind)}),
+                  shapes(kind).update, _codes(kind))
     ctx = context(platform, caller)
     given = validate.members(kind, body, ctx, update=True)
     flags = _flags(kind, given)

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from edgeway import catalog
-from edgeway.api import validate
+from edgeway.api import dialect, validate
 from edgeway.api.http import body_bytes, decode, json_response
 from edgeway.api.listing import MAX_PAGE
 from edgeway.api.platform import Caller
@@ -104,7 +104,7 @@ def _page(request: Request) -> tuple[str | None, int]:
     if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_PAGE:
         raise ApiError(f"'limit' must be a whole number from 1 to {MAX_PAGE}.", 233)
     unknown = set(request.query_params) - {"before_id", "limit"}
-    if unknown:
+    if unknown and dialect.current().native:  # (the vendor's dialect ignores them)
         raise ApiError(f"Unknown query parameter '{sorted(unknown)[0]}'; supported: "
                        "before_id, limit.", 231)
     return before, int(text)

@@ -174,6 +174,25 @@ def _from_dialect(body: bytes) -> bytes:
         raise err from None
 
 
+def without_echoes(body: bytes, path: dict[str, str]) -> bytes:
+    """``body`` without the members that repeat the path's (``id`` in an update, ``edge_id``
+    in a route's create: the vendor's reference and its clients send them); one that differs
+    from the path's is refused."""
+    if not any(f'"{name}"'.encode() in body for name in path):
+        return body
+    try:
+        obj = msgspec.json.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return body  # (``decode`` says what is wrong with it)
+    if not isinstance(obj, dict) or not any(name in obj for name in path):
+        return body
+    for name, value in path.items():
+        if name in obj and obj.pop(name) != value:
+            raise Invalid(name, f"must be the {name} of the request's path ('{value}'), or "
+                          "left out", 215)
+    return msgspec.json.encode(obj)
+
+
 def decode(body: bytes, shape: type[msgspec.Struct], codes: dict[str, int]) -> dict[str, Any]:
     """Strictly decode ``body`` into ``shape``; the result keeps only members that were sent."""
     body = _from_dialect(body)

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from edgeway.api import present, validate
+from edgeway.api import dialect, present, validate
 from edgeway.api.filters import Filter
 from edgeway.api.http import body_bytes, json_response
 from edgeway.api.platform import Caller
@@ -52,6 +52,8 @@ def query(request: Request, kind: Kind) -> Query:
     params: list[tuple[str, str]] = []
     for key, value in parse_qsl(request.url.query, keep_blank_values=True):
         if key not in supported:
+            if not dialect.current().native:  # (ignored, as the vendor's API ignores them)
+                continue
             raise ApiError(f"Unknown query parameter '{key}'; supported: "
                            f"{', '.join(supported)}.", 231)
         if key in selectors:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import uuid
 from typing import Any
 
 import httpx
@@ -262,3 +263,45 @@ def test_no_cors_unless_configured() -> None:
     cfg = server_config(parser().parse_args(
         ["serve", "--api-cors-origins", "HTTPS://Console.Example.com:8443/,*"]))
     assert cfg.cors_origins == ("https://console.example.com:8443", "*")
+
+
+def test_the_vendor_dialect_ignores_unknown_query_parameters(server: Server) -> None:
+    headers = {"Ngrok-Version": "2", "Authorization": f"Bearer {server.token}"}
+    with httpx.Client(base_url=server.base_url, headers=headers) as vendor, \
+            server.client() as api:
+        made = api.post("/ip_policies", json={"description": "queried"}).json()["id"]
+        r = vendor.get("/ip_policies", params={"color": "red", "limit": "1"})
+        assert r.status_code == 200 and len(r.json()["ip_policies"]) == 1
+        assert r.json()["ip_policies"][0]["id"] == made  # (limit still applies)
+        r = vendor.get("/ip_policies", params={"limit": "0"})  # (known ones stay checked)
+        assert r.status_code == 400 and r.json()["error_code"] == "ERR_NGROK_233"
+        r = api.get("/ip_policies", params={"color": "red"})  # (Edgeway's dialect: strict)
+        assert r.status_code == 400 and r.json()["error_code"] == "ERR_EDGEWAY_231"
+
+
+@pytest.mark.parametrize("version", ["Edgeway-Version", "Ngrok-Version"])
+def test_ids_the_path_already_gives_are_accepted_in_bodies_when_they_agree(
+        server: Server, version: str) -> None:
+    headers = {version: "2", "Authorization": f"Bearer {server.token}"}
+    with httpx.Client(base_url=server.base_url, headers=headers) as c:
+        policy = c.post("/ip_policies", json={}).json()["id"]
+        r = c.patch(f"/ip_policies/{policy}", json={"id": policy, "description": "same id"})
+        assert r.status_code == 200 and r.json()["description"] == "same id", r.text
+        other = c.post("/ip_policies", json={}).json()["id"]
+        r = c.patch(f"/ip_policies/{policy}", json={"id": other, "description": "moved"})
+        assert r.status_code == 400 and r.json()["details"]["member"] == "id", r.text
+        assert other in r.json()["msg"] or policy in r.json()["msg"]
+        assert c.get(f"/ip_policies/{policy}").json()["description"] == "same id"
+        domain = c.post("/reserved_domains", json={
+            "domain": f"echo-{uuid.uuid4().hex[:8]}.example.com"}).json()["domain"]
+        edge = c.post("/edges/https", json={"hostports": [f"{domain}:443"]}).json()["id"]
+        route = c.post(f"/edges/https/{edge}/routes", json={
+            "edge_id": edge, "match_type": "path_prefix", "match": "/"})
+        assert route.status_code == 201 and route.json()["edge_id"] == edge, route.text
+        r = c.patch(f"/edges/https/{edge}/routes/{route.json()['id']}", json={
+            "id": route.json()["id"], "edge_id": edge, "match": "/v2"})
+        assert r.status_code == 200 and r.json()["match"] == "/v2", r.text
+        r = c.post(f"/edges/https/{edge}/routes", json={
+            "edge_id": "edghts_" + "A" * 27, "match_type": "path_prefix", "match": "/x"})
+        assert r.status_code == 400 and r.json()["details"]["member"] == "edge_id", r.text
+        assert len(c.get(f"/edges/https/{edge}").json()["routes"]) == 1
