@@ -11,6 +11,7 @@ any other credential presenting it is refused.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -29,6 +30,10 @@ from edgeway.tunnel.tcp_binds import TcpBinds
 log = structlog.get_logger()
 TUNNELS = catalog.BY_COLLECTION["tunnels"]
 ENDPOINTS = catalog.BY_COLLECTION["endpoints"]
+
+
+TWINS = {"http": "https", "https": "http"}
+TWINS_KEPT = 1000
 
 
 async def _enforceable(_req: binds.BindRequest) -> str | None:
@@ -56,6 +61,8 @@ class Binder:
         self.clustered = False  # other nodes serve this one's tunnels (``edgeway.nodes``)
         # set with ``clustered``: until the other nodes serve a tunnel just recorded
         self.spread: Callable[[str], Awaitable[None]] = _spread_nowhere
+        # generated names offered to the other scheme's twin bind of a session (``_twin``)
+        self._twins: dict[tuple[str, str, str], str] = {}
 
     def holder(self, session_id: str) -> Holder | None:
         return self.sessions.get(session_id) or self.others.get(session_id)
@@ -83,7 +90,8 @@ class Binder:
                       tunnel_id: str) -> tuple[str, str]:
         """The public host name of an HTTP or TLS bind and the reserved domain it uses."""
         base = self.platform.settings.base_domain
-        host = req.domain or f"{self._stable(session, tunnel_id):016x}"[:12] + f".{base}"
+        host = req.domain or self._twin(session, req, tunnel_id) or \
+            f"{self._stable(session, tunnel_id):016x}"[:12] + f".{base}"
         acl.require(session.acl, host)
         domain_id = await names.reserved_domain(Repo(self.platform.db.reader()), host, base)
         edge = self.edge_host(host)
@@ -91,6 +99,25 @@ class Binder:
             raise BindRefused(f"the domain '{host}' is served by the edge {edge}")
         names.check_free(host, tunnel_id, req, self.registry.by_host.get(host, []), session.id)
         return host, domain_id
+
+    def _twin(self, session: Holder, req: binds.BindRequest, tunnel_id: str) -> str:
+        """The generated name of this bind's twin: the classic ngrok 2 agent (a session with
+        ``twins``) binds ``https`` and ``http`` with the same options and no name, and ngrok
+        gave both one name. A name made for one of them is offered once to the other scheme's
+        bind with the same options in the same session ("" when there is none)."""
+        if req.proto not in TWINS or req.id or not getattr(session, "twins", False):
+            return ""
+        shape = json.dumps(req.opts, sort_keys=True, default=str)
+        offered = self._twins.pop((session.id, req.proto, shape), "")
+        if offered and all(t.session_id == session.id and t.req.proto != req.proto
+                           for t in self.registry.by_host.get(offered, [])):
+            return offered
+        if len(self._twins) >= TWINS_KEPT:  # (never taken: the oldest go)
+            del self._twins[next(iter(self._twins))]
+        base = self.platform.settings.base_domain
+        host = f"{self._stable(session, tunnel_id):016x}"[:12] + f".{base}"
+        self._twins[(session.id, TWINS[req.proto], shape)] = host
+        return host
 
     # -- binding -----------------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ class AgentConnection:
     credential: str = ""
     revoked: bool = False  # ended because its credential was deleted or deactivated
     client_cert: bool = False  # presented a client certificate (checked in the handshake)
+    twins: bool = False  # one generated name for its https and http twin binds (ngrok 2)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     tunnels: dict[str, Tunnel] = field(default_factory=dict)
 

@@ -261,6 +261,8 @@ class TunnelServer:
         if accepted is None:
             return
         version, extra = accepted
+        # the classic ngrok 2 agent binds https and http with no name for one tunnel
+        session.twins = str(extra.get("version") or "").startswith("2.")
         session.id = await self._record(session, extra)
         self.sessions[session.id] = session
         await auth.welcome(stream, version, session.id, self.platform.settings.region)

@@ -1,6 +1,6 @@
 """The classic ngrok agent 2.3 (npm ``@expo/ngrok-bin-linux-x64``) against Edgeway: http with
 ``-subdomain`` and ``-hostname`` (its default binds http and https for the name from one
-session), ``host_header: rewrite``, ``tcp --remote-addr`` twice in a row, after a dropped
+session), without a name (one generated name for both schemes, as ngrok 2 gave), ``host_header: rewrite``, ``tcp --remote-addr`` twice in a row, after a dropped
 session and across a server restart, and ``tls`` passed through."""
 
 from __future__ import annotations
@@ -66,6 +66,29 @@ def test_http_binds_both_schemes_for_subdomain_and_hostname(server: Server,
         finally:
             sub.stop()
             host.stop()
+
+
+def test_http_without_a_name_gets_one_name_for_both_schemes(server: Server,
+                                                            tmp_path: Path) -> None:
+    """As ngrok 2 did: the agent binds https and http with no name, and both get one."""
+    with server.client() as api, upstream.running("svc") as port:
+        cfg = classic_config(tmp_path / "c.yml", server, _token(api))
+        first, second = classic(cfg, "http", str(port)), classic(cfg, "http", str(port))
+        try:
+            urls, others = first.urls(2), second.urls(2)
+            hosts = {u.split("://")[1].split(":")[0] for u in urls}
+            assert [u.split("://")[0] for u in urls] == ["http", "https"] and len(hosts) == 1
+            assert {u.split("://")[1].split(":")[0] for u in others}.isdisjoint(hosts)
+            with EdgeClient(server) as web:
+                for url in urls + others:
+                    r = web.get(url + "/twins")
+                    assert (r.status_code, r.text) == (200, "svc /twins"), url
+            tunnels = api.get("/tunnels").json()["tunnels"]
+            assert sorted(t["public_url"] for t in tunnels
+                          if t["public_url"] in urls) == sorted(urls)
+        finally:
+            first.stop()
+            second.stop()
 
 
 def web_ok(server: Server, url: str) -> bool:
