@@ -1,7 +1,8 @@
 """The classic ngrok agent 2.3 (npm ``@expo/ngrok-bin-linux-x64``) against Edgeway: http with
 ``-subdomain`` and ``-hostname`` (its default binds http and https for the name from one
-session), without a name (one generated name for both schemes, as ngrok 2 gave), ``host_header: rewrite``, ``tcp --remote-addr`` twice in a row, after a dropped
-session and across a server restart, and ``tls`` passed through."""
+session), without a name (one generated name for both schemes, as ngrok 2 gave),
+``host_header: rewrite``, ``tcp --remote-addr`` twice in a row, after a dropped session and
+across a server restart, and ``tls`` passed through."""
 
 from __future__ import annotations
 
