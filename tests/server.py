@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,8 +32,9 @@ HEADERS = {"Edgeway-Version": "2"}
 # no outgoing connection of a busy suite can take one between this check and the server's bind,
 # and above the server's default TCP tunnel range (20000-20999). Parallel workers of one run
 # (pytest-xdist) each get a slice of the range of their own, so they never hand out the same
-# port; each process walks its slice from its own random start, so two suites on one machine
-# rarely meet either.
+# port. Two suites on one machine (a stress run beside a developer's run) share the range
+# through chunk locks: a process hands out a port only from a chunk of 64 it holds an flock
+# on (in /tmp/edgeway-test-ports), and the kernel drops the lock when the process ends.
 def worker_slice(ports: range) -> range:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
@@ -50,6 +53,24 @@ _forks = forkserver.Client()  # (servers start as forks of one that imported the
 atexit.register(_forks.close)
 
 _taken: set[int] = set()  # the ports of blocks handed out: free_port never gives them again
+_CHUNK = 64
+_CHUNKS = Path(tempfile.gettempdir()) / "edgeway-test-ports"
+_held: dict[int, int] = {}  # chunk -> the fd that holds its lock
+
+
+def ours(port: int) -> bool:
+    """Whether this process may hand out ``port``: it holds, or now takes, its chunk's lock."""
+    chunk = port // _CHUNK
+    if chunk not in _held:
+        _CHUNKS.mkdir(exist_ok=True)
+        fd = os.open(_CHUNKS / str(chunk), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False  # (not remembered: the other suite may end and free it)
+        _held[chunk] = fd
+    return True
 
 
 def free_port() -> int:
@@ -57,7 +78,7 @@ def free_port() -> int:
     for _ in range(len(_PORTS)):
         port = _PORTS[_next_port % len(_PORTS)]
         _next_port += 1
-        if port in _taken:
+        if port in _taken or not ours(port):
             continue
         with socket.socket() as s:
             try:
@@ -77,7 +98,8 @@ def free_block(size: int) -> list[int]:
         low = _PORTS[_next_port % len(_PORTS)]
         block = list(range(low, low + size))
         _next_port += 1
-        if block[-1] >= _PORTS.stop or _taken.intersection(block):
+        if block[-1] >= _PORTS.stop or _taken.intersection(block) \
+                or not all(ours(port) for port in block):
             continue
         try:
             for port in block:

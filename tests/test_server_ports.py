@@ -20,3 +20,30 @@ def test_a_block_is_never_handed_out_again(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(server, "_next_port", server._PORTS.index(block[0]) - 1)
     again = server.free_block(3)
     assert not set(again) & set(block), (again, block)
+
+
+def test_a_port_another_suite_holds_is_never_handed_out(tmp_path_factory: pytest.TempPathFactory,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two suites on one machine (a stress run beside a developer's run): a chunk of ports
+    another process holds the lock of is skipped, and is free again when that process ends."""
+    import subprocess
+    import sys
+    monkeypatch.setattr(server, "_taken", set())
+    chunks = range(server._PORTS.start // server._CHUNK + 1, server._PORTS.stop // server._CHUNK)
+    chunk = next(c for c in chunks if c not in server._held)  # one this process has not taken
+    port = chunk * server._CHUNK - 1
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys\n"
+         f"fd = os.open({str(server._CHUNKS / str(chunk))!r}, os.O_RDWR | os.O_CREAT)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        theirs = range(chunk * server._CHUNK, (chunk + 1) * server._CHUNK)
+        monkeypatch.setattr(server, "_next_port", server._PORTS.index(port))
+        ports = [server.free_port() for _ in range(2 * server._CHUNK)]
+        assert not set(ports) & set(theirs), sorted(set(ports) & set(theirs))
+        assert not server.ours(theirs[0])
+    finally:
+        holder.communicate("")
+    assert server.ours(theirs[0])  # (its lock went with the process)

@@ -8,6 +8,7 @@ import random
 import httpx
 
 from tests.api.samples import Body, Sample, created, uniq
+from tests.server import ours as ports_ours
 from tests.server import worker_slice
 
 
@@ -33,7 +34,9 @@ _TCP_PORTS = itertools.count(_EDGE_PORTS.start + random.randrange(len(_EDGE_PORT
 
 
 def tcp_port() -> int:
-    return next(_TCP_PORTS)
+    """The next edge port of this worker's slice in a chunk this process holds (another suite
+    on the machine holds others: see tests.server)."""
+    return next(port for port in _TCP_PORTS if ports_ours(port))
 
 
 def _tcp(_api: httpx.Client) -> Body:
