@@ -168,7 +168,7 @@ async def serve(cfg: ServerConfig) -> None:
         router = EdgeRouter(db, tunnels.registry, sealer=sealer)
         certs.lookup = router.served_certificate
         binder = tunnels.binder
-        binder.edge_host = router.edge_host
+        binder.edge_host, binder.tcp.edge_port = router.edge_host, router.edge_port
         binder.check_bind, binder.tcp.admits = router.bind_refusal, router.tcp_admits
         router.oauth_apps = cfg.settings.oauth_apps
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,

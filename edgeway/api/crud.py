@@ -146,7 +146,8 @@ async def _insert(request: Request, platform: Platform, caller: Caller, kind: Ki
                 err.msg += (f"; creates running at the same time took what was picked "
                             f"{kind.repick + 1} times in a row: try again")
             raise err from None
-        await repo.set_links(kind, id_, links + await hostports.bind(repo, kind, id_, doc))
+        await repo.set_links(kind, id_, links + await hostports.bind(repo, kind, id_, doc,
+                                                                 ctx.settings))
         await guards.after(repo, caller, kind, _client(request), force)
         return await present.one(repo, kind, id_, doc, platform.settings.public_url, token,
                                  platform.settings.https_port)
@@ -176,7 +177,8 @@ async def apply(repo: Repo, kind: Kind, id_: str, old: dict[str, Any],
         await repo.replace(kind, id_, doc)
     except UniqueViolation:
         raise _unique_error(kind, doc) from None
-    await repo.set_links(kind, id_, links + await hostports.bind(repo, kind, id_, doc))
+    await repo.set_links(kind, id_, links + await hostports.bind(repo, kind, id_, doc,
+                                                                 ctx.settings))
     return doc
 
 

@@ -1,26 +1,57 @@
-"""Hostports of edges: claimed platform-wide, and for TLS and HTTPS edges covered by a
-reserved domain (exact, or a wildcard one label up), which the edge then refers to."""
+"""Hostports of edges: claimed platform-wide; for TLS and HTTPS edges covered by a reserved
+domain (exact, or a wildcard one label up), and for a TCP edge on a port of the agent TCP range
+a reserved address no tunnel is bound to; the edge then refers to that domain or address."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from edgeway import catalog
 from edgeway.catalog.model import Kind
 from edgeway.errors import Conflict, Invalid
+from edgeway.settings import Settings
 from edgeway.store.domains import covering
 from edgeway.store.repo import Claimed, Repo
 
 TCP_PORT = "tcp-port"  # the claim of a port by a TCP edge
 
 
-async def bind(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any]) -> list[tuple[str, str]]:
-    """Claim the hostports of ``doc``; return its links to the domains that cover them."""
+async def _reserved(repo: Repo, member: str, values: list[str],
+                    settings: Settings) -> list[tuple[str, str]]:
+    """The reserved addresses a TCP edge's hostports of the agent TCP range name, each bound
+    by no tunnel now."""
+    low, high = settings.agent_ports or (1, 0)
+    out: list[tuple[str, str]] = []
+    for i, hp in enumerate(values):
+        host, _, port = hp.rpartition(":")
+        if not low <= int(port) <= high:
+            continue
+        addrs = [hp, f"[{host}]:{port}"] if ":" in host else [hp]
+        found = await repo.docs_where(catalog.BY_COLLECTION["reserved_addrs"], "addr", addrs)
+        if not found:
+            raise Invalid(f"{member}[{i}]", f"'{hp}' is not a reserved address: reserve one "
+                          "(POST /reserved_addrs) and list its addr", 7105)
+        urls = {f"tcp://{a}" for a in addrs}
+        for tunnel_id, tunnel in await repo.all_docs(catalog.BY_COLLECTION["tunnels"]):
+            if tunnel.get("public_url") in urls:
+                raise Conflict(f"The address '{hp}' is bound by the tunnel '{tunnel_id}' "
+                               "now; stop that tunnel first.", 7122)
+        out.append((member, found[0][0]))
+    return out
+
+
+async def bind(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any],
+               settings: Settings) -> list[tuple[str, str]]:
+    """Claim the hostports of ``doc``; return its links to the domains and reserved
+    addresses they name."""
     out: list[tuple[str, str]] = []
     for f in kind.fields:
         if f.claim is None:
             continue
         values: list[str] = doc.get(f.name) or []
-        if f.link is not None:
+        if kind.collection == "edges/tcp":
+            out += await _reserved(repo, f.name, values, settings)
+        elif f.link is not None:
             for i, hp in enumerate(values):
                 host = hp.rsplit(":", 1)[0]
                 cover = await covering(repo, host)

@@ -17,6 +17,7 @@ from edgeway.catalog.shapes import response_of
 from edgeway.errors import Invalid
 
 DOMAIN_LINK = Link(("reserved_domains",), "restrict", code=7117)
+ADDR_LINK = Link(("reserved_addrs",), "restrict", code=7105)
 AUTH_MODULES = ("oauth", "oidc", "saml")
 
 
@@ -38,7 +39,8 @@ def _hostports(value: list[str], _ctx: Context) -> list[str]:
 
 def _tcp_hostports(value: list[str], ctx: Context) -> list[str]:
     """A TCP edge listens on its hostports' ports: none this server already uses, nor one of
-    the agents' TCP range, nor one it may not bind."""
+    the agents' TCP range but a reserved address's (``api.hostports`` checks it is one), nor
+    one it may not bind."""
     out = _hostports(value, ctx)
     settings = ctx.settings
     own = dict(settings.own_ports)
@@ -46,9 +48,11 @@ def _tcp_hostports(value: list[str], ctx: Context) -> list[str]:
         port = int(hp.rsplit(":", 1)[1])
         if port in own:
             why = f"port {port} is this server's {own[port]}"
-        elif settings.agent_ports and settings.agent_ports[0] <= port <= settings.agent_ports[1]:
-            why = (f"port {port} is in the range of agent TCP tunnels "
-                   f"({settings.agent_ports[0]}-{settings.agent_ports[1]})")
+        elif in_agent_range(port, ctx) \
+                and hp.rsplit(":", 1)[0].strip("[]") != settings.tcp_host.lower():
+            low, high = settings.agent_ports or (0, 0)
+            why = (f"port {port} is in the range of agent TCP tunnels ({low}-{high}), "
+                   f"where an edge serves reserved addresses only ({settings.tcp_host}:PORT)")
         elif port < settings.lowest_port:
             why = (f"port {port} is privileged: this server may only listen on ports from "
                    f"{settings.lowest_port} (run it with CAP_NET_BIND_SERVICE for lower ones)")
@@ -58,15 +62,20 @@ def _tcp_hostports(value: list[str], ctx: Context) -> list[str]:
     return out
 
 
+def in_agent_range(port: int, ctx: Context) -> bool:
+    ports = ctx.settings.agent_ports
+    return ports is not None and ports[0] <= port <= ports[1]
+
+
 def _hostports_field(domains: bool) -> Field:
     doc = "host:port pairs the edge serves" + (
         "; hosts must be reserved domains" if domains else
-        "; not a port of this server's own listeners, of the agent TCP range, or a "
-        "privileged one it may not bind")
+        "; a reserved address, or a port of no listener of this server outside the agent "
+        "TCP range that it may bind")
     return Field("hostports", list[str], doc, update=True, default=list,
                  check=_hostports if domains else _tcp_hostports,
-                 claim="hostport", link=DOMAIN_LINK if domains else None,
-                 refs=(lambda _v: []) if domains else None)
+                 claim="hostport", link=DOMAIN_LINK if domains else ADDR_LINK,
+                 refs=lambda _v: [])
 
 
 def _standard(route: bool = False) -> tuple[Field, ...]:

@@ -51,9 +51,10 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
                            "'edge' (client certificates are checked in the edge's handshake)"),
     (7121, ("hostports[*]",), "HTTPS and TLS edges: the host is a reserved domain, or covered "
                               "by a reserved wildcard domain one label up"),
-    (7105, ("hostports[*]",), "TCP edges: not a port of this server's listeners, of the agent "
-                              "TCP range, or a privileged one it may not bind"),
-    (7122, ("",), "a hostport (for TCP edges: a port) is served by one edge only"),
+    (7105, ("hostports[*]",), "TCP edges: a reserved address, or a port outside the agent TCP "
+                              "range that is none of this server's listeners nor privileged"),
+    (7122, ("",), "a hostport (for TCP edges: a port) is served by one edge only; a reserved "
+                  "address by an edge or a tunnel, not both at once"),
     (7027, ("*webhook_verification.secret",), "required (the provider's signing secret or "
                                               "verification key), but for sns"),
     (7026, ("*webhook_verification.secret",), "empty for sns, whose messages are verified "

@@ -129,6 +129,11 @@ class EdgeRouter:
         edge = self.snapshot.https.get(host) or self.snapshot.tls.get(host)
         return edge.id if edge else None
 
+    def edge_port(self, port: int) -> str | None:
+        """The TCP edge listening on ``port`` (from the last snapshot), if any."""
+        edge = self.snapshot.tcp.get(port)
+        return edge.id if edge else None
+
     # -- decisions -------------------------------------------------------------------------
 
     @staticmethod

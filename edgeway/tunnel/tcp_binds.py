@@ -3,7 +3,7 @@ dropped session of the same tunnel held, or a free one, preferring a stable choi
 credential and tunnel), a listener on it that splices each client into a new stream, and the
 port's return to the pool when the tunnel ends (at once, or after the grace period when its
 agent dropped without a goodbye). Ports of reserved addresses (``/reserved_addrs``) are
-only given to binds that ask for them."""
+only given to binds that ask for them, and to none while a TCP edge serves the address."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ class TcpBinds:
         self.parked: dict[str, asyncio.Event] = {}
         # Set by the edge: whether a TCP tunnel's traffic policy admits (ip, port).
         self.admits: Callable[[Tunnel, str, int], bool] = lambda _t, _ip, _port: True
+        # Set by the edge: the TCP edge serving a port (a reserved address put on an edge).
+        self.edge_port: Callable[[int], str | None] = lambda _port: None
         self.closed: Closed | None = None  # set by the server: each connection's end
         self.offer: Offer | None = None  # set by ``edgeway serve --workers``
         self._closing: set[asyncio.Task[None]] = set()
@@ -70,6 +72,9 @@ class TcpBinds:
         if asked is not None:
             target = f"{self.name}:{asked}"
             acl.require(rules, target)
+            if (edge := self.edge_port(asked)) is not None:
+                raise BindRefused(f"the address {target} is served by the TCP edge '{edge}': "
+                                  "bind the tunnel with labels that edge's backend follows")
             if not pool.take(tunnel.id, asked, now, tunnel.credential):
                 raise BindRefused(f"the address {target} is already bound" + (
                     " (held for the reconnect of the agent that bound it, up to "

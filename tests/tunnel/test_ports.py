@@ -313,3 +313,90 @@ def test_reserved_ports_are_only_taken_by_name() -> None:
     pool.hold("t9", 101, 4, "cr_a")
     assert pool.held("t9", 15) is None  # the grace ran out: anyone's again, by name
     assert pool.take("x3", 101, 15, "cr_b")
+
+
+def _connected_echo(port: int, deadline: float) -> None:
+    """A round trip through ``port`` (waiting for its listener until ``deadline``)."""
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(b"through the edge")
+                assert s.recv(100) == b"through the edge"
+            return
+        except (ConnectionRefusedError, ConnectionResetError, AssertionError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_a_tcp_edge_serves_a_reserved_address(small: tuple[Server, list[int]],
+                                              echo_port: int) -> None:
+    """ngrok's sequence: reserve an address, put a TCP edge on it. The edge then serves it
+    (to labeled tunnels); no agent may bind it meanwhile, and it cannot be deleted under the
+    edge. Ports of the agent range that are not a reserved address stay refused."""
+    from tests.edge.agents import agent
+    srv, ports = small
+    with srv.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+        ra = api.post("/reserved_addrs", json={"description": "db"}).json()
+        addr, port = ra["addr"], int(ra["addr"].rsplit(":", 1)[1])
+        host = addr.rsplit(":", 1)[0]
+        other = next(p for p in ports if p != port)
+        group = api.post("/backends/tunnel_group", json={"labels": {"svc": "db"}}).json()
+        body = {"backend": {"backend_id": group["id"]}}
+        for hostport, says in ((f"{host}:{other}", "is not a reserved address"),
+                               (f"db.example.com:{port}", "serves reserved addresses only")):
+            r = api.post("/edges/tcp", json={"hostports": [hostport], **body})
+            assert r.status_code == 400 and r.json()["error_code"] == "ERR_EDGEWAY_7105", r.text
+            assert says in r.json()["msg"] and r.json()["details"]["member"] == "hostports[0]"
+
+    async def bound_then_refused() -> None:
+        a = await Agent.connect(srv, token)
+        assert port_of(await a.bind_tcp(addr=addr)) == port
+        with srv.client() as api:  # a tunnel holds the address: the edge must wait
+            r = api.post("/edges/tcp", json={"hostports": [addr], **body})
+            assert r.status_code == 400 and "is bound by the tunnel" in r.text, r.text
+            assert r.json()["error_code"] == "ERR_EDGEWAY_7122"
+        await a.conn.close()
+
+    asyncio.run(bound_then_refused())
+    with srv.client() as api:
+        deadline = time.monotonic() + 10
+        while "is bound by the tunnel" in \
+                (r := api.post("/edges/tcp", json={"hostports": [addr], **body})).text:
+            # (until the server has recorded the tunnel's end)
+            assert time.monotonic() < deadline, r.text
+            time.sleep(0.05)
+        assert r.status_code == 201, r.text
+        edge = r.json()
+        r = api.delete(f"/reserved_addrs/{ra['id']}")
+        assert r.status_code == 400 and edge["id"] in r.text, r.text
+    served = agent(srv, token, {"kind": "labeled", "labels": {"svc": "db"},
+                                "forward": f"tcp://127.0.0.1:{echo_port}"})
+    try:
+        _connected_echo(port, time.monotonic() + 10)
+
+        async def refused() -> None:
+            a = await Agent.connect(srv, token)
+            reply = await a.bind_tcp(addr=addr)
+            assert f"served by the TCP edge '{edge['id']}'" in reply.get("Error", ""), reply
+            generated = [port_of(await a.bind_tcp()) for _ in range(len(ports) - 1)]
+            assert port not in generated  # (nor handed out as a generated port)
+            await a.conn.close()
+
+        asyncio.run(refused())
+    finally:
+        served.stop()
+    with srv.client() as api:
+        assert api.delete(f"/edges/tcp/{edge['id']}").status_code == 204
+
+    async def bound_again() -> None:  # the edge gone, the address is the agents' again
+        a = await Agent.connect(srv, token)
+        deadline = time.monotonic() + 10
+        while (reply := await a.bind_tcp(addr=addr)).get("Error"):
+            assert time.monotonic() < deadline, reply
+            await asyncio.sleep(0.05)
+        assert port_of(reply) == port
+        await a.conn.close()
+
+    asyncio.run(bound_again())

@@ -282,3 +282,30 @@ def test_every_edge_module_and_vendor_names(server: Server) -> None:
         errors["oauth"][1]
     assert errors["oauth"][2] == "oauth.provider"
     assert errors["path"] == ["ERR_NGROK_254", 404]
+
+
+ADDR_EDGE = r'''
+addr = c.reserved_addrs.create(description="db")
+edge = c.edges.tcp.create(hostports=[addr.addr], description="db edge")
+out = {"hostports": c.edges.tcp.get(edge.id).hostports, "addr": addr.addr}
+try:
+    c.reserved_addrs.delete(addr.id)
+except ngrok.Error as e:
+    out["delete"] = [e.error_code, e.http_status_code]
+try:
+    c.edges.tcp.create(hostports=[addr.addr])
+except ngrok.Error as e:
+    out["again"] = [e.error_code, e.http_status_code]
+c.edges.tcp.delete(edge.id)
+c.reserved_addrs.delete(addr.id)
+return out
+'''
+
+
+def test_a_tcp_edge_on_a_reserved_address(server: Server) -> None:
+    """ngrok's sequence through its own client: reserve an address, put a TCP edge on it;
+    the address then cannot be deleted, nor served by a second edge."""
+    out: Any = drive_api(server, ADDR_EDGE)
+    assert out["hostports"] == [out["addr"]]
+    assert out["delete"] == ["ERR_NGROK_446", 400]
+    assert out["again"] == ["ERR_NGROK_7122", 400]
