@@ -169,6 +169,7 @@ async def serve(cfg: ServerConfig) -> None:
         certs.lookup = router.served_certificate
         binder = tunnels.binder
         binder.edge_host, binder.tcp.edge_port = router.edge_host, router.edge_port
+        binder.banned = binder.tcp.banned = router.banned
         binder.check_bind, binder.tcp.admits = router.bind_refusal, router.tcp_admits
         router.oauth_apps = cfg.settings.oauth_apps
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,

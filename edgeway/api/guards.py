@@ -3,8 +3,9 @@ restrictions that would lock the caller out.
 
 Roles: ``admin`` may do everything; ``operator`` everything but managing API keys and bot
 users and the IP restrictions (and their IP policies) that guard the API or the dashboard;
-``read_only`` may only read. Service users are managed like bot users. Keys stored before
-roles existed are admins.
+``read_only`` may only read. Abuse reports are filed by any key that may write and read back
+by id; only admins list and decide them. Service users are managed like bot users. Keys
+stored before roles existed are admins.
 
 Two rules hold after every write, checked inside its transaction (a refused write is rolled
 back whole): at least one admin API key that works (its bot or service user, if any,
@@ -45,7 +46,14 @@ def authorize(caller: Caller, method: str, path: str) -> None:
     """Refuse what the caller's role may not do, by method and path alone. ``path`` is the
     one the router matched, read as it reads it: by segments, slashes at either end ignored
     (so ``//api_keys`` is ``/api_keys`` here as there)."""
-    if caller.role == "admin" or method in READS:
+    if caller.role == "admin":
+        return
+    segments = path.strip("/").split("/")
+    if segments[0] == "abuse_reports" and (len(segments) == 1) == (method in READS):
+        raise Forbidden(f"This API key's role is {caller.role}: listing abuse reports and "
+                        "deciding them need an admin key (any key that may write files one, "
+                        "and reads it back by its id).", 260)
+    if method in READS:
         return
     if caller.role == "read_only":
         raise Forbidden(f"This API key's role is read_only: it may read, not {method} "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from edgeway.catalog import (
+    abuse,
     addrs,
     apps,
     authorities,
@@ -23,7 +24,7 @@ from edgeway.catalog.model import Context, Field, Kind, Link, Ref
 ALL: tuple[Kind, ...] = (
     *identity.KINDS, *domains.KINDS, *ip.KINDS, *authorities.KINDS, *events.KINDS,
     *runtime.KINDS, *ssh.KINDS, *ssh_certs.KINDS, *tls.KINDS, *backends.KINDS, *edges.KINDS,
-    *addrs.KINDS, *vaults.KINDS, *apps.KINDS,
+    *addrs.KINDS, *vaults.KINDS, *apps.KINDS, *abuse.KINDS,
 )
 BY_COLLECTION: dict[str, Kind] = {k.collection: k for k in ALL}
 BY_PREFIX: dict[str, Kind] = {k.prefix: k for k in ALL}

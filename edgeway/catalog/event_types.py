@@ -33,6 +33,7 @@ CHANGES: dict[str, str] = {
     "reserved_addrs": "tcp_address",
     "vaults": "vault",
     "vault_secrets": "secret",
+    "abuse_reports": "abuse_report",
 }
 VERBS = ("created", "updated", "deleted")
 CHANGE_SOURCES = tuple(sorted(set(CHANGES.values())))

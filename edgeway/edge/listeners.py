@@ -199,6 +199,9 @@ class PublicListeners:
                 return
             name = hello.server_name or ""
             snap = await self.router.current()
+            if name in snap.banned:  # (taken down: closed, as a refused TLS connection is)
+                sock.close()
+                return
             edge = snap.tls.get(name)
             bound = [t for t in self.router.registry.for_host(name) if t.proto == "tls"] \
                 if edge is not None else await self.router.registry.tls_back(name)

@@ -38,7 +38,8 @@ EDGE_COLLECTIONS = ("edges/https", "edges/https/routes", "edges/tls", "edges/tcp
 STALE_RETRY = 1.0  # seconds between reload attempts while the database is out of reach
 WATCHED = frozenset((*EDGE_COLLECTIONS, *BACKEND_COLLECTIONS, "ip_policies",
                      "ip_policy_rules", "reserved_domains", "vaults", "vault_secrets",
-                     "tls_certificates", "agent_ingresses", "managed_certificates"))
+                     "tls_certificates", "agent_ingresses", "managed_certificates",
+                     "abuse_reports"))
 
 
 @dataclass
@@ -129,6 +130,13 @@ class EdgeRouter:
         edge = self.snapshot.https.get(host) or self.snapshot.tls.get(host)
         return edge.id if edge else None
 
+    def banned(self, name: str) -> str | None:
+        """Why ``name`` (a host, or a TCP address host:port) is not served: the abuse report
+        that banned it (from the last snapshot), or None."""
+        report = self.snapshot.banned.get(name)
+        return f"'{name}' was taken down after the abuse report '{report}'" if report \
+            else None
+
     def edge_port(self, port: int) -> str | None:
         """The TCP edge listening on ``port`` (from the last snapshot), if any."""
         edge = self.snapshot.tcp.get(port)
@@ -195,6 +203,9 @@ class EdgeRouter:
                 self.db, req.method, req.target)) is not None:
             return Decision(acme)  # a CA validating a certificate order: before any tunnel
         snap = await self.current()
+        if host in snap.banned:
+            return Decision(page(403, "Taken down", f"{host} was taken down after a report of "
+                                 "abuse.", 4018))
         edge = snap.https.get(host) if scheme == "https" else None
         if edge is None:
             return self._agent(req, ip, scheme, https_port, host)
@@ -255,8 +266,10 @@ class EdgeRouter:
         return pipeline.bind_refusal(req, (await self.current()).secrets, self.oauth_apps)
 
     def tcp_admits(self, tunnel: Tunnel, ip: str, port: int) -> bool:
-        """A TCP tunnel's hooks (its traffic policy's on_tcp_connect) on a new connection."""
-        return self.bind_plan(tunnel).admits(ip, port)
+        """A TCP tunnel's hooks (its traffic policy's on_tcp_connect) on a new connection;
+        none for a banned address."""
+        return tunnel.url.removeprefix("tcp://") not in self.snapshot.banned \
+            and self.bind_plan(tunnel).admits(ip, port)
 
     def agent_tunnel(self, host: str, scheme: str = "") -> Tunnel | None:
         """A live tunnel bound to ``host``, over ``scheme`` when one is (a name bound over

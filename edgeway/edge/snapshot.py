@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 
 from edgeway import catalog
-from edgeway.catalog import modules
+from edgeway.catalog import abuse, modules
 from edgeway.catalog.edges import MODULES_OF
 from edgeway.catalog.modules import saml
 from edgeway.edge import certificates, pipeline
@@ -67,6 +67,8 @@ class Snapshot:
     # name (a reserved domain, an ingress region domain) -> its uploaded or issued certificate
     certificates: dict[str, ServedCert] = field(default_factory=dict)
     secrets: dict[tuple[str, str], str] = field(default_factory=dict)  # (vault, name) -> value
+    # host name, or host:port of a TCP address -> the abuse report that banned it
+    banned: dict[str, str] = field(default_factory=dict)
     loaded: float = 0.0
 
 
@@ -102,6 +104,7 @@ async def load(db: Database, breakers: Breakers | None = None,
     for _id, doc in await repo.all_docs(catalog.BY_COLLECTION["ip_policy_rules"]):
         snap.rules.setdefault(doc.get("ip_policy_id", ""), []).append(
             (doc.get("action", "deny"), ipaddress.ip_network(doc["cidr"], strict=False)))
+    snap.banned = abuse.banned(await repo.all_docs(catalog.BY_COLLECTION["abuse_reports"]))
     domains = await repo.all_docs(catalog.BY_COLLECTION["reserved_domains"])
     snap.domains = {doc.get("domain", "") for _id, doc in domains}
     snap.certificates = await certificates.served(db, domains)

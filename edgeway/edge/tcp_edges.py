@@ -97,7 +97,8 @@ class TcpEdges:
                       writer: asyncio.StreamWriter, peer: Peer) -> None:
         snap = self.router.snapshot
         edge = snap.tcp.get(port)
-        if edge is None or not admits(edge, peer) or await self.refused(peer):
+        if edge is None or not admits(edge, peer) or await self.refused(peer) \
+                or any(hp in snap.banned for hp in edge.doc.get("hostports") or ()):
             return
         target = self.router.target(snap, edge.plan)
         if isinstance(target, Fixed):

@@ -54,6 +54,8 @@ class Binder:
         self.registry = Registry()
         # host name -> the edge serving it (set by the edge, to refuse agent binds of them)
         self.edge_host: Callable[[str], str | None] = lambda _host: None
+        # Set by the edge: why a name (or a TCP address) is taken down, or None
+        self.banned: Callable[[str], str | None] = lambda _name: None
         # Set by the edge: why a bind asks for what it cannot enforce (None: it can).
         self.check_bind: Callable[[binds.BindRequest], Awaitable[str | None]] = _enforceable
         self.sessions: dict[str, AgentConnection] = {}
@@ -97,6 +99,8 @@ class Binder:
         edge = self.edge_host(host)
         if edge:
             raise BindRefused(f"the domain '{host}' is served by the edge {edge}")
+        if (why := self.banned(host)) is not None:
+            raise BindRefused(why)
         names.check_free(host, tunnel_id, req, self.registry.by_host.get(host, []), session.id)
         return host, domain_id
 

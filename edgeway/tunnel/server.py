@@ -118,7 +118,7 @@ class TunnelServer:
             self._spawn(self.load_ingress_names())
         elif collection == "reserved_domains":
             self._spawn(self.binder.revalidate())
-        elif collection == "reserved_addrs":
+        elif collection in ("reserved_addrs", "abuse_reports"):
             self._spawn(self.binder.tcp.load_reserved())
         elif collection in ("credentials", "bot_users", "service_users", *RESTRICTION_KINDS):
             self._spawn(self.recheck())

@@ -16,6 +16,7 @@ import structlog
 
 from edgeway import catalog
 from edgeway.accept import Peer
+from edgeway.catalog import abuse
 from edgeway.catalog.addrs import port_of
 from edgeway.platform import Platform
 from edgeway.store.repo import Repo
@@ -47,17 +48,22 @@ class TcpBinds:
         self.admits: Callable[[Tunnel, str, int], bool] = lambda _t, _ip, _port: True
         # Set by the edge: the TCP edge serving a port (a reserved address put on an edge).
         self.edge_port: Callable[[int], str | None] = lambda _port: None
+        # Set by the edge: why an address is taken down (an abuse report), or None
+        self.banned: Callable[[str], str | None] = lambda _addr: None
         self.closed: Closed | None = None  # set by the server: each connection's end
         self.offer: Offer | None = None  # set by ``edgeway serve --workers``
         self._closing: set[asyncio.Task[None]] = set()
 
     async def load_reserved(self) -> None:
-        """Follow the reserved addresses of this host (at start, on a change, and every
-        recheck for changes made through another node)."""
-        docs = await Repo(self.platform.db.reader()).all_docs(
-            catalog.BY_COLLECTION["reserved_addrs"])
-        ports = {port_of(str(doc.get("addr", ""))) for _id, doc in docs
-                 if str(doc.get("addr", "")).rpartition(":")[0].strip("[]") == self.name}
+        """Follow the reserved addresses of this host, and those taken down after an abuse
+        report (never handed out as a generated port), at start, on a change, and every
+        recheck for changes made through another node."""
+        repo = Repo(self.platform.db.reader())
+        addrs = [str(doc.get("addr", "")) for _id, doc in
+                 await repo.all_docs(catalog.BY_COLLECTION["reserved_addrs"])]
+        addrs += abuse.banned(await repo.all_docs(catalog.BY_COLLECTION["abuse_reports"]))
+        ports = {port_of(addr) for addr in addrs
+                 if addr.rpartition(":")[0].strip("[]") == self.name}
         self.pool.reserve({p for p in ports if p is not None})
 
     @staticmethod
@@ -72,6 +78,8 @@ class TcpBinds:
         if asked is not None:
             target = f"{self.name}:{asked}"
             acl.require(rules, target)
+            if (why := self.banned(target)) is not None:
+                raise BindRefused(why)
             if (edge := self.edge_port(asked)) is not None:
                 raise BindRefused(f"the address {target} is served by the TCP edge '{edge}': "
                                   "bind the tunnel with labels that edge's backend follows")

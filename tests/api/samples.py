@@ -81,6 +81,8 @@ BASE: dict[str, Sample] = {
     "certificate_authorities": Sample(lambda _a: {"ca_pem": make_cert()}),
     "event_destinations": Sample(_destination),
     "event_subscriptions": Sample(_subscription),
+    "abuse_reports": Sample(lambda _a: {"urls": [f"https://phish.{uniq()}.example.com/"]},
+                            {"metadata": "{}"}),
 }
 
 

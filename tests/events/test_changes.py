@@ -138,3 +138,19 @@ def test_api_keys_made_by_the_command_line_have_their_event(esrv: Server, api: h
     assert ev["object"]["uri"] == f"{esrv.base_url}/api_keys/{ev['object']['id']}"
     assert token not in str(got)
     api.delete(f"/api_keys/{ev['object']['id']}")
+
+
+def test_abuse_reports_filed_and_decided_are_events(api: httpx.Client, cap: Capture) -> None:
+    """Admins hear of a report as it is filed and of each decision, with the report as the API
+    renders it."""
+    tags = f"run:{secrets.token_hex(4)}"
+    sources = [{"type": "abuse_report_created.v0"}, {"type": "abuse_report_updated.v0"}]
+    with subscribed(api, monitoring(tags), sources):
+        report = made(api, "/abuse_reports", {"urls": ["https://phish.example.com/login"]})
+        decided = api.patch(f"/abuse_reports/{report['id']}", json={
+            "hostnames": [{"hostname": "phish.example.com", "status": "BANNED"}]}).json()
+        got = wait_len("the events", lambda: arrived(cap, tags), 2)
+    assert [e["event"]["event_type"] for e in got] == ["abuse_report_created.v0",
+                                                       "abuse_report_updated.v0"]
+    assert [e["event"]["object"] for e in got] == [report, decided]
+    assert decided["status"] == "PROCESSED"
