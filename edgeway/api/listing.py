@@ -44,6 +44,12 @@ class Query:
             and (self.filter is None or self.filter.matches(obj))
 
 
+# The official JS API client pages with ``beforeId`` (its argument's name, not converted to
+# the API's case): in the vendor's dialect it means ``before_id``, or that client would get
+# the first page again and again.
+VENDOR_ALIASES = {"beforeId": "before_id"}
+
+
 def query(request: Request, kind: Kind) -> Query:
     selectors = SELECTORS.get(kind.collection, {})
     supported = ["before_id", "limit", "filter", *selectors]
@@ -51,6 +57,8 @@ def query(request: Request, kind: Kind) -> Query:
     select: dict[str, set[str]] = {}
     params: list[tuple[str, str]] = []
     for key, value in parse_qsl(request.url.query, keep_blank_values=True):
+        if not dialect.current().native:
+            key = VENDOR_ALIASES.get(key, key)
         if key not in supported:
             if not dialect.current().native:  # (ignored, as the vendor's API ignores them)
                 continue
