@@ -6,16 +6,19 @@ rates and percentiles per tunnel, and the last HTTP requests (method, path, stat
 On a terminal it is one live screen (rich's ``Live`` on the alternate screen), redrawn at most
 ten times a second on change and every second for the rates. Elsewhere (stdout a pipe or a
 file) a screen is printed, in plain text, after each change. Nothing else writes to the
-terminal while it is drawn: ``AgentSettings.plan`` keeps the log off it.
+terminal while it is drawn: ``AgentSettings.plan`` keeps the log off it. Screens go out
+through ``Screen``, never blocking the agent: a terminal that is not read (Ctrl+S) gets the
+newest screen once it reads again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import sys
 from collections.abc import Iterator
-from typing import TextIO
+from typing import TextIO, cast
 
 from rich.console import Console as RichConsole
 from rich.console import Group, RenderableType
@@ -25,6 +28,7 @@ from rich.text import Text
 
 from edgeway import __version__
 from edgeway.agent.proxy import LocalTunnel
+from edgeway.agent.screen import Screen
 from edgeway.agent.session import AgentSession
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::")
@@ -74,7 +78,9 @@ class Console:
         self.tty = self.out.isatty()
         self.web_port = int(web.rpartition(":")[2]) if web != "off" else 0
         self._live: Live | None = None
+        self._screen: Screen | None = None
         self._pending: asyncio.TimerHandle | None = None
+        self._behind = False  # a draw was skipped while the screen was busy
         self._last = ""
 
     # -- what is drawn --------------------------------------------------------------------
@@ -146,8 +152,15 @@ class Console:
     def start(self) -> None:
         if not self.enabled:
             return
+        screen = self._screen = Screen(self.out)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None:
+            screen.caught_up = lambda: self._wake(loop)
         if self.tty:
-            self._live = Live(self.renderable(), console=RichConsole(file=self.out),
+            self._live = Live(self.renderable(), console=RichConsole(file=cast(TextIO, screen)),
                               auto_refresh=False, screen=True, transient=False,
                               redirect_stderr=False)
             self._live.start()
@@ -159,6 +172,19 @@ class Console:
         if self._live is not None:
             self._live.stop()
             self._live = None
+        if self._screen is not None:
+            self._screen.close(2.0)  # (a terminal that reads gets its normal screen back)
+            self._screen = None
+
+    def _wake(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The screen caught up (its thread calls this): draw what was skipped meanwhile."""
+        with contextlib.suppress(RuntimeError):  # (the loop is closed: the agent has ended)
+            loop.call_soon_threadsafe(self._caught_up)
+
+    def _caught_up(self) -> None:
+        if self._behind:
+            self._behind = False
+            self.update()
 
     def update(self) -> None:
         """Something changed: draw soon (changes close together are drawn once)."""
@@ -173,14 +199,18 @@ class Console:
 
     def draw(self) -> None:
         self._pending = None
+        if self._screen is not None and self._screen.busy:
+            self._behind = True  # (drawn once the terminal has taken the last screen)
+            return
         if self._live is not None:
             self._live.update(self.renderable(), refresh=True)
             return
         text = self.text()
         if text != self._last:
             self._last = text
-            self.out.write(text + "\n\n")
-            self.out.flush()
+            out = self._screen or self.out
+            out.write(text + "\n\n")
+            out.flush()
 
     async def tick(self) -> None:
         """Redraw every second on a terminal (the rates move without events)."""

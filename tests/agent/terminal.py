@@ -1,19 +1,21 @@
 """A command run as a person runs it: on a pseudo-terminal of its own (stdin, stdout and
 stderr all on it, 160x48), its screen read as the bytes the terminal received, with the
 escape sequences taken out. No extra flags, no redirection: what a traceback would print
-reaches the screen the test reads."""
+reaches the screen the test reads. As a terminal emulator does, it reads all the time (a
+thread): a program is never held up writing to a screen no one reads, whatever the test does
+meanwhile."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 import re
-import select
 import signal
 import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 from pathlib import Path
 
@@ -38,23 +40,38 @@ class Pty:
                                      start_new_session=True)
         os.close(slave)
         self.master, self.raw = master, bytearray()
+        self._grew = threading.Condition()
+        self._ended = False  # every holder of the terminal is gone
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:  # EIO: every holder of the terminal is gone (or it was closed)
+                chunk = b""
+            with self._grew:
+                self.raw += chunk
+                self._ended = not chunk
+                self._grew.notify_all()
+            if not chunk:
+                return
 
     @property
     def text(self) -> str:
         """Everything the terminal received so far, without escape sequences."""
-        return _ESCAPES.sub(b"", bytes(self.raw)).decode("utf-8", "replace")
+        with self._grew:
+            raw = bytes(self.raw)
+        return _ESCAPES.sub(b"", raw).decode("utf-8", "replace")
 
     def _read(self, timeout: float) -> bool:
-        """Read what is there within ``timeout``; False at the end (the process closed it)."""
-        ready, _, _ = select.select([self.master], [], [], timeout)
-        if not ready:
-            return True
-        try:
-            chunk = os.read(self.master, 65536)
-        except OSError:  # EIO: every holder of the terminal is gone
-            return False
-        self.raw += chunk
-        return bool(chunk)
+        """Wait up to ``timeout`` for more on the screen; False at the end (the process
+        closed it)."""
+        with self._grew:
+            if not self._ended:
+                self._grew.wait(timeout)
+            return not self._ended
 
     def wait_for(self, *words: str, timeout: float = 30) -> str:
         deadline = time.monotonic() + timeout
@@ -75,7 +92,8 @@ class Pty:
     def finish(self, timeout: float = 20) -> int:
         deadline = time.monotonic() + timeout
         while self._read(0.1):
-            if self.proc.poll() is not None and not select.select([self.master], [], [], 0)[0]:
+            if self.proc.poll() is not None:  # (exited: the rest of its screen is read
+                self._reader.join(1)  # once the terminal is closed, or within a second)
                 break
             if time.monotonic() > deadline:
                 self.proc.kill()
@@ -99,4 +117,5 @@ class Pty:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._reader.join(5)  # (it ends when the last holder of the terminal is gone)
         os.close(self.master)

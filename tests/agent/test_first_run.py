@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -184,5 +185,33 @@ def test_a_local_service_that_is_down_gets_the_edges_kind_of_page(
         assert "<h1>Bad gateway</h1>" in r.text and f"127.0.0.1:{down}" in r.text
         assert "ERR_EDGEWAY_8012" in r.text and "Connection refused" in r.text
         assert term.interrupt() == 0
+    finally:
+        term.close()
+
+
+def test_a_paused_terminal_does_not_hold_up_the_tunnels(
+        srv: Server, home: Path, token: str, svc: int) -> None:
+    """Ctrl+S stops a terminal's output, so the agent's screen writes would wait: the tunnel
+    serves on meanwhile (each request redraws the screen), and Ctrl+Q shows the newest
+    screen."""
+    term = Pty(home, "http", str(svc), "--authtoken", token, "--server-addr",
+               f"localhost:{srv.tunnel_port}", "--root-cas", str(srv.data_dir / "ca.pem"),
+               "--web-addr", "false")
+    try:
+        url = url_of(term.wait_for("online", "https://"), f"http://127.0.0.1:{svc}")
+        term.type(b"\x13")  # Ctrl+S
+        with EdgeClient(srv, timeout=5) as client:
+            assert client.get(url + "/first").text == "svc /first"
+            paused_at = len(term.raw)
+            deadline = time.monotonic() + 4  # (redraws enough to fill the terminal's buffer)
+            n = 0
+            while time.monotonic() < deadline:
+                n += 1
+                assert client.get(f"{url}/paused-{n}").text == f"svc /paused-{n}"
+        assert len(term.raw) - paused_at < 8192, "the terminal was not paused"
+        term.type(b"\x11")  # Ctrl+Q
+        term.wait_for(f"/paused-{n}")
+        assert term.interrupt() == 0
+        assert "Traceback" not in term.text
     finally:
         term.close()
