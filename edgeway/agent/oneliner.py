@@ -8,6 +8,7 @@ The flags follow the ngrok agent's where one exists."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -120,15 +121,29 @@ def add_oneliners(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
              "the public URL or domain (a reserved domain); default: a generated name"),
             ("tcp", "expose a local TCP service: edgeway tcp 22",
              "tcp://HOST:PORT, a reserved address; default: a port of the server's range"),
-            ("tls", "expose a local TLS service, passed through: edgeway tls 8443",
+            ("tls", "expose a local TLS service (passed through, or terminated at the edge with "
+                    "--crt and --key): edgeway tls 8443",
              "the public domain (a reserved domain); default: a generated name")):
         p = sub.add_parser(proto, help=what, description=what)
         p.add_argument("addr", metavar="PORT|ADDR|URL" if proto == "http" else "PORT|ADDR",
                        help="the local service: a port, host:port" +
                             (" or URL (https://… for a TLS service)" if proto == "http" else ""))
         _common(p, url_help)
+        if proto in ("http", "tls"):
+            p.add_argument("--mutual-tls-cas", metavar="FILE",
+                           help="require visitors' client certificates issued by these CAs "
+                                "(PEM; on tls, with --crt and --key)")
         if proto == "http":
             _http(p)
+        elif proto == "tls":
+            p.add_argument("--crt", metavar="FILE",
+                           help="terminate TLS at the edge with this certificate (PEM chain; "
+                                "with --key): the local service gets plain TCP")
+            p.add_argument("--key", metavar="FILE",
+                           help="the private key of --crt (PEM, unencrypted)")
+            p.add_argument("--terminate-at", choices=("edge", "agent"),
+                           help="where TLS is terminated with --crt and --key: edge (the "
+                                "default; agent is not supported)")
         elif proto == "tcp":
             p.add_argument("--remote-addr", metavar="HOST:PORT",
                            help="a reserved address (same as --url tcp://HOST:PORT)")
@@ -233,6 +248,10 @@ def tunnel_doc(args: argparse.Namespace) -> dict[str, Any]:
         _http_doc(args, doc)
     if getattr(args, "traffic_policy_file", None):
         doc["traffic_policy"] = _policy(args.traffic_policy_file)
+    for key in ("mutual_tls_cas", "crt", "key", "terminate_at"):
+        if getattr(args, key, None) is not None:
+            doc[key] = args.terminate_at if key == "terminate_at" else \
+                os.path.abspath(getattr(args, key))
     if proto == "tcp" and args.remote_addr:
         doc["remote_addr"] = args.remote_addr
     if args.url:

@@ -19,17 +19,13 @@ from edgeway.agent.context import Context
 _COMMON = frozenset({"proto", "addr", "metadata", "allow_unauthenticated"})
 TUNNEL_KEYS = {  # by proto; "" is a labeled tunnel
     "http": _COMMON | {"domain", "hostname", "subdomain", "inspect", "basic_auth", "host_header",
-                       "schemes", "traffic_policy", *opts.MIDDLEWARE},
+                       "schemes", "traffic_policy", "mutual_tls_cas", *opts.MIDDLEWARE},
     "tcp": _COMMON | {"remote_addr", "traffic_policy", *opts.TCP_MIDDLEWARE},
-    "tls": _COMMON | {"domain", "hostname", "subdomain", *opts.TLS_MIDDLEWARE},
+    "tls": _COMMON | {"domain", "hostname", "subdomain", "mutual_tls_cas", "crt", "key",
+                      "terminate_at", *opts.TLS_MIDDLEWARE},
     "": frozenset({"addr", "labels", "metadata", "allow_unauthenticated"}),
 }
 TUNNEL_UNSUPPORTED = {
-    "mutual_tls_cas": "mutual TLS on agent tunnels is not supported by the edge",
-    "crt": "TLS termination (crt, key, terminate_at) is not supported by the Edgeway agent",
-    "key": "TLS termination (crt, key, terminate_at) is not supported by the Edgeway agent",
-    "terminate_at": "TLS termination (crt, key, terminate_at) is not supported by the "
-                    "Edgeway agent",
     "proxy_proto": "the PROXY protocol header is not supported by the edge",
 }
 TUNNEL_RENAMED = {
@@ -145,6 +141,35 @@ def _middleware(ctx: Context, doc: dict[str, Any], base: tuple[str, ...]) -> dic
     return out
 
 
+def _tls(ctx: Context, doc: dict[str, Any], base: tuple[str, ...], kind: str
+         ) -> dict[str, Any]:
+    """``mutual_tls_cas`` (http, tls) and a tls tunnel's termination at the edge (``crt``,
+    ``key``, ``terminate_at: edge``) in the Bind's form; files relative to their config."""
+    def pem(key: str, kind_of: str) -> opts.PemFile:
+        return ctx.get(doc, (*base, key), lambda v: opts.pem_file(
+            v, ctx.file((*base, key)), kind_of), opts.PemFile("", ""))
+
+    out: dict[str, Any] = {}
+    ctx.get(doc, (*base, "terminate_at"), opts.terminate_at, "edge")
+    if "crt" in doc or "key" in doc or "terminate_at" in doc:
+        for name in ("crt", "key"):
+            if name not in doc:
+                raise ctx.error((*base, name), "required with crt, key and terminate_at: TLS "
+                                               "is terminated with a certificate and its key")
+        crt, key = pem("crt", "CERTIFICATE"), pem("key", "PRIVATE KEY")
+        ctx.get(doc, (*base, "key"), lambda _v: opts.pair(crt, key), None)
+        out["TLSTermination"] = {"Cert": crt.b64(), "Key": key.b64()}
+    if "mutual_tls_cas" in doc:
+        cas = pem("mutual_tls_cas", "CERTIFICATE")
+        ctx.get(doc, (*base, "mutual_tls_cas"), lambda _v: opts.authorities(cas), None)
+        if kind == "tls" and "TLSTermination" not in out:
+            raise ctx.error((*base, "mutual_tls_cas"), "on a tls tunnel needs crt and key: "
+                            "client certificates are checked where TLS is terminated")
+        out["MutualTLSAtEdge" if kind == "tls" else "MutualTLSCA"] = {
+            "MutualTLSCA": cas.b64()}
+    return out
+
+
 def tunnel(ctx: Context, name: str, doc: object, base: tuple[str, ...]) -> TunnelConfig:
     if not isinstance(doc, dict):
         raise ctx.error(base, f"must be a mapping with proto, addr… (got {show(doc)})")
@@ -169,7 +194,7 @@ def tunnel(ctx: Context, name: str, doc: object, base: tuple[str, ...]) -> Tunne
                         ("https",) if kind == "http" else ()),
         traffic_policy=ctx.get(doc, (*base, "traffic_policy"),
                                lambda v: opts.traffic_policy(v, kind), ""),
-        middleware=_middleware(ctx, doc, base),
+        middleware={**_middleware(ctx, doc, base), **_tls(ctx, doc, base, kind)},
         allow_unauthenticated=ctx.get(doc, (*base, "allow_unauthenticated"), check.boolean,
                                       False),
     )

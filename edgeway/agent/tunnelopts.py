@@ -10,10 +10,14 @@ Secrets (passwords, client secrets, webhook secrets) are never echoed in a messa
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import math
+import os
 import re
+import ssl
+from dataclasses import dataclass
 from typing import Any
 
 from edgeway.agent.configcheck import NAME, Invalid, boolean, host_port, show, string, string_list
@@ -240,6 +244,57 @@ def user_agent_filter(value: object) -> dict[str, Any]:
     if not out["allow"] and not out["deny"]:
         raise Invalid("must list allow or deny patterns")
     return out
+
+
+@dataclass(frozen=True)
+class PemFile:
+    path: str
+    text: str
+
+    def b64(self) -> str:
+        """As the Bind carries it (JSON bytes: base64)."""
+        return base64.b64encode(self.text.encode()).decode()
+
+
+def pem_file(value: object, origin: str, kind: str) -> PemFile:
+    """A PEM file (its path relative to the config file ``origin``) holding a block of
+    ``kind`` (CERTIFICATE, PRIVATE KEY)."""
+    path = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(origin)),
+                                        os.path.expanduser(string(value))))
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Invalid(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if f"{kind}-----" not in text:
+        raise Invalid(f"{path} holds no PEM {kind.lower()}")
+    return PemFile(path, text)
+
+
+def pair(crt: PemFile, key: PemFile) -> None:
+    """The certificate and key load together, as the edge will load them."""
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(crt.path, key.path)
+    except (ssl.SSLError, OSError):
+        raise Invalid("crt and key do not load as a pair (a PEM certificate chain and its "
+                      "unencrypted private key)") from None
+
+
+def authorities(cas: PemFile) -> None:
+    try:
+        ssl.create_default_context(cadata=cas.text)
+    except (ssl.SSLError, ValueError):
+        raise Invalid(f"{cas.path} holds no CA certificate this agent can read") from None
+
+
+def terminate_at(value: object) -> str:
+    text = string(value)
+    if text == "agent":
+        raise Invalid("agent: terminating TLS in the agent is not supported by the Edgeway "
+                      "agent; use edge (the server terminates with crt and key)")
+    if text != "edge":
+        raise Invalid(f"must be edge (got {show(value)})")
+    return text
 
 
 # config key -> (the Bind's Opts member, its check), and which protocols take it

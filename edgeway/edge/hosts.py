@@ -38,6 +38,13 @@ def directed(sni: str, names: tuple[str, ...], host: str) -> bool:
     return not host or (host == sni if sni else covered(names, host))
 
 
+def uncertified(host: str) -> Fixed:
+    """The 421 page for a request to a host that requires a client certificate (mutual TLS)
+    on a connection whose handshake did not check one."""
+    return page(421, "Misdirected request", f"{host} requires a client certificate, checked "
+                f"in the TLS handshake: connect with {host} as the TLS server name.", 4012)
+
+
 def misdirected(host: str, sni: str, names: tuple[str, ...]) -> Fixed:
     """The 421 page for a request whose host is not the one its connection was made for."""
     made = f"for {sni}" if sni else \

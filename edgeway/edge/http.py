@@ -45,7 +45,7 @@ from edgeway.edge.client import (
 )
 from edgeway.edge.h1 import BadMessage, End, Request, RequestParser, header
 from edgeway.edge.hooks import Close, Exchange, Services, Takeover
-from edgeway.edge.hosts import directed, misdirected, request_host
+from edgeway.edge.hosts import directed, misdirected, request_host, uncertified
 from edgeway.edge.login_gate import LoginGate
 from edgeway.edge.modules.rate_limits import RateLimits
 from edgeway.edge.modules.sns import SnsVerifier
@@ -107,6 +107,8 @@ class HttpEdge:
         fronting, ``hosts.directed``): 421."""
         parser = RequestParser()
         deadline = Deadline(writer.transport)
+        tls = writer.get_extra_info("ssl_object")
+        client_cert = tls is not None and bool(tls.getpeercert())  # (checked in the handshake)
         wait = HEAD_TIMEOUT  # a new connection is for a request: its head within 30 s
         try:
             while True:
@@ -124,9 +126,12 @@ class HttpEdge:
                     await fixed(writer, event, page(403, "Forbidden", "Your IP address may "
                                                     "not access this site.", 4003), close=True)
                     return
-                if certified is not None and not directed(
-                        sni, certified, host := request_host(event.headers)):
-                    answered = await fixed(writer, event, misdirected(host, sni, certified))
+                if certified is not None and (not directed(
+                        sni, certified, host := request_host(event.headers)) or (
+                        not client_cert and self.router.agent_client_cas(host))):
+                    answered = await fixed(writer, event, misdirected(host, sni, certified)
+                                           if not directed(sni, certified, host)
+                                           else uncertified(host))
                     if not (answered and await drain(parser, reader, deadline, HEAD_TIMEOUT)):
                         return
                 elif not await self._answer(parser, reader, writer, event, peer, deadline,

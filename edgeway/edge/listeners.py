@@ -215,12 +215,11 @@ class PublicListeners:
             if edge is not None:
                 await self._tls_edge(sock, peer, edge, name)
             elif bound:
-                reader, writer = await open_streams(sock, None)
-                await forward(reader, writer, peer, self.router.registry.pick(bound),
-                                    "tls", "", True)
+                await self._tls_tunnel(sock, peer, bound)
             else:
                 https_edge = snap.https.get(name)
-                options = https_edge.tls if https_edge else TlsOptions()
+                options = https_edge.tls if https_edge else \
+                    TlsOptions(client_cas=self.router.agent_client_cas(name))
                 if options is None:  # a certificate authority it names is gone
                     sock.close()
                     return
@@ -235,6 +234,17 @@ class PublicListeners:
         except (ConnectionError, OSError, ssl.SSLError, TimeoutError):
             with contextlib.suppress(OSError):
                 sock.close()
+
+    async def _tls_tunnel(self, sock: socket.socket, peer: tuple[str, int],
+                          bound: list[Tunnel]) -> None:
+        """A TLS tunnel's connection: passed through, or terminated here with the agent's
+        certificate (and its client certificate check) when it asked for that."""
+        tunnel = self.router.registry.pick(bound)
+        termination = tunnel.req.termination if tunnel is not None else None
+        context = self.certs.agents(*termination, tunnel.req.client_cas) \
+            if tunnel is not None and termination is not None else None
+        reader, writer = await open_streams(sock, context)
+        await forward(reader, writer, peer, tunnel, "tls", "", context is None)
 
     def _reach(self, snap: Snapshot, name: str, edge: Edge | None, bound: list[Tunnel]
                ) -> Sequence[Tunnel] | None:

@@ -137,6 +137,12 @@ class EdgeRouter:
         return f"'{name}' was taken down after the abuse report '{report}'" if report \
             else None
 
+    def agent_client_cas(self, host: str) -> str:
+        """The CA certificates (PEM) whose client certificates the HTTPS tunnels bound to
+        ``host`` require (mutual TLS; of pooled tunnels, every one's); "" for none."""
+        return "".join(dict.fromkeys(t.req.client_cas for t in self.registry.for_host(host)
+                                     if t.proto == "https" and t.req.client_cas))
+
     def edge_port(self, port: int) -> str | None:
         """The TCP edge listening on ``port`` (from the last snapshot), if any."""
         edge = self.snapshot.tcp.get(port)

@@ -6,6 +6,7 @@ server certificate carries every name and address agents dial."""
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 import ssl
@@ -224,6 +225,26 @@ class EdgeCerts:
             self._contexts.clear()
         ctx = self._contexts[slot] = self._context(cert, key, http, client_cas, min_version,
                                                        optional)
+        return ctx
+
+    def agents(self, cert: str, key: str, client_cas: str = "") -> ssl.SSLContext:
+        """A context with an agent's own certificate and key (a TLS tunnel terminated at the
+        edge), requiring client certificates issued by ``client_cas`` when given. The key is
+        only ever in a file of this process that is gone once loaded."""
+        slot = ("agent:" + hashlib.sha256(f"{cert}\0{key}".encode()).hexdigest(), False,
+                "1.2", client_cas, False, "")
+        ctx = self._contexts.get(slot)
+        if ctx is not None:
+            return ctx
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.dir) as tmp:
+            cert_path, key_path = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
+            cert_path.write_text(cert)
+            _write_private(key_path, key.encode())
+            ctx = self._context(cert_path, key_path, False, client_cas)
+        if len(self._contexts) > 10_000:
+            self._contexts.clear()
+        self._contexts[slot] = ctx
         return ctx
 
     def _own(self, slot: tuple[str, bool, str, str, bool, str],

@@ -1,7 +1,7 @@
 """A bound tunnel's ``BindRequest`` as JSON and back: what every node of a cluster needs to
 serve a tunnel whose agent is connected to another node (its options compile into the same
 hooks there). The JSON is sealed before it is stored (``seal``/``unseal``): it may carry basic
-auth passwords and OAuth client secrets."""
+auth passwords, OAuth client secrets and a TLS tunnel's private key."""
 
 from __future__ import annotations
 
@@ -37,7 +37,9 @@ def encode(req: BindRequest) -> dict[str, Any]:
             "request_headers": _changes(req.request_headers),
             "response_headers": _changes(req.response_headers),
             "basic_auth": [list(pair) for pair in req.basic_auth],
-            "compression": req.compression, "modules": req.modules}
+            "compression": req.compression, "modules": req.modules,
+            "client_cas": req.client_cas,
+            "termination": list(req.termination) if req.termination else None}
 
 
 def decode(doc: dict[str, Any]) -> BindRequest:
@@ -49,7 +51,9 @@ def decode(doc: dict[str, Any]) -> BindRequest:
         _networks(doc["allow"]), _networks(doc["deny"]),
         _changes_of(doc["request_headers"]), _changes_of(doc["response_headers"]),
         tuple((str(u), str(p)) for u, p in doc["basic_auth"]), bool(doc["compression"]),
-        dict(doc["modules"]))
+        dict(doc["modules"]), str(doc.get("client_cas") or ""),
+        (str(doc["termination"][0]), str(doc["termination"][1]))
+        if doc.get("termination") else None)
 
 
 def seal(sealer: Sealer, req: BindRequest) -> str:

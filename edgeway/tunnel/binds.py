@@ -2,17 +2,24 @@
 options this edge can enforce. Pure: the server does the allocation and the I/O.
 
 Options the edge enforces on agent tunnels: IP restrictions; for HTTP also basic auth,
-request/response header changes, Host header rewriting, compression and the circuit
-breaker; the modules it checks and compiles itself (``modules``: OAuth, OIDC, webhook
+request/response header changes, Host header rewriting, compression, the circuit breaker and
+mutual TLS (HTTPS: the client certificates the handshake requires, ``client_cas``); for TLS,
+termination at the edge with the agent's own certificate (``termination``) and mutual TLS
+with it; the modules it checks and compiles itself (``modules``: OAuth, OIDC, webhook
 verification, traffic policy, ...). Every other security or traffic option an SDK can send
-(mutual TLS, PROXY protocol, ...) is refused with a clear error rather than accepted and
-silently ignored.
+(mutual TLS at the agent, PROXY protocol, ...) is refused with a clear error rather than
+accepted and silently ignored.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
+import ssl
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,9 +30,9 @@ from edgeway.ippolicy import DENY_ONLY, Network
 PROTOS = ("http", "https", "tcp", "tls")
 # Bind options (folded keys) the edge does not enforce: refused when set
 UNSUPPORTED = {
-    "http": ("mutualtlsca", "policy"),
+    "http": ("policy",),
     "tcp": ("policy",),
-    "tls": ("mutualtlsatagent", "mutualtlsatedge", "tlstermination", "trafficpolicy", "policy"),
+    "tls": ("mutualtlsatagent", "trafficpolicy", "policy"),
 }
 NAMES = {"oauth": "OAuth", "oidc": "OIDC",
          "webhookverification": "webhook verification", "mutualtlsca": "mutual TLS",
@@ -67,6 +74,8 @@ class BindRequest:
     # as an edge route's module documents (checked and compiled by the edge); oauth as the
     # SDK sends it (the provider by the SDK's name; the edge maps it to its module)
     modules: dict[str, Any] = field(default_factory=dict)
+    client_cas: str = ""  # PEM: mutual TLS, the client certificates the edge requires
+    termination: tuple[str, str] | None = None  # TLS: (certificate chain, key) PEM
 
 
 def _raw_opts(message: dict[str, Any]) -> dict[str, Any]:
@@ -195,6 +204,61 @@ def _refuse_unsupported(opts: dict[str, Any], proto: str, family: str) -> None:
         raise BindRefused("the PROXY protocol header is not supported by this edge yet")
 
 
+def _pem(value: Any, what: str) -> str:
+    """A PEM the SDKs send base64-encoded (JSON bytes)."""
+    if not isinstance(value, str) or not value:
+        raise BindRefused(f"{what} must be base64 of a PEM, not {type(value).__name__}")
+    try:
+        return base64.b64decode(value, validate=True).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError):
+        raise BindRefused(f"{what} is not base64 of a PEM") from None
+
+
+def _client_cas(opts: dict[str, Any], key: str, what: str) -> str:
+    """The CA certificates of a mutual TLS option (``{"MutualTLSCA": base64}``), checked."""
+    option = _object(opts.get(key), what)
+    if not option:
+        return ""
+    pem = _pem(option.get("mutualtlsca"), f"{what}.MutualTLSCA")
+    try:
+        ssl.create_default_context(cadata=pem)
+    except (ssl.SSLError, ValueError):
+        raise BindRefused(f"mutual TLS: {what}.MutualTLSCA holds no PEM certificate this edge "
+                          "can read") from None
+    return pem
+
+
+def _termination(opts: dict[str, Any]) -> tuple[str, str] | None:
+    """A TLS tunnel's ``TLSTermination``: the agent's certificate and key, checked to load
+    and belong together (the edge terminates with them)."""
+    option = _object(opts.get("tlstermination"), "Opts.TLSTermination")
+    if not option:
+        return None
+    if option.get("sealedkey") and not option.get("key"):
+        raise BindRefused("TLS termination with a sealed key is not supported; send the key "
+                          "itself (it travels inside the agent's TLS session)")
+    cert = _pem(option.get("cert"), "Opts.TLSTermination.Cert")
+    key = _pem(option.get("key"), "Opts.TLSTermination.Key")
+    if not loads(cert, key):
+        raise BindRefused("TLS termination: the certificate and key do not load as a pair "
+                          "(PEM certificate chain, and its unencrypted private key)")
+    return cert, key
+
+
+def loads(cert: str, key: str) -> bool:
+    """Whether ``cert`` (a PEM chain) and ``key`` load together into a TLS server context."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cert_path, key_path = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
+        cert_path.write_text(cert)
+        key_path.touch(0o600)
+        key_path.write_text(key)
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
+        except (ssl.SSLError, ValueError, OSError):
+            return False
+    return True
+
+
 def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> BindRequest:
     """What the Bind ``message`` (``folded``: its keys lower-cased) asks for; BindRefused
     names what is wrong with it, a member of the wrong JSON type included."""
@@ -207,6 +271,16 @@ def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> 
     _refuse_unsupported(opts, proto, family)
     allow, deny = _restriction(_object(opts.get("iprestriction"), "Opts.IPRestriction"))
     request_headers = _headers(opts.get("requestheaders"), "Opts.RequestHeaders")
+    client_cas = _client_cas(opts, "mutualtlsca" if family == "http" else "mutualtlsatedge",
+                             "Opts.MutualTLSCA" if family == "http" else "Opts.MutualTLSAtEdge")
+    termination = _termination(opts) if family == "tls" else None
+    if client_cas and proto == "http":
+        raise BindRefused("mutual TLS needs an https tunnel: a plain http one has no TLS "
+                          "handshake to check a client certificate in")
+    if client_cas and proto == "tls" and termination is None:
+        raise BindRefused("mutual TLS at the edge needs TLS terminated at the edge "
+                          "(termination with your certificate and key): a passed-through "
+                          "handshake is your service's to check")
     if family == "http" and opts.get("hostheaderrewrite"):
         request_headers = _host_rewrite(request_headers, str(folded.get("forwardsto") or ""))
     return BindRequest(
@@ -219,6 +293,7 @@ def parse(message: dict[str, Any], folded: dict[str, Any], base_domain: str) -> 
         response_headers=_headers(opts.get("responseheaders"), "Opts.ResponseHeaders"),
         basic_auth=_basic_auth(opts) if family == "http" else (),
         compression=family == "http" and opts.get("compression") is not None,
+        client_cas=client_cas, termination=termination,
         modules=_modules(opts, family))
 
 

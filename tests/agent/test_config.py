@@ -540,7 +540,7 @@ def test_unknown_tunnel_keys(tmp_path: Path) -> None:
     message = tunnel_error(tmp_path, "proto: http\naddr: 80\nqqqqqqq: 1\n")
     assert message.startswith("qqqqqqq: unknown key; allowed keys: addr, "
                               "allow_unauthenticated, basic_auth, "
-                              "circuit_breaker, compression, domain, ")
+                              "circuit_breaker, compression, crt, domain, ")
 
 
 @pytest.mark.parametrize("key", sorted(TUNNEL_UNSUPPORTED))
@@ -692,3 +692,42 @@ def test_traffic_policies_are_checked_and_sent_as_json(tmp_path: Path) -> None:
                            "\"actions\": [{\"type\": \"deny\"}]}]}'\n")
     assert message.startswith("traffic_policy: on_http_request[0].expressions[0]: '1 +' is not "
                               "a valid CEL expression")
+
+
+def test_tls_files_go_to_the_bind_as_the_sdks_send_them(tmp_path: Path) -> None:
+    """mutual_tls_cas (http, tls) and crt/key (tls, terminated at the edge): files relative to
+    the config, read and checked when it loads, carried base64 as the SDKs carry them."""
+    import base64
+
+    from tests.edge.test_mutual_tls import authority_files
+    from tests.edge.tls_upstream import self_signed
+    ca, _, _ = authority_files(tmp_path, "clients")
+    (tmp_path / "certs").mkdir()
+    (tmp_path / "certs" / "ca.pem").write_text(ca)
+    crt, key = self_signed("*.edgeway.localhost", tmp_path / "certs")
+    config = one(tmp_path, f"""
+        tunnels:
+          web: {{proto: http, addr: 80, mutual_tls_cas: certs/ca.pem}}
+          db: {{proto: tls, addr: 5432, crt: certs/{crt.name}, key: certs/{key.name},
+                terminate_at: edge, mutual_tls_cas: certs/ca.pem}}
+        """)
+    b64 = base64.b64encode
+    web, db = config.tunnels["web"].middleware, config.tunnels["db"].middleware
+    assert web == {"MutualTLSCA": {"MutualTLSCA": b64(ca.encode()).decode()}}
+    assert db["TLSTermination"] == {"Cert": b64(crt.read_bytes()).decode(),
+                                    "Key": b64(key.read_bytes()).decode()}
+    assert db["MutualTLSAtEdge"] == web["MutualTLSCA"]
+    for body, rule in (
+            ("proto: tls\naddr: 1\ncrt: certs/ca.pem\n", "key: required with crt, key"),
+            ("proto: tls\naddr: 1\nmutual_tls_cas: certs/ca.pem\n",
+             "mutual_tls_cas: on a tls tunnel needs crt and key"),
+            (f"proto: tls\naddr: 1\ncrt: certs/{crt.name}\nkey: certs/{key.name}\n"
+             "terminate_at: agent\n", "terminate_at: agent: terminating TLS in the agent"),
+            (f"proto: tls\naddr: 1\ncrt: certs/ca.pem\nkey: certs/{key.name}\n",
+             "key: crt and key do not load as a pair"),
+            ("proto: http\naddr: 1\nmutual_tls_cas: certs/nothing.pem\n",
+             "mutual_tls_cas: cannot read"),
+            (f"proto: http\naddr: 1\nmutual_tls_cas: certs/{key.name}\n",
+             f"mutual_tls_cas: {tmp_path / 'certs' / key.name} holds no PEM certificate"),
+            ("proto: tcp\naddr: 1\ncrt: x\n", "crt: does not apply to tcp tunnels")):
+        assert tunnel_error(tmp_path, body).startswith(rule), (body, tunnel_error(tmp_path, body))

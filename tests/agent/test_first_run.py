@@ -215,3 +215,54 @@ def test_a_paused_terminal_does_not_hold_up_the_tunnels(
         assert "Traceback" not in term.text
     finally:
         term.close()
+
+
+def test_tls_terminated_at_the_edge_and_mutual_tls_from_the_one_liners(
+        srv: Server, home: Path, token: str, svc: int) -> None:
+    """``edgeway tls PORT --crt --key --mutual-tls-cas`` and ``edgeway http PORT
+    --mutual-tls-cas``, typed with relative paths: the edge terminates with the agent's
+    certificate and lets in only clients with a certificate from those authorities."""
+    import contextlib
+    import socket
+    import ssl
+
+    from tests.edge.test_bind_tls import https_get
+    from tests.edge.test_mutual_tls import authority_files, client
+    from tests.edge.tls_upstream import self_signed
+    ca, cert, key = authority_files(home, "clients")
+    (home / "ca.pem").write_text(ca)
+    crt, crt_key = self_signed("*.edgeway.localhost", home)
+    server = ["--authtoken", token, "--server-addr", f"localhost:{srv.tunnel_port}",
+              "--root-cas", str(srv.data_dir / "ca.pem"), "--web-addr", "false"]
+    with upstream.echo() as echo:
+        term = Pty(home, "tls", str(echo), "--crt", crt.name, "--key", crt_key.name,
+                   "--mutual-tls-cas", "ca.pem", *server)
+        try:
+            screen = term.wait_for("online", "tls://")
+            host = next(w for w in screen.split() if w.startswith("tls://")) \
+                .removeprefix("tls://").split(":")[0]
+
+            def echoed(ctx: ssl.SSLContext) -> bytes:
+                ctx.load_verify_locations(crt)
+                with socket.create_connection(("127.0.0.1", srv.https_port), 20) as raw, \
+                        ctx.wrap_socket(raw, server_hostname=host) as s:
+                    s.sendall(b"to the local service")
+                    return s.recv(100)
+
+            assert echoed(client(cert, key)) == b"to the local service"
+            # no certificate: refused in the handshake, or at the first read in TLS 1.3
+            with contextlib.suppress(ssl.SSLError, ConnectionError):
+                assert echoed(client()) == b"", "served without a client certificate"
+            assert term.interrupt() == 0
+        finally:
+            term.close()
+    term = Pty(home, "http", str(svc), "--mutual-tls-cas", "ca.pem", *server)
+    try:
+        url = url_of(term.wait_for("online", "https://"), f"http://127.0.0.1:{svc}")
+        host = url.removeprefix("https://").split(":")[0]
+        out = https_get(srv, client(cert, key), host, host)
+        assert out.startswith(b"HTTP/1.1 200 ") and b"svc /m" in out, out
+        assert term.interrupt() == 0
+        assert "Traceback" not in term.text
+    finally:
+        term.close()

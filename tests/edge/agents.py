@@ -53,8 +53,12 @@ SCRIPT = textwrap.dedent("""
                     b = b.websocket_tcp_conversion()
             elif kind == "tls":
                 b = s.tls_endpoint()
+                if ln.get("termination"):
+                    b = b.termination(*(bytearray(p.encode()) for p in ln["termination"]))
             else:
                 b = s.tcp_endpoint()
+            if ln.get("mtls_ca"):
+                b = b.mutual_tlsca(bytearray(ln["mtls_ca"].encode()))
             for cidr in ln.get("allow_cidrs", []):
                 b = b.allow_cidr(cidr)
             for cidr in ln.get("deny_cidrs", []):
