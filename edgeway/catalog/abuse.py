@@ -97,8 +97,8 @@ ABUSE_REPORTS = Kind(
     ops=frozenset({"create", "get", "list", "update"}),
     describe="Reports of URLs served here as abusive; admins ban or clear each hostname.",
     fields=(
-        Field("urls", list[str], f"the reported URLs (1 to {MAX_URLS})", create="required",
-              immutable=True, check=_urls, default=list),
+        Field("urls", list[str], f"the reported URLs (1 to {MAX_URLS}; not changed after)",
+              create="required", check=_urls, default=list),
         Field("metadata", str, "arbitrary machine-readable data, at most 4096 bytes",
               update=True, default="", max_bytes=4096),
         Field("status", str, "PENDING, PARTIALLY_PROCESSED or PROCESSED", create="no",

@@ -89,6 +89,13 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
     (215, ("vault_name",), "the name of an existing vault (and of vault_id's when both are "
                            "given)"),
     (509, ("",), "a reserved address needs a free port of the agent TCP range"),
+    (215, ("urls", "urls[*]"), "abuse reports: 1 to 100 URLs, each with a scheme of http, "
+                               "https, tls or tcp and a host (tcp: and a port), at most 2048 "
+                               "bytes"),
+    (420, ("urls[*]",), "abuse reports: at most 2048 bytes of UTF-8"),
+    (448, ("urls[*]",), "abuse reports: a host name of labels of at most 63 characters, at "
+                        "most 253 in all"),
+    (215, ("hostnames[*].hostname",), "abuse reports: a hostname of the report's URLs"),
     (261, ("",), "at least one working admin API key remains"),
     (262, ("force", ""), "a write that would make an enforced api IP restriction refuse the "
                          "caller's address needs force: true"),

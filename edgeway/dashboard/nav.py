@@ -45,6 +45,7 @@ _GROUPS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("Secrets", (("vaults", "Vaults"), ("vault_secrets", "Secrets"))),
     ("End users", (("app/users", "Application users"),
                    ("app/sessions", "Application sessions"))),
+    ("Abuse", (("abuse_reports", "Abuse reports"),)),
 )
 
 GROUPS: tuple[tuple[str, tuple[Entry, ...]], ...] = tuple(
