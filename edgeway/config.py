@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from edgeway import early
 from edgeway.caps import API_HEAD_TIMEOUT, CapsConfig
 from edgeway.proxied import Trust
 from edgeway.settings import Settings
@@ -27,7 +28,11 @@ def parse_addr(text: str) -> tuple[str, int]:
 
 def listen_socket(what: str, host: str, port: int, reuse_port: bool = False,
                   backlog: int = 1024) -> socket.socket:
-    """A listening socket, or an OSError that says which listener and address failed."""
+    """A listening socket, or an OSError that says which listener and address failed. One
+    ``edgeway serve`` bound before its imports (``early``) is adopted."""
+    if not reuse_port and (sock := early.take(host, port)) is not None:
+        return sock
+    early.drop(port)
     try:
         return socket.create_server((host, port), reuse_port=reuse_port, backlog=backlog,
                                     family=socket.AF_INET6 if ":" in host else socket.AF_INET)

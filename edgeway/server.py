@@ -22,6 +22,7 @@ from edgeway.catalog.modules import saml
 from edgeway.config import LETS_ENCRYPT, DomainsConfig, ServerConfig, listen_socket
 from edgeway.dashboard.agentfile import AgentDial
 from edgeway.dns.server import DnsServer
+from edgeway.early import release as release_prebound
 from edgeway.edge import login_gate
 from edgeway.edge.app_sessions import AppSessions
 from edgeway.edge.listeners import PublicListeners
@@ -239,6 +240,7 @@ async def serve(cfg: ServerConfig) -> None:
             heap.settle()  # (before the API listens: clients wait for that port)
             api_socket = listen_socket("management API", cfg.api_host, cfg.api_port,
                                        cfg.reuse_port)
+            release_prebound()  # (a listener bound before the imports and not used since)
             server = _Server(config, early)
             where = "SQLite " + str(cfg.data_dir / "edgeway.db") if not cfg.database_url \
                 else "PostgreSQL"
