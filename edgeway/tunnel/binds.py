@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from edgeway.catalog import checks
+from edgeway.catalog.modules.policy import modern
 from edgeway.errors import Invalid
 from edgeway.ippolicy import DENY_ONLY, Network
 
@@ -319,10 +320,17 @@ def _allowed(option: dict[str, Any], name: str) -> dict[str, list[Any]]:
 
 
 def _modules(opts: dict[str, Any], family: str) -> dict[str, Any]:
-    """The bind options the edge enforces as modules, in the modules' document form."""
+    """The bind options the edge enforces as modules, in the modules' document form (a
+    traffic policy with the phases' earlier names, as the SDKs' ``policy()`` sends it, in
+    today's)."""
     out: dict[str, Any] = {}
     if isinstance(policy := opts.get("trafficpolicy"), str) and policy.strip():
-        out["traffic_policy"] = {"value": policy}
+        try:
+            value = modern("traffic_policy", policy, "route" if family == "http"
+                           else "tcp_edge")
+        except Invalid as exc:
+            raise BindRefused(f"the traffic policy is not valid: {exc}") from None
+        out["traffic_policy"] = {"value": value}
     if family != "http":
         return out
     out.update(_oauth(opts))

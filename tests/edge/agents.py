@@ -65,6 +65,8 @@ SCRIPT = textwrap.dedent("""
                 b = b.deny_cidr(cidr)
             if ln.get("policy"):
                 b = b.traffic_policy(ln["policy"])
+            if ln.get("legacy_policy"):  # (the SDKs' policy(): the earlier phase names)
+                b = b.policy(ln["legacy_policy"])
             if ln.get("domain"):
                 b = b.domain(ln["domain"])
             if ln.get("pool"):

@@ -125,3 +125,42 @@ def test_what_cannot_be_enforced_is_refused_at_bind(srv: Server, token: str,
         assert all("ERR_NGROK_8000" in e for e in errors)
     finally:
         a.stop()
+
+
+def test_the_sdks_policy_with_the_earlier_phase_names(srv: Server, token: str, service: int,
+                                                      echo_port: int) -> None:
+    """The SDKs' ``policy()`` (``inbound``/``outbound``, the phases' earlier names): enforced
+    on HTTP as on_http_request and on_http_response, on TCP inbound as on_tcp_connect; a name
+    with no phase here, or a phase given under both names, is refused saying so."""
+    http = json.dumps({
+        "inbound": [{"expressions": ["req.method == 'POST'"],
+                     "actions": [{"type": "custom-response",
+                                  "config": {"status_code": 405, "content": "no posts"}}]}],
+        "outbound": [{"actions": [{"type": "add-headers",
+                                   "config": {"headers": {"x-legacy": "outbound"}}}]}]})
+    tcp = json.dumps({"inbound": [{"actions": [{"type": "deny"}]}]})
+    both = json.dumps({"inbound": [{"actions": [{"type": "deny"}]}],
+                       "on_http_request": [{"actions": [{"type": "deny"}]}]})
+    a = agent(srv, token,
+              {"kind": "https", "forward": f"http://127.0.0.1:{service}", "legacy_policy": http},
+              {"kind": "tcp", "forward": f"tcp://127.0.0.1:{echo_port}", "legacy_policy": tcp},
+              {"kind": "tcp", "forward": f"tcp://127.0.0.1:{echo_port}", "legacy_policy": http},
+              {"kind": "https", "forward": f"http://127.0.0.1:{service}", "legacy_policy": both})
+    try:
+        assert [ln.get("error", "") for ln in a.listeners[:2]] == ["", ""], a.listeners
+        assert "outbound (an earlier name of a phase) has no phase here" in \
+            a.listeners[2].get("error", ""), a.listeners
+        assert "inbound is an earlier name of on_http_request, which is given too" in \
+            a.listeners[3].get("error", ""), a.listeners
+        with EdgeClient(srv) as web:
+            got = web.get(a.urls[0] + "/x")
+            assert got.text == "svc /x" and got.headers["x-legacy"] == "outbound"
+            posted = web.request("POST", a.urls[0] + "/x", content=b"body")
+            assert posted.status_code == 405 and posted.text == "no posts"
+        port = int(a.urls[1].rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"ping")
+            with contextlib.suppress(ConnectionResetError):  # (closed with "ping" unread)
+                assert s.recv(10) == b""
+    finally:
+        a.stop()

@@ -55,6 +55,34 @@ def parse(member: str, text: str) -> Any:
                       215) from None
 
 
+# The phases' names in the SDKs' ``policy()`` (ngrok's earlier policy format): an agent's bind
+# may use them; each means the phase of today's name where the tunnel has it.
+LEGACY = {"inbound": {"route": REQ, "tcp_edge": TCP, "tls_edge": TCP},
+          "outbound": {"route": RES}}
+
+
+def modern(member: str, text: str, on: On) -> str:
+    """``text`` with the legacy phase names ``inbound``/``outbound`` renamed to today's
+    (JSON); unchanged when it has none. Invalid when a legacy name has no phase here, or
+    when a phase is given under both of its names."""
+    doc = parse(member, text)
+    if not isinstance(doc, dict) or not set(doc) & set(LEGACY):
+        return text
+    out: dict[str, Any] = {}
+    for phase, rules in doc.items():
+        if phase in LEGACY:
+            now = LEGACY[phase].get(on)
+            if now is None:
+                raise Invalid(f"{member}.{phase}", f"{phase} (an earlier name of a phase) has "
+                              "no phase here; phases: " + ", ".join(PHASES[on]), 215)
+            if now in doc:
+                raise Invalid(f"{member}.{phase}", f"{phase} is an earlier name of {now}, "
+                              "which is given too: give the rules under one of them", 215)
+            phase = now
+        out[phase] = rules
+    return json.dumps(out)
+
+
 def compile_cel(member: str, expr: Any) -> None:
     if not isinstance(expr, str):
         raise Invalid(member, "must be a string holding a CEL expression", 215)
