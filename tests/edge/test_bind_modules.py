@@ -135,7 +135,10 @@ def test_the_sdks_policy_with_the_earlier_phase_names(srv: Server, token: str, s
     http = json.dumps({
         "inbound": [{"expressions": ["req.method == 'POST'"],
                      "actions": [{"type": "custom-response",
-                                  "config": {"status_code": 405, "content": "no posts"}}]}],
+                                  "config": {"status_code": 405, "content": "no posts"}}]},
+                    {"expressions": ["req.url.path.startsWith('/staff')"],
+                     "actions": [{"type": "basic-auth", "config": {
+                         "credentials": ["alice:correct horse"]}}]}],
         "outbound": [{"actions": [{"type": "add-headers",
                                    "config": {"headers": {"x-legacy": "outbound"}}}]}]})
     tcp = json.dumps({"inbound": [{"actions": [{"type": "deny"}]}]})
@@ -157,6 +160,11 @@ def test_the_sdks_policy_with_the_earlier_phase_names(srv: Server, token: str, s
             assert got.text == "svc /x" and got.headers["x-legacy"] == "outbound"
             posted = web.request("POST", a.urls[0] + "/x", content=b"body")
             assert posted.status_code == 405 and posted.text == "no posts"
+            refused = web.get(a.urls[0] + "/staff/x")
+            assert refused.status_code == 401 and "svc" not in refused.text
+            assert refused.headers["www-authenticate"] == 'Basic realm="edgeway"'
+            let_in = web.get(a.urls[0] + "/staff/x", auth=("alice", "correct horse"))
+            assert let_in.text == "svc /staff/x"
         port = int(a.urls[1].rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
             s.sendall(b"ping")

@@ -145,6 +145,8 @@ def test_tcp_connect_phase() -> None:
     ({"type": "jwt-validation", "config": {}}, "'jwt-validation' in on_http_request"),
     ({"type": "restrict-ips", "config": {"ip_policies": ["ipp_1"]}}, "'restrict-ips'"),
     ({"type": "rate-limit", "config": {"capacity": 1, "rate": "soon"}}, "'rate-limit'"),
+    ({"type": "basic-auth", "config": {"credentials": ["alice:short"]}}, "8 to 128"),
+    ({"type": "basic-auth", "config": {}}, "basic-auth without credentials"),
 ])
 def test_policies_with_unenforced_actions_are_refused(action: dict[str, Any],
                                                       named: str) -> None:
@@ -216,3 +218,32 @@ def test_policies_on_real_traffic(srv: Server, service: int, echo_port: int) -> 
     assert [(x["phase"], x["metadata"]) for x in logged] == [
         ("on_http_request", {"audit": "marker123", "n": 1}),
         ("on_http_response", "answered 200"), ("on_tcp_connect", {"ip": "127.0.0.1"})]
+
+
+def test_basic_auth_action() -> None:
+    """basic-auth in a rule: only the requests its expressions match need the credentials;
+    the wrong pair or none is a 401 with the realm; ``enforce: false`` only logs."""
+    import base64
+    policy = compiled({"on_http_request": [
+        {"expressions": ["req.url.path.startsWith('/private')"],
+         "actions": [{"type": "basic-auth", "config": {
+             "realm": "staff", "credentials": ["alice:correct horse", "bob:battery staple"]}}]},
+        {"expressions": ["req.url.path == '/soft'"],
+         "actions": [{"type": "basic-auth", "config": {
+             "credentials": ["alice:correct horse"], "enforce": False}}]}]})
+
+    def ask(path: str, pair: str = "") -> tp.Outcome:
+        heads = [(b"Host", b"app.example.com")]
+        if pair:
+            heads.append((b"Authorization", b"Basic " + base64.b64encode(pair.encode())))
+        env = tp.request_env(b"GET", path.encode(), heads, "app.example.com", "https",
+                             "192.0.2.1", 5000, False)
+        return policy.on_request(env, heads, path.encode(), tp.RateLimits(), 0.0)
+
+    assert ask("/open").status == 0
+    for pair in ("", "alice:wrong password", "mallory:correct horse"):
+        out = ask("/private/x", pair)
+        assert out.status == 401, pair
+        assert ("WWW-Authenticate", 'Basic realm="staff"') in out.answer_headers
+    assert ask("/private/x", "bob:battery staple").status == 0
+    assert ask("/soft").status == 0

@@ -22,6 +22,7 @@ import cel
 import structlog
 
 from edgeway.catalog.modules.policy import REQ, RES, TCP
+from edgeway.edge.modules import basic_auth
 from edgeway.edge.modules.rate_limits import RateLimits
 from edgeway.ippolicy import Network, permits
 
@@ -218,6 +219,36 @@ def _remove_headers(cfg: dict[str, Any], _key: str) -> RequestAction:
     return run
 
 
+def _basic_auth(cfg: dict[str, Any], _key: str) -> RequestAction:
+    """basic-auth: ``credentials`` (``user:password``, the password 8 to 128 characters),
+    ``realm``, ``enforce`` (false: a request without them is only logged, and goes on)."""
+    pairs: list[tuple[str, str]] = []
+    for item in cfg.get("credentials") or []:
+        user, sep, password = str(item).partition(":")
+        if not sep or not user or not 8 <= len(password) <= 128:
+            raise Unsupported("basic-auth credentials: each 'user:password', the password 8 "
+                              "to 128 characters")
+        pairs.append((user, password))
+    if not pairs:
+        raise Unsupported("basic-auth without credentials")
+    realm, enforce = str(cfg.get("realm") or "edgeway"), cfg.get("enforce", True)
+    if not isinstance(enforce, bool) or '"' in realm:
+        raise Unsupported(f"basic-auth enforce {enforce!r} or realm {realm!r}")
+    known = tuple(pairs)
+
+    def run(_env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
+        given = next((v for k, v in out.headers if k.lower() == b"authorization"), b"")
+        if basic_auth.allows(given.decode("latin-1"), known):
+            return False
+        if not enforce:
+            log.info("basic_auth_not_enforced")
+            return False
+        out.status, out.body = 401, b"This site needs a user name and password.\n"
+        out.answer_headers = [("WWW-Authenticate", f'Basic realm="{realm}"')]
+        return True
+    return run
+
+
 def admits(cfg: dict[str, Any]) -> Callable[[Env], bool]:
     """restrict-ips as a test of a request's or connection's client address: true when it
     may go on (permitted, or ``enforce: false``: the refusal is only logged)."""
@@ -321,7 +352,8 @@ ACTIONS: dict[str, dict[str, Callable[[dict[str, Any], str], Any]]] = {
     REQ: {"deny": _deny, "custom-response": _custom_response, "redirect": _redirect,
           "url-rewrite": _url_rewrite, "add-headers": _add_headers,
           "remove-headers": _remove_headers, "restrict-ips": _restrict_ips,
-          "rate-limit": _rate_limit, "close-connection": _close, "log": _request_log},
+          "rate-limit": _rate_limit, "close-connection": _close, "log": _request_log,
+          "basic-auth": _basic_auth},
     RES: {"add-headers": _response_add, "remove-headers": _response_remove,
           "log": _response_log},
     TCP: {"deny": _tcp_refuse, "restrict-ips": _tcp_restrict, "close-connection": _tcp_refuse,
