@@ -247,3 +247,38 @@ def test_basic_auth_action() -> None:
         assert ("WWW-Authenticate", 'Basic realm="staff"') in out.answer_headers
     assert ask("/private/x", "bob:battery staple").status == 0
     assert ask("/soft").status == 0
+
+
+def test_set_vars_reach_later_rules_and_the_response() -> None:
+    policy = compiled({
+        "on_http_request": [
+            {"actions": [{"type": "set-vars", "config": {"vars": [
+                {"who": "${req.headers['x-user'][0]}"}, {"tier": 2}]}}]},
+            {"expressions": ["vars.who == 'mallory'"],
+             "actions": [{"type": "deny", "config": {"status_code": 451}}]},
+            {"expressions": ["vars.tier == 2"],
+             "actions": [{"type": "add-headers", "config": {"headers": {
+                 "X-Who": "${vars.who}"}}}]}],
+        "on_http_response": [
+            {"actions": [{"type": "set-vars", "config": {"vars": [{"answered": "yes"}]}},
+                         {"type": "add-headers", "config": {"headers": {
+                             "X-Seen": "${vars.who}/${vars.answered}"}}}]}]})
+    heads = [(b"Host", b"app.example.com"), (b"X-User", b"alice")]
+    env = tp.request_env(b"GET", b"/", heads, "app.example.com", "https", "192.0.2.1", 5000,
+                         False)
+    out = policy.on_request(env, heads, b"/", tp.RateLimits(), 0.0)
+    assert out.status == 0 and (b"X-Who", b"alice") in out.headers
+    answered = policy.on_response(tp.response_env(env, 200, []), [])
+    assert (b"X-Seen", b"alice/yes") in answered
+    heads[1] = (b"X-User", b"mallory")
+    env = tp.request_env(b"GET", b"/", heads, "app.example.com", "https", "192.0.2.1", 5000,
+                         False)
+    assert policy.on_request(env, heads, b"/", tp.RateLimits(), 0.0).status == 451
+    tcp = compiled({"on_tcp_connect": [
+        {"actions": [{"type": "set-vars", "config": {"vars": [
+            {"office": "${conn.client_ip.startsWith('10.')}"}]}}]},
+        {"expressions": ["vars.office != 'true'"], "actions": [{"type": "deny"}]}]})
+    assert tcp.on_tcp_connect("10.1.2.3", 1) and not tcp.on_tcp_connect("192.0.2.1", 1)
+    bad = tp.compile({"value": json.dumps({"on_http_request": [{"actions": [
+        {"type": "set-vars", "config": {"vars": [{"a": 1, "b": 2}]}}]}]})}, "r")
+    assert isinstance(bad, Unenforced) and "one-key object" in bad.what

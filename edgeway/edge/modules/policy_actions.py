@@ -65,8 +65,14 @@ def _eval(expr: str, env: Env) -> Any:
         return ""
 
 
+def _shown(value: Any) -> str:
+    """A CEL value in a string, as CEL writes it (``true``, not Python's ``True``)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
 def interpolate(text: str, env: Env) -> str:
-    return _INTERPOLATION.sub(lambda m: str(_eval(m[1], env)), text) if "${" in text else text
+    return _INTERPOLATION.sub(lambda m: _shown(_eval(m[1], env)), text) if "${" in text \
+        else text
 
 
 def _interpolated(value: Any, env: Env) -> Any:
@@ -140,6 +146,55 @@ def _logger(phase: str, cfg: dict[str, Any], key: str) -> Callable[[Env], None]:
         if (logs := env.get(LOGS)) is not None:
             logs.append({"policy": key, "phase": phase, "metadata": shown})
     return write
+
+
+def _setter(cfg: dict[str, Any]) -> Callable[[Env], None]:
+    """set-vars: ``vars``, a list of one-key objects (``- user: ${req.headers['x-user'][0]}``),
+    set in order as ``vars.<name>`` for the later rules and phases of the same request or
+    connection (strings are interpolated; other values kept as they are)."""
+    pairs: list[tuple[str, Any]] = []
+    for item in cfg.get("vars") or []:
+        if not isinstance(item, dict) or len(item) != 1:
+            raise Unsupported("set-vars vars: each a one-key object, name: value")
+        (name, value), = item.items()
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
+            raise Unsupported(f"set-vars name {name!r} (letters, digits and _)")
+        pairs.append((str(name), value))
+    if not pairs:
+        raise Unsupported("set-vars without vars")
+
+    def run(env: Env) -> None:
+        found = env.setdefault("vars", {})
+        for name, value in pairs:
+            found[name] = _interpolated(value, env)
+    return run
+
+
+def _request_vars(cfg: dict[str, Any], _key: str) -> RequestAction:
+    set_vars = _setter(cfg)
+
+    def run(env: Env, _out: Outcome, _limits: RateLimits, _now: float) -> bool:
+        set_vars(env)
+        return False
+    return run
+
+
+def _response_vars(cfg: dict[str, Any], _key: str) -> ResponseAction:
+    set_vars = _setter(cfg)
+
+    def run(env: Env, out: Headers) -> Headers:
+        set_vars(env)
+        return out
+    return run
+
+
+def _tcp_vars(cfg: dict[str, Any], _key: str) -> TcpAction:
+    set_vars = _setter(cfg)
+
+    def run(env: Env) -> bool:
+        set_vars(env)
+        return True
+    return run
 
 
 # -- on_http_request ------------------------------------------------------------------------
@@ -353,11 +408,11 @@ ACTIONS: dict[str, dict[str, Callable[[dict[str, Any], str], Any]]] = {
           "url-rewrite": _url_rewrite, "add-headers": _add_headers,
           "remove-headers": _remove_headers, "restrict-ips": _restrict_ips,
           "rate-limit": _rate_limit, "close-connection": _close, "log": _request_log,
-          "basic-auth": _basic_auth},
+          "basic-auth": _basic_auth, "set-vars": _request_vars},
     RES: {"add-headers": _response_add, "remove-headers": _response_remove,
-          "log": _response_log},
+          "log": _response_log, "set-vars": _response_vars},
     TCP: {"deny": _tcp_refuse, "restrict-ips": _tcp_restrict, "close-connection": _tcp_refuse,
-          "log": _tcp_log},
+          "log": _tcp_log, "set-vars": _tcp_vars},
 }
 
 

@@ -15,6 +15,7 @@ interpolations. ``secrets.get(vault, name)`` reads a vault secret (``secrets.py`
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs
@@ -58,16 +59,18 @@ class Policy(Hook):
 
     # -- evaluation ------------------------------------------------------------------------
 
-    def _matching(self, phase: str, env: dict[str, Any]) -> list[Rule]:
-        out = []
+    def _matching(self, phase: str, env: dict[str, Any]) -> Iterator[Rule]:
+        """The phase's rules whose expressions hold, each decided when its turn comes (after
+        the actions of the rules before it: their set-vars count)."""
         for rule in self.phases.get(phase, ()):
             try:
-                if all(expr.execute(env) is True for expr in rule.expressions):
-                    out.append(rule)
+                matched = all(expr.execute(env) is True for expr in rule.expressions)
             except Exception as exc:  # an expression that cannot be evaluated: no match
                 log.info("policy_expression_failed", rule=rule.name,
                          error=str(exc).splitlines()[0])
-        return out
+                continue
+            if matched:
+                yield rule
 
     def on_request(self, env: dict[str, Any], headers: Headers, target: bytes,
                    limits: RateLimits, now: float) -> Outcome:
@@ -87,7 +90,7 @@ class Policy(Hook):
 
     def on_tcp_connect(self, ip: str, port: int) -> bool:
         """Whether the connection may go on."""
-        env = {"conn": {"client_ip": ip, "client_port": port}}
+        env: dict[str, Any] = {"conn": {"client_ip": ip, "client_port": port}, "vars": {}}
         return all(action(env) for rule in self._matching(TCP, env) for action in rule.actions)
 
     # -- as a hook -------------------------------------------------------------------------
@@ -141,12 +144,16 @@ def request_env(method: bytes, target: bytes, headers: Headers, host: str, schem
                 "url": {"path": path, "raw_path": path, "query": query, "host": hostname,
                         "scheme": scheme, "authority": host,
                         "raw": f"{scheme}://{host}{raw}", "query_params": parse_qs(query)}},
+        "vars": {},
         LOGS: [],
     }
 
 
 def response_env(env: dict[str, Any], status: int, headers: Headers) -> dict[str, Any]:
-    return {**env, "res": {"status_code": status, "headers": _header_map(headers)}}
+    """The request's variables (its ``vars`` the same object: set-vars in the response phase
+    adds to them) and the response's."""
+    return {**env, "vars": env.setdefault("vars", {}),
+            "res": {"status_code": status, "headers": _header_map(headers)}}
 
 
 def compile(module: dict[str, Any], ctx: Compiling | str) -> Policy | Unenforced:
