@@ -23,10 +23,10 @@ from edgeway.config import LETS_ENCRYPT, DomainsConfig, ServerConfig, listen_soc
 from edgeway.dashboard.agentfile import AgentDial
 from edgeway.dns.server import DnsServer
 from edgeway.early import release as release_prebound
-from edgeway.edge import login_gate
-from edgeway.edge.app_sessions import AppSessions
 from edgeway.edge.listeners import PublicListeners
-from edgeway.edge.login_gate import LoginGate
+from edgeway.edge.login import gate as login_gate
+from edgeway.edge.login.gate import LoginGate
+from edgeway.edge.login.sessions import AppSessions
 from edgeway.edge.modules import sns
 from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.router import EdgeRouter

@@ -25,14 +25,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from edgeway.edge.h1 import Request
 from edgeway.edge.pages import Fixed, page
 from edgeway.ippolicy import Network
 
 if TYPE_CHECKING:
-    from edgeway.edge.login_gate import LoginGate
     from edgeway.edge.modules.circuit_breaker import Breakers
     from edgeway.edge.modules.compression import Gzip
     from edgeway.edge.modules.sns import SnsVerifier
@@ -60,11 +59,18 @@ class Takeover:
 Verdict = Fixed | Close | Takeover | None
 
 
+class Login(Protocol):
+    """The gate that runs end-user logins (``edge.login.gate``), as a login hook calls it:
+    its answer (a redirect to log in, a refusal) or the request to forward."""
+
+    async def check(self, hook: Any, x: Exchange) -> Fixed | Request: ...
+
+
 @dataclass
 class Services:
     """What request hooks reach beyond the request: the login gate, the SNS certificate
     cache and the rate-limit windows (one of each per HTTP edge)."""
-    login: LoginGate | None
+    login: Login | None
     sns: SnsVerifier
     limits: RateLimits
 

@@ -46,7 +46,7 @@ from edgeway.edge.client import (
 from edgeway.edge.h1 import BadMessage, End, Request, RequestParser, header
 from edgeway.edge.hooks import Close, Exchange, Services, Takeover
 from edgeway.edge.hosts import directed, misdirected, request_host, uncertified
-from edgeway.edge.login_gate import LoginGate
+from edgeway.edge.login.gate import LoginGate
 from edgeway.edge.modules.rate_limits import RateLimits
 from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.pages import Fixed, page

@@ -33,7 +33,7 @@ from edgeway.config import listen_socket
 from edgeway.edge import handover
 from edgeway.edge.handover import agents, behind, head_host, peek_head, peek_hello
 from edgeway.edge.http import HttpEdge
-from edgeway.edge.login_gate import LoginGate
+from edgeway.edge.login.gate import LoginGate
 from edgeway.edge.modules.mutual_tls import TlsOptions
 from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.pool import Pool

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from edgeway.catalog.modules.policy import check_policy
 from edgeway.edge.h1 import Headers
 from edgeway.edge.hooks import Compiling, Hook, Unenforced, overrides
+from edgeway.edge.login.providers import BY_SDK_NAME, PROVIDERS
 from edgeway.edge.modules import (
     basic_auth,
     circuit_breaker,
@@ -47,7 +48,6 @@ from edgeway.edge.modules import (
     webhook_verification,
     websocket_tcp_converter,
 )
-from edgeway.edge.oauth_providers import BY_SDK_NAME, PROVIDERS
 from edgeway.edge.pages import Fixed
 from edgeway.errors import Invalid
 from edgeway.tunnel.binds import BindRequest

@@ -19,10 +19,11 @@ from weakref import WeakKeyDictionary
 
 import structlog
 
-from edgeway.edge import backends, certificates, login, pipeline
+from edgeway.edge import backends, certificates, pipeline
 from edgeway.edge.backends import Target
 from edgeway.edge.h1 import Request
 from edgeway.edge.hosts import request_host
+from edgeway.edge.login import base as login
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pipeline import Plan
 from edgeway.edge.snapshot import BACKEND_COLLECTIONS, Edge, Route, Snapshot, load

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from edgeway.config import IdentityOptions, split_list
-from edgeway.edge.oauth_providers import BY_SDK_NAME, PROVIDERS, check_endpoint
+from edgeway.edge.login.providers import BY_SDK_NAME, PROVIDERS, check_endpoint
 from edgeway.errors import Invalid
 from edgeway.options import AppendOver, option
 

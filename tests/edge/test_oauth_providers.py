@@ -3,7 +3,7 @@ e-mail rules check is one the provider verified."""
 
 from __future__ import annotations
 
-from edgeway.edge.oauth_providers import PROVIDERS
+from edgeway.edge.login.providers import PROVIDERS
 
 
 def test_a_microsoft_users_e_mail_is_the_principal_name_never_graphs_mail() -> None:

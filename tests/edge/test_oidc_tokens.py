@@ -12,8 +12,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from edgeway.edge import login
-from edgeway.edge.login import DEFAULT_MAXIMUM
+from edgeway.edge.login import base as login
+from edgeway.edge.login.base import DEFAULT_MAXIMUM
 from edgeway.edge.modules import oidc
 
 CFG = oidc.config({"issuer": "https://idp.example.com/", "client_id": "app",

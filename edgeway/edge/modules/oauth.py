@@ -1,16 +1,16 @@
 """The oauth module, sans I/O: its configuration (the one provider it names, the application
 to log in with, who may get in, how often users are checked again) and its hook. The flow is
-``edge/oauth_login.py``; the providers' endpoints ``edge/oauth_providers.py``."""
+``edge/login/oauth.py``; the providers' endpoints ``edge/login/providers.py``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from edgeway.edge import login
 from edgeway.edge.hooks import Compiling, Unenforced
-from edgeway.edge.login import Common, Gate, Identity
-from edgeway.edge.oauth_providers import PROVIDERS, Provider
+from edgeway.edge.login import base as login
+from edgeway.edge.login.base import Common, Gate, Identity
+from edgeway.edge.login.providers import PROVIDERS, Provider
 
 CALLBACK = "/.edgeway/oauth/callback"
 

@@ -1,8 +1,8 @@
 """The oidc module, sans I/O: its configuration, its hook, and the check of the provider's ID
 token (a JWT signed with RS256 or ES256 by a key of the provider's JWKS; issuer, audience,
 expiry and nonce). The flow itself (discovery, redirects, the code exchange) is
-``edge/oidc_login.py``; sessions and the gate are shared with the other logins
-(``edge/login.py``)."""
+``edge/login/oidc.py``; sessions and the gate are shared with the other logins
+(the ``edge/login`` package)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
-from edgeway.edge import login
 from edgeway.edge.hooks import Compiling
-from edgeway.edge.login import Common, Gate, unb64
+from edgeway.edge.login import base as login
+from edgeway.edge.login.base import Common, Gate, unb64
 
 CALLBACK = "/.edgeway/oidc/callback"
 LEEWAY = 60  # seconds of clock skew tolerated on the ID token's times

@@ -1,7 +1,7 @@
 """The saml module on traffic, sans I/O: its configuration (the IdP's metadata, the route's
 own signing key and host, who may get in), its hook, and the attribute names an assertion's
 e-mail, name, user name and groups are read from. The flow (python3-saml, xmlsec
-underneath) is ``edge/saml_login.py``."""
+underneath) is ``edge/login/saml.py``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeway.catalog.modules.saml import KEY_MEMBERS, NAMEID_FORMATS
-from edgeway.edge import login
 from edgeway.edge.hooks import Compiling, Unenforced
-from edgeway.edge.login import PREFIX, Common, Gate
+from edgeway.edge.login import base as login
+from edgeway.edge.login.base import PREFIX, Common, Gate
 
 MACE = "urn:mace:dir:attribute-def:"
 EMAIL = ("email", "mail", "emailaddress", "urn:oid:0.9.2342.19200300.100.1.3",

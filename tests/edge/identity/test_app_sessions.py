@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from edgeway.edge import login
+from edgeway.edge.login import base as login
 from tests.edge.identity.browser import CHROME, Browser
 from tests.edge.identity.conftest import Identity
 from tests.edge.identity.test_oauth import identity, log_in, oauth_site

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from edgeway.catalog.apps import APP_USERS
-from edgeway.edge.app_sessions import AppSessions, Opening
-from edgeway.edge.login import Identity, common
+from edgeway.edge.login.base import Identity, common
+from edgeway.edge.login.sessions import AppSessions, Opening
 from edgeway.pki.seal import Sealer
 from edgeway.store.migrate import open_database
 from edgeway.store.repo import Repo

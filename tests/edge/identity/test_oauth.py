@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from edgeway.edge import login
+from edgeway.edge.login import base as login
 from tests.edge.agents import agent
 from tests.edge.identity.browser import Browser, form
 from tests.edge.identity.conftest import MANAGED, Identity

@@ -1,4 +1,4 @@
-"""What the OAuth and OIDC logins (``oauth_login``, ``oidc_login``) share: both are the
+"""What the OAuth and OIDC logins (``oauth``, ``oidc``) share: both are the
 authorization code flow, started by a redirect to the provider with a signed ``state`` that
 the state cookie binds to this browser, and answered at the route's callback path."""
 
@@ -10,9 +10,10 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 from urllib.parse import urlencode
 
-from edgeway.edge import login
 from edgeway.edge.hooks import Exchange
-from edgeway.edge.login import LOGIN_TTL, Answer, Common, Flow, Gate
+from edgeway.edge.login import base as login
+from edgeway.edge.login.base import LOGIN_TTL, Answer, Common, Gate
+from edgeway.edge.login.flow import Flow
 from edgeway.edge.pages import Fixed
 
 # the authorize request's parameters of a login, given its browser id and nonce

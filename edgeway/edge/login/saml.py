@@ -26,7 +26,7 @@ from __future__ import annotations
 import secrets
 import time
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
@@ -40,18 +40,16 @@ from onelogin.saml2.response import OneLogin_Saml2_Response
 from onelogin.saml2.settings import OneLogin_Saml2_Settings
 
 from edgeway.catalog.modules import saml as catalog_saml
-from edgeway.edge import login
-from edgeway.edge.app_sessions import Live
 from edgeway.edge.hooks import Exchange
 from edgeway.edge.hosts import request_host
-from edgeway.edge.login import LOGIN_TTL, Flow, Gate, Identity, ProviderError
+from edgeway.edge.login import base as login
+from edgeway.edge.login.base import LOGIN_TTL, Gate, Identity, ProviderError
+from edgeway.edge.login.flow import Flow, Services
+from edgeway.edge.login.sessions import Live
 from edgeway.edge.modules import saml
 from edgeway.edge.modules.saml import Config
 from edgeway.edge.pages import Fixed, page
 from edgeway.pki.seal import SealError
-
-if TYPE_CHECKING:
-    from edgeway.edge.login_gate import LoginGate
 
 log = structlog.get_logger()
 MAX_RESPONSE = 1 << 20  # bytes of a POSTed SAML response
@@ -73,7 +71,7 @@ SECURITY = {
 class SamlFlow(Flow):
     kind = "saml"
 
-    def __init__(self, gate: LoginGate, https_port: int) -> None:
+    def __init__(self, gate: Services, https_port: int) -> None:
         super().__init__(gate)
         self.https_port = https_port
         self._settings: dict[str, tuple[Config, OneLogin_Saml2_Settings]] = {}

@@ -1,7 +1,8 @@
 """End-user logins at the edge, sans I/O: what the ``oidc``, ``oauth`` and ``saml`` modules
-share. The flows (redirects to the provider, code exchanges, assertions) are
-``edge/oidc_login.py``, ``oauth_login.py`` and ``saml_login.py``; the gate that runs them and
-keeps the sessions is ``edge/login_gate.py``.
+share, at the bottom of the ``login`` package (its imports run one way: ``base``, then
+``sessions`` and ``providers``, ``flow``, ``code_flow``, the flows ``oidc``, ``oauth`` and
+``saml`` (redirects to the provider, code exchanges, assertions), and ``gate`` on top, which
+runs them and keeps the sessions; the modules and the traffic policy use the gate).
 
 - ``Common``: the members every login module has (cookie prefix, session limits, OPTIONS
   passthrough, e-mail rules), the key of what it protects (route or tunnel id) and its
@@ -23,17 +24,13 @@ import hmac
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from edgeway.edge.h1 import Headers, header
 from edgeway.edge.hooks import Exchange, Hook, Verdict
 from edgeway.edge.hosts import request_host
 from edgeway.edge.pages import Fixed, page
-
-if TYPE_CHECKING:
-    from edgeway.edge.app_sessions import Live
-    from edgeway.edge.login_gate import LoginGate
 
 PREFIX = "/.edgeway/"
 IDENTITY = (b"edgeway-auth-user-id", b"edgeway-auth-user-email", b"edgeway-auth-user-name")
@@ -278,33 +275,3 @@ class Gate(Hook):
 class ProviderError(Exception):
     """The identity provider could not be reached or answered wrongly (502 for this
     request; the session, if any, stays)."""
-
-
-class Flow:
-    """One kind of login (``edge/oidc_login.py``, ``oauth_login.py``, ``saml_login.py``) as
-    the gate runs it: the edge's own paths, the start of a login, the re-check of a session
-    at the provider, the end of a session."""
-    kind: ClassVar[str] = ""
-
-    def __init__(self, gate: LoginGate) -> None:
-        self.gate = gate
-
-    async def own(self, hook: Gate, x: Exchange, path: str) -> Fixed | None:
-        """The answer to one of the module's own paths (callback, SAML endpoints), or None
-        when ``path`` is not one."""
-        return None
-
-    async def begin(self, hook: Gate, x: Exchange) -> Fixed:
-        raise NotImplementedError
-
-    async def recheck(self, hook: Gate, x: Exchange, live: Live) -> Fixed | None:
-        """Ask the provider about a session's user again: None (still allowed, recorded) or
-        the answer instead (the session was ended: a refusal, or a new login)."""
-        return None
-
-    def due(self, hook: Gate, live: Live, now: float) -> bool:
-        """Whether the session's user is to be checked at the provider again now."""
-        return False
-
-    async def logout(self, hook: Gate, x: Exchange, live: Live | None) -> Fixed:
-        return signed_out(hook.common)

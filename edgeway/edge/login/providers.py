@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from edgeway.edge.login import Identity
+from edgeway.edge.login.base import Identity
 
 Parse = Callable[[Any], Identity]
 

@@ -1,5 +1,6 @@
 """The login gate of the HTTPS edge: what the ``oidc``, ``oauth`` and ``saml`` hooks hand
-their requests to (``edge/login.py`` has the shared pieces, the flows their own files).
+their requests to (``base`` has the shared pieces, ``flow`` what a flow is, the flows
+their own files).
 
 For each request on a route (or tunnel) with a login module: the module's own paths
 (``/.edgeway/<module>/...``) go to its flow; ``logout`` ends the session; otherwise the
@@ -24,15 +25,16 @@ import httpx
 import structlog
 
 from edgeway.config import IdentityOptions
-from edgeway.edge import login
-from edgeway.edge.app_sessions import TOUCH_AFTER, AppSessions, Live, Opening, seen
 from edgeway.edge.h1 import Request, header
 from edgeway.edge.hooks import Exchange
-from edgeway.edge.login import IDENTITY, PREFIX, Common, Flow, Gate, Identity, ProviderError
-from edgeway.edge.oauth_login import OAuthFlow
-from edgeway.edge.oidc_login import OidcFlow
+from edgeway.edge.login import base as login
+from edgeway.edge.login.base import IDENTITY, PREFIX, Common, Gate, Identity, ProviderError
+from edgeway.edge.login.flow import Flow
+from edgeway.edge.login.oauth import OAuthFlow
+from edgeway.edge.login.oidc import OidcFlow
+from edgeway.edge.login.saml import SamlFlow
+from edgeway.edge.login.sessions import TOUCH_AFTER, AppSessions, Live, Opening, seen
 from edgeway.edge.pages import Fixed, page
-from edgeway.edge.saml_login import SamlFlow
 from edgeway.store.db import DatabaseUnavailable
 
 log = structlog.get_logger()

@@ -18,24 +18,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs
 
 import httpx
 
 from edgeway.config import IdentityOptions
-from edgeway.edge import login
-from edgeway.edge.app_sessions import Live
-from edgeway.edge.code_flow import CodeFlow, to_provider
 from edgeway.edge.h1 import Request
 from edgeway.edge.hooks import Exchange
-from edgeway.edge.login import Answer, Gate, Identity, ProviderError
+from edgeway.edge.login import base as login
+from edgeway.edge.login.base import Answer, Gate, Identity, ProviderError
+from edgeway.edge.login.code_flow import CodeFlow, to_provider
+from edgeway.edge.login.flow import Services
+from edgeway.edge.login.sessions import Live
 from edgeway.edge.modules import oauth
 from edgeway.edge.modules.oauth import CALLBACK, Config
 from edgeway.edge.pages import Fixed, page
-
-if TYPE_CHECKING:
-    from edgeway.edge.login_gate import LoginGate
 
 PAGES = 10  # pages of teams or organizations read at most (100 each)
 
@@ -56,7 +54,7 @@ def _tokens(r: httpx.Response) -> dict[str, Any]:
 class OAuthFlow(CodeFlow):
     kind, callback = "oauth", CALLBACK
 
-    def __init__(self, gate: LoginGate, options: IdentityOptions, login_site: str) -> None:
+    def __init__(self, gate: Services, options: IdentityOptions, login_site: str) -> None:
         super().__init__(gate)
         self.overrides = {(p, e): url for p, e, url in options.oauth_endpoints}
         self.apps = {p: (i, s) for p, i, s in options.oauth_apps}

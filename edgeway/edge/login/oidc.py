@@ -11,21 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
-from edgeway.edge import login
-from edgeway.edge.code_flow import CodeFlow, to_provider
 from edgeway.edge.hooks import Exchange
-from edgeway.edge.login import Answer, Gate, ProviderError
+from edgeway.edge.login import base as login
+from edgeway.edge.login.base import Answer, Gate, ProviderError
+from edgeway.edge.login.code_flow import CodeFlow, to_provider
+from edgeway.edge.login.flow import Services
+from edgeway.edge.login.providers import openid_identity
 from edgeway.edge.modules import oidc
 from edgeway.edge.modules.oidc import BadToken, Config
-from edgeway.edge.oauth_providers import openid_identity
 from edgeway.edge.pages import Fixed
-
-if TYPE_CHECKING:
-    from edgeway.edge.login_gate import LoginGate
 
 METADATA_TTL = 3600.0
 RETRY_AFTER = 5.0  # seconds before a provider that failed is asked again
@@ -34,7 +32,7 @@ RETRY_AFTER = 5.0  # seconds before a provider that failed is asked again
 class OidcFlow(CodeFlow):
     kind, callback = "oidc", oidc.CALLBACK
 
-    def __init__(self, gate: LoginGate) -> None:
+    def __init__(self, gate: Services) -> None:
         super().__init__(gate)
         self._metadata: dict[str, tuple[float, dict[str, Any], dict[str, Any]]] = {}
         self._failed: dict[str, tuple[float, str]] = {}  # issuer -> (when, why)

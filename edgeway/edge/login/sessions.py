@@ -20,7 +20,7 @@ import structlog
 from ua_parser import parse as parse_ua
 
 from edgeway import catalog, ids
-from edgeway.edge.login import Common, Identity
+from edgeway.edge.login.base import Common, Identity
 from edgeway.pki.seal import Sealer, SealError
 from edgeway.store.db import Database, UniqueViolation
 from edgeway.store.repo import Repo
