@@ -172,3 +172,32 @@ def test_the_sdks_policy_with_the_earlier_phase_names(srv: Server, token: str, s
                 assert s.recv(10) == b""
     finally:
         a.stop()
+
+
+def test_compress_response_gzips_what_the_client_accepts(srv: Server, token: str,
+                                                          service: int) -> None:
+    """compress-response (in a request rule: that request's answer; in a response rule), as
+    the compression module does it: gzip when the client accepts it, not otherwise; other
+    algorithms than gzip are refused at bind."""
+    policy = json.dumps({
+        "on_http_request": [{"expressions": ["req.url.path.startsWith('/zip')"],
+                             "actions": [{"type": "compress-response"}]}],
+        "on_http_response": [{"expressions": ["req.url.path.startsWith('/later')"],
+                              "actions": [{"type": "compress-response",
+                                           "config": {"algorithms": ["br", "gzip"]}}]}]})
+    brotli = json.dumps({"on_http_response": [{"actions": [{
+        "type": "compress-response", "config": {"algorithms": ["br"]}}]}]})
+    a = agent(srv, token,
+              {"kind": "https", "forward": f"http://127.0.0.1:{service}", "policy": policy},
+              {"kind": "https", "forward": f"http://127.0.0.1:{service}", "policy": brotli})
+    try:
+        assert "this edge writes gzip" in a.listeners[1].get("error", ""), a.listeners
+        with EdgeClient(srv) as web:
+            for path, zipped in (("/zip/a", True), ("/later/b", True), ("/plain", False)):
+                r = web.get(a.urls[0] + path, headers={"Accept-Encoding": "gzip"})
+                assert r.text == f"svc {path}", r.text
+                assert (r.headers.get("content-encoding") == "gzip") is zipped, (path, r.headers)
+            r = web.get(a.urls[0] + "/zip/c", headers={"Accept-Encoding": "identity"})
+            assert r.text == "svc /zip/c" and "content-encoding" not in r.headers
+    finally:
+        a.stop()

@@ -30,6 +30,7 @@ log = structlog.get_logger()
 Headers = list[tuple[bytes, bytes]]
 Env = dict[str, Any]
 LOGS = "_logs"  # an HTTP request's env: what its log actions wrote (for its traffic event)
+COMPRESS = "_compress"  # an HTTP request's env: a compress-response action ran
 _INTERPOLATION = re.compile(r"\$\{(.*?)\}")
 _GROUP = re.compile(r"\$\{?(\d+)\}?")
 _RATE = re.compile(r"^(\d+)(ms|s|m|h)$")
@@ -194,6 +195,34 @@ def _tcp_vars(cfg: dict[str, Any], _key: str) -> TcpAction:
     def run(env: Env) -> bool:
         set_vars(env)
         return True
+    return run
+
+
+def _compressor(cfg: dict[str, Any]) -> Callable[[Env], None]:
+    """compress-response: the response is gzipped when the client accepts it and it is worth
+    it (as the compression module decides); ``algorithms``, when given, must include gzip,
+    the one this edge writes."""
+    algorithms = [str(a).lower() for a in cfg.get("algorithms") or ["gzip"]]
+    if "gzip" not in algorithms:
+        raise Unsupported(f"compress-response algorithms {algorithms} (this edge writes gzip)")
+    return lambda env: env.__setitem__(COMPRESS, True)
+
+
+def _request_compress(cfg: dict[str, Any], _key: str) -> RequestAction:
+    mark = _compressor(cfg)
+
+    def run(env: Env, _out: Outcome, _limits: RateLimits, _now: float) -> bool:
+        mark(env)
+        return False
+    return run
+
+
+def _response_compress(cfg: dict[str, Any], _key: str) -> ResponseAction:
+    mark = _compressor(cfg)
+
+    def run(env: Env, out: Headers) -> Headers:
+        mark(env)
+        return out
     return run
 
 
@@ -408,9 +437,11 @@ ACTIONS: dict[str, dict[str, Callable[[dict[str, Any], str], Any]]] = {
           "url-rewrite": _url_rewrite, "add-headers": _add_headers,
           "remove-headers": _remove_headers, "restrict-ips": _restrict_ips,
           "rate-limit": _rate_limit, "close-connection": _close, "log": _request_log,
-          "basic-auth": _basic_auth, "set-vars": _request_vars},
+          "basic-auth": _basic_auth, "set-vars": _request_vars,
+          "compress-response": _request_compress},
     RES: {"add-headers": _response_add, "remove-headers": _response_remove,
-          "log": _response_log, "set-vars": _response_vars},
+          "log": _response_log, "set-vars": _response_vars,
+          "compress-response": _response_compress},
     TCP: {"deny": _tcp_refuse, "restrict-ips": _tcp_restrict, "close-connection": _tcp_refuse,
           "log": _tcp_log, "set-vars": _tcp_vars},
 }

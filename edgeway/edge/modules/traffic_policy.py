@@ -24,10 +24,12 @@ import cel
 import structlog
 
 from edgeway.catalog.modules.policy import REQ, RES, TCP, parse
+from edgeway.edge import h1
 from edgeway.edge.h1 import header
 from edgeway.edge.hooks import CLOSE, Compiling, Exchange, Hook, Unenforced, Verdict
-from edgeway.edge.modules import secrets
+from edgeway.edge.modules import compression, secrets
 from edgeway.edge.modules.policy_actions import (
+    COMPRESS,
     LOGS,
     Headers,
     Outcome,
@@ -115,9 +117,17 @@ class Policy(Hook):
         return None
 
     def response(self, x: Exchange, status: int, headers: Headers) -> Headers:
-        if x.env is None or not self.has(RES):
+        if x.env is None:
             return headers
-        return self.on_response(response_env(x.env, status, headers), headers)
+        env = x.env
+        if self.has(RES):
+            env = response_env(x.env, status, headers)
+            headers = self.on_response(env, headers)
+        if env.get(COMPRESS) and x.gzip is None and not h1.bodiless(status, x.req.method) \
+                and compression.wanted(x.req.headers, status, headers, False):
+            x.gzip = compression.Gzip()  # (compress-response: as the compression module)
+            headers = compression.rewrite(headers)
+        return headers
 
 
 def _header_map(headers: Headers) -> dict[str, list[str]]:
