@@ -113,6 +113,9 @@ def configure(stream: TextIO | None = None, level: int = logging.INFO,
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # (alembic says at info which of its plugins it set up and which migrations ran: its
+    # workings, not the server's; a migration that fails is the server's error to tell)
+    logging.getLogger("alembic").setLevel(max(level, logging.WARNING))
 
 
 def _drop(_logger: Any, _method: str, _event: MutableMapping[str, Any]) -> Any:

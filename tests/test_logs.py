@@ -43,3 +43,23 @@ def test_a_flood_is_cut_to_the_burst_then_the_rate_and_the_rest_is_counted() -> 
 def test_the_access_log_is_never_thinned(n: int) -> None:
     guard = FloodGuard(burst=1, rate=0.0, clock=Clock())
     assert all(passes(guard, "request") for _ in range(n))
+
+
+def test_a_first_start_logs_the_servers_events_not_alembics(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The migrations of a first start run quietly: no line of alembic's own (its plugins,
+    each revision) among the server's. A new process, as a person starts it (the test
+    servers' fork server imported alembic before any log was set up)."""
+    import json
+
+    from tests import forkserver
+    from tests.server import start
+    monkeypatch.setattr(forkserver, "FORK", False)
+    srv = start(tmp_path / "srv")
+    try:
+        lines = [json.loads(line) for line in srv.log().splitlines() if line.startswith("{")]
+    finally:
+        assert srv.stop() == 0
+    assert any(e.get("event") == "start" for e in lines), lines[-5:]
+    assert not [e for e in lines if str(e.get("logger", "")).startswith("alembic")], \
+        [e for e in lines if str(e.get("logger", "")).startswith("alembic")][:3]
