@@ -3,7 +3,7 @@ cold): the official SDK's agent is back as soon as the server is. The SDKs try a
 and 2.5 s after a drop and then only after two minutes; the server binds its listeners before
 its imports (``edgeway.early``), so the second try connects and its handshake completes once
 the server is up, however long that takes on a loaded machine. On a quiet one the agent is
-back about 3 s after the restart (``bench/restart_bench.py``)."""
+back about 1.9 s after the restart (``bench/restart_bench.py``)."""
 
 from __future__ import annotations
 
