@@ -24,16 +24,8 @@ CORS_ORIGIN = "https://console.example.com"  # the shared servers' browser origi
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test a node id of its own. Schemathesis names its tests by operation
-    (``test_api_conforms[POST /api_keys]``) but, on pytest 9, leaves their node ids all the same
-    (``...::test_api_conforms``); pytest-xdist schedules by node id, so all but one of them
-    would never run in a parallel run. The operation becomes the id's parameters."""
-    counts = Counter(item.nodeid for item in items)
-    for item in items:
-        if counts[item.nodeid] > 1 and item.name.endswith("]") and "[" in item.name:
-            node_id = getattr(item, "_id", None)
-            if node_id is not None and hasattr(node_id, "with_params"):
-                item._id = node_id.with_params(item.name.split("[", 1)[1][:-1])
+    """Every test a node id of its own: pytest-xdist schedules by node id, so all but one of
+    the tests sharing one would never run in a parallel run."""
     duplicated = [n for n, c in Counter(item.nodeid for item in items).items() if c > 1]
     if duplicated:
         raise pytest.UsageError(f"tests share node ids (a parallel run would skip them): "
