@@ -15,8 +15,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import cel
-
+from edgeway.celpkg import cel
 from edgeway.errors import Invalid
 
 MAX_LENGTH = 4096

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import cel
 import msgspec
 
 from edgeway.catalog.event_types import EVENT_TYPES, TRAFFIC, is_traffic
 from edgeway.catalog.model import Context, Where
+from edgeway.celpkg import cel
 from edgeway.errors import Invalid
 
 

@@ -23,10 +23,10 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-import cel
 import msgspec
 
 from edgeway import ids
+from edgeway.celpkg import cel
 
 _encode = msgspec.json.Encoder().encode
 

@@ -125,7 +125,9 @@ def running(name: str = "upstream", seen: list[str] | None = None) -> Iterator[i
         yield port
     finally:
         server.should_exit = True
+        server.force_exit = True  # (connections a test left open, SSE or WebSocket, closed now)
         thread.join(10)
+        assert not thread.is_alive(), "the upstream service did not stop"
 
 
 def accept_in_threads(listener: socket.socket,

@@ -8,13 +8,13 @@ import json
 import re
 from typing import Any
 
-import cel
 import msgspec
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from edgeway.catalog.model import Context
 from edgeway.catalog.modules import Module, On
+from edgeway.celpkg import cel
 from edgeway.errors import Invalid
 
 REQ, RES, TCP = "on_http_request", "on_http_response", "on_tcp_connect"

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import cel
 import structlog
 
 from edgeway.catalog.modules.policy import REQ, RES, TCP
+from edgeway.celpkg import cel
 from edgeway.edge.modules import basic_auth
 from edgeway.edge.modules.rate_limits import RateLimits
 from edgeway.ippolicy import Network, permits

@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs
 
-import cel
 import structlog
 
 from edgeway.catalog.modules.policy import REQ, RES, TCP, parse
+from edgeway.celpkg import cel
 from edgeway.edge import h1
 from edgeway.edge.h1 import header
 from edgeway.edge.hooks import CLOSE, Compiling, Exchange, Hook, Unenforced, Verdict
