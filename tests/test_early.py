@@ -5,6 +5,8 @@ or --workers."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -50,3 +52,15 @@ def test_nothing_is_bound_early_then(argv: list[str], env: dict[str, str]) -> No
     early.prebind([*argv, "--tunnel-addr", f"127.0.0.1:{port}", "--http-addr", "off",
                    "--https-addr", "off"], env)
     assert not early._bound
+
+
+def test_the_server_imports_no_repl() -> None:
+    """The CEL package's own REPL (prompt_toolkit) is not imported with the server: it cost
+    every cold start a quarter of a second, before agents could come back."""
+    code = ("import sys, edgeway.server\n"
+            "from edgeway.celpkg import cel\n"
+            "assert cel.evaluate('1 + 2', {}) == 3\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'prompt_toolkit'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == "[]"
