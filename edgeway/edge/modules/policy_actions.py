@@ -171,33 +171,6 @@ def _setter(cfg: dict[str, Any]) -> Callable[[Env], None]:
     return run
 
 
-def _request_vars(cfg: dict[str, Any], _key: str) -> RequestAction:
-    set_vars = _setter(cfg)
-
-    def run(env: Env, _out: Outcome, _limits: RateLimits, _now: float) -> bool:
-        set_vars(env)
-        return False
-    return run
-
-
-def _response_vars(cfg: dict[str, Any], _key: str) -> ResponseAction:
-    set_vars = _setter(cfg)
-
-    def run(env: Env, out: Headers) -> Headers:
-        set_vars(env)
-        return out
-    return run
-
-
-def _tcp_vars(cfg: dict[str, Any], _key: str) -> TcpAction:
-    set_vars = _setter(cfg)
-
-    def run(env: Env) -> bool:
-        set_vars(env)
-        return True
-    return run
-
-
 def _compressor(cfg: dict[str, Any]) -> Callable[[Env], None]:
     """compress-response: the response is gzipped when the client accepts it and it is worth
     it (as the compression module decides); ``algorithms``, when given, must include gzip,
@@ -208,22 +181,43 @@ def _compressor(cfg: dict[str, Any]) -> Callable[[Env], None]:
     return lambda env: env.__setitem__(COMPRESS, True)
 
 
-def _request_compress(cfg: dict[str, Any], _key: str) -> RequestAction:
-    mark = _compressor(cfg)
-
-    def run(env: Env, _out: Outcome, _limits: RateLimits, _now: float) -> bool:
-        mark(env)
-        return False
-    return run
+# An action that only writes to the environment (set-vars, compress-response), in each phase
+# the shape of that phase's actions: the request goes on, the response is unchanged, the
+# connection is admitted.
+Effect = Callable[[dict[str, Any]], Callable[[Env], None]]
 
 
-def _response_compress(cfg: dict[str, Any], _key: str) -> ResponseAction:
-    mark = _compressor(cfg)
+def _on_request(make: Effect) -> Callable[[dict[str, Any], str], RequestAction]:
+    def build(cfg: dict[str, Any], _key: str) -> RequestAction:
+        effect = make(cfg)
 
-    def run(env: Env, out: Headers) -> Headers:
-        mark(env)
-        return out
-    return run
+        def run(env: Env, _out: Outcome, _limits: RateLimits, _now: float) -> bool:
+            effect(env)
+            return False
+        return run
+    return build
+
+
+def _on_response(make: Effect) -> Callable[[dict[str, Any], str], ResponseAction]:
+    def build(cfg: dict[str, Any], _key: str) -> ResponseAction:
+        effect = make(cfg)
+
+        def run(env: Env, out: Headers) -> Headers:
+            effect(env)
+            return out
+        return run
+    return build
+
+
+def _on_tcp(make: Effect) -> Callable[[dict[str, Any], str], TcpAction]:
+    def build(cfg: dict[str, Any], _key: str) -> TcpAction:
+        effect = make(cfg)
+
+        def run(env: Env) -> bool:
+            effect(env)
+            return True
+        return run
+    return build
 
 
 # -- on_http_request ------------------------------------------------------------------------
@@ -437,13 +431,13 @@ ACTIONS: dict[str, dict[str, Callable[[dict[str, Any], str], Any]]] = {
           "url-rewrite": _url_rewrite, "add-headers": _add_headers,
           "remove-headers": _remove_headers, "restrict-ips": _restrict_ips,
           "rate-limit": _rate_limit, "close-connection": _close, "log": _request_log,
-          "basic-auth": _basic_auth, "set-vars": _request_vars,
-          "compress-response": _request_compress},
+          "basic-auth": _basic_auth, "set-vars": _on_request(_setter),
+          "compress-response": _on_request(_compressor)},
     RES: {"add-headers": _response_add, "remove-headers": _response_remove,
-          "log": _response_log, "set-vars": _response_vars,
-          "compress-response": _response_compress},
+          "log": _response_log, "set-vars": _on_response(_setter),
+          "compress-response": _on_response(_compressor)},
     TCP: {"deny": _tcp_refuse, "restrict-ips": _tcp_restrict, "close-connection": _tcp_refuse,
-          "log": _tcp_log, "set-vars": _tcp_vars},
+          "log": _tcp_log, "set-vars": _on_tcp(_setter)},
 }
 
 
