@@ -136,6 +136,10 @@ class Unenforced(Hook):
                     "through unprotected.", 4008)
 
 
+# every IP policy's (action, network) rules, by the policy's id
+Rules = dict[str, list[tuple[str, Network]]]
+
+
 @dataclass
 class Compiling:
     """What a module's ``compile`` may need besides its configuration: the IP policies'
@@ -143,7 +147,7 @@ class Compiling:
     breaker counts are its own), where breaker counts are kept (None: new ones), the vault
     secrets traffic policies may read (``modules/secrets.py``) and, for a route, the host
     its SAML service provider lives on."""
-    rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
+    rules: Rules = field(default_factory=dict)
     key: str = ""
     breakers: Breakers | None = None
     secrets: Mapping[tuple[str, str], str] = field(default_factory=dict)

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from edgeway.catalog.modules.policy import check_policy
 from edgeway.edge.h1 import Headers
-from edgeway.edge.hooks import Compiling, Hook, Unenforced, overrides
+from edgeway.edge.hooks import Compiling, Hook, Rules, Unenforced, overrides
 from edgeway.edge.login.providers import BY_SDK_NAME, PROVIDERS
 from edgeway.edge.modules import (
     basic_auth,
@@ -178,10 +178,11 @@ def bind_doc(req: BindRequest) -> dict[str, Any]:
 
 
 def for_bind(req: BindRequest, key: str = "",
-             secrets: Mapping[tuple[str, str], str] | None = None) -> Plan:
+             secrets: Mapping[tuple[str, str], str] | None = None,
+             rules: Rules | None = None) -> Plan:
     """The plan of an agent's bind, from the options it sent (``key``: its tunnel id; the
-    vault secrets its traffic policy may read)."""
-    return compile_doc(bind_doc(req), Compiling(key=key, secrets=secrets or {}))
+    vault secrets its traffic policy may read and the IP policies' rules it may name)."""
+    return compile_doc(bind_doc(req), Compiling(rules or {}, key, secrets=secrets or {}))
 
 
 def _oauth_refusal(req: BindRequest, oauth_apps: tuple[str, ...]) -> str | None:
@@ -200,15 +201,18 @@ def _oauth_refusal(req: BindRequest, oauth_apps: tuple[str, ...]) -> str | None:
     return None
 
 
-def reads_secrets(req: BindRequest) -> bool:
-    """Whether a bind's traffic policy may read vault secrets."""
-    return "secrets" in str(req.modules.get("traffic_policy", {}).get("value", ""))
+def reads_snapshot(req: BindRequest) -> bool:
+    """Whether a bind's traffic policy may read vault secrets or name IP policies (its plan
+    then changes with the routing snapshot)."""
+    text = str(req.modules.get("traffic_policy", {}).get("value", ""))
+    return "secrets" in text or "ip_policies" in text
 
 
 def bind_refusal(req: BindRequest, secrets: Mapping[tuple[str, str], str] | None = None,
-                 oauth_apps: tuple[str, ...] = ()) -> str | None:
+                 oauth_apps: tuple[str, ...] = (), rules: Rules | None = None) -> str | None:
     """Why the edge cannot enforce what a bind asks for (it is then refused), or None;
-    ``oauth_apps``: the providers this server has a managed OAuth application for."""
+    ``oauth_apps``: the providers this server has a managed OAuth application for;
+    ``rules``: the IP policies' rules by policy id."""
     mods = req.modules
     if "traffic_policy" in mods:
         text = mods["traffic_policy"]["value"]
@@ -230,8 +234,8 @@ def bind_refusal(req: BindRequest, secrets: Mapping[tuple[str, str], str] | None
             return "OIDC logins need an https tunnel (the provider returns to an https URL)"
     if "oauth" in mods and (why := _oauth_refusal(req, oauth_apps)) is not None:
         return why
-    unenforced = compile_doc(_bind_modules(req), Compiling(key=req.id, secrets=secrets or {})
-                             ).unenforced
+    unenforced = compile_doc(_bind_modules(req), Compiling(rules or {}, req.id,
+                                                           secrets=secrets or {})).unenforced
     if unenforced:
         return f"{unenforced} is not enforced by this edge yet; refusing rather than " \
                "ignoring it"

@@ -22,8 +22,10 @@ import structlog
 from edgeway.edge import backends, certificates, pipeline
 from edgeway.edge.backends import Target
 from edgeway.edge.h1 import Request
+from edgeway.edge.hooks import Rules
 from edgeway.edge.hosts import request_host
 from edgeway.edge.login import base as login
+from edgeway.edge.modules.secrets import Secrets
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pipeline import Plan
 from edgeway.edge.snapshot import BACKEND_COLLECTIONS, Edge, Route, Snapshot, load
@@ -63,8 +65,8 @@ class EdgeRouter:
         # bumped by every change; the snapshot records what it reflects (see ``reloads``)
         self._reload = Reload(self._load, "edge_snapshot")
         self._retry_at = 0.0  # after a reload failed: no new attempt before this time
-        # a tunnel's plan, and the secrets it was compiled with
-        self._bind_plans: WeakKeyDictionary[Tunnel, tuple[Plan, dict[tuple[str, str], str]]] = \
+        # a tunnel's plan, and the secrets and IP policy rules it was compiled with
+        self._bind_plans: WeakKeyDictionary[Tunnel, tuple[Plan, tuple[Secrets, Rules]]] = \
             WeakKeyDictionary()
         # the managed OAuth applications' callback on the login host, and the providers this
         # server has a managed application for (set by the server)
@@ -258,19 +260,23 @@ class EdgeRouter:
 
     def bind_plan(self, tunnel: Tunnel) -> Plan:
         """The plan of a tunnel's bind options (compiled once per tunnel, and again when the
-        secrets its traffic policy reads changed)."""
-        now = self.snapshot.secrets
+        secrets or IP policies its traffic policy reads changed)."""
+        snap = self.snapshot
         cached = self._bind_plans.get(tunnel)
-        if cached is not None and (cached[1] is now or not pipeline.reads_secrets(tunnel.req)
-                                   or cached[1] == now):
-            return cached[0]
-        plan = pipeline.for_bind(tunnel.req, tunnel.id, now)
-        self._bind_plans[tunnel] = (plan, now)
+        if cached is not None:
+            seen = cached[1]
+            if (seen[0] is snap.secrets and seen[1] is snap.rules) \
+                    or not pipeline.reads_snapshot(tunnel.req) \
+                    or seen == (snap.secrets, snap.rules):
+                return cached[0]
+        plan = pipeline.for_bind(tunnel.req, tunnel.id, snap.secrets, snap.rules)
+        self._bind_plans[tunnel] = (plan, (snap.secrets, snap.rules))
         return plan
 
     async def bind_refusal(self, req: BindRequest) -> str | None:
         """Why the edge cannot enforce a bind (with the secrets there are now), or None."""
-        return pipeline.bind_refusal(req, (await self.current()).secrets, self.oauth_apps)
+        snap = await self.current()
+        return pipeline.bind_refusal(req, snap.secrets, self.oauth_apps, snap.rules)
 
     def tcp_admits(self, tunnel: Tunnel, ip: str, port: int) -> bool:
         """A TCP tunnel's hooks (its traffic policy's on_tcp_connect) on a new connection;

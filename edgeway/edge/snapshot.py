@@ -101,6 +101,8 @@ async def load(db: Database, breakers: Breakers | None = None,
     repo = Repo(db.reader())
     snap = Snapshot(loaded=time.monotonic(), breakers=Breakers(breakers),
                     secrets=await secrets.load(repo, sealer))
+    for id_, _doc in await repo.all_docs(catalog.BY_COLLECTION["ip_policies"]):
+        snap.rules[id_] = []  # (every policy, those without rules too: they match no one)
     for _id, doc in await repo.all_docs(catalog.BY_COLLECTION["ip_policy_rules"]):
         snap.rules.setdefault(doc.get("ip_policy_id", ""), []).append(
             (doc.get("action", "deny"), ipaddress.ip_network(doc["cidr"], strict=False)))

@@ -143,7 +143,8 @@ def test_tcp_connect_phase() -> None:
 
 @pytest.mark.parametrize(("action", "named"), [
     ({"type": "jwt-validation", "config": {}}, "'jwt-validation' in on_http_request"),
-    ({"type": "restrict-ips", "config": {"ip_policies": ["ipp_1"]}}, "'restrict-ips'"),
+    ({"type": "restrict-ips", "config": {"ip_policies": ["ipp_1"]}},
+     "IP policy ipp_1 does not exist"),
     ({"type": "rate-limit", "config": {"capacity": 1, "rate": "soon"}}, "'rate-limit'"),
     ({"type": "basic-auth", "config": {"credentials": ["alice:short"]}}, "8 to 128"),
     ({"type": "basic-auth", "config": {}}, "basic-auth without credentials"),

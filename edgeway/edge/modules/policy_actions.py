@@ -1,5 +1,5 @@
 """The traffic policy's actions, compiled once: each phase has a table (``ACTIONS``) from an
-action's type to a function that takes its ``config`` (and the policy's key) and returns the
+action's type to a function that takes its ``config`` (and the policy's ``Scope``) and returns the
 closure the request path runs, with status codes, rates, networks and patterns already
 parsed. A configuration this edge cannot honour raises ``Unsupported``; the policy is then
 refused whole (never run with an action left out).
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,7 +24,7 @@ from edgeway.catalog.modules.policy import REQ, RES, TCP
 from edgeway.celpkg import cel
 from edgeway.edge.modules import basic_auth
 from edgeway.edge.modules.rate_limits import RateLimits
-from edgeway.ippolicy import Network, permits
+from edgeway.ippolicy import Network, permits, split
 
 log = structlog.get_logger()
 Headers = list[tuple[bytes, bytes]]
@@ -38,6 +38,15 @@ _RATE = re.compile(r"^(\d+)(ms|s|m|h)$")
 
 class Unsupported(Exception):
     """An action (or an option of one) this edge does not enforce."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a policy's actions are compiled with besides their configuration: the key of
+    what the policy belongs to (a route, edge or tunnel id: its rate-limit windows are its
+    own) and every IP policy's rules by the policy's id (restrict-ips' ``ip_policies``)."""
+    key: str
+    rules: Mapping[str, Sequence[tuple[str, Network]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -115,17 +124,26 @@ def _status(cfg: dict[str, Any], default: int) -> int:
 Networks = tuple[Network, ...]
 
 
-def networks(cfg: dict[str, Any]) -> tuple[Networks, Networks]:
-    """restrict-ips' allowed and denied networks (by CIDR; IP policies by id are the
-    ip_restriction module's), decided like every IP policy (``edgeway.ippolicy``): an
-    address must be in an allowed network and in no denied one."""
-    if cfg.get("ip_policies"):
-        raise Unsupported("ip_policies (use the ip_restriction module)")
+def networks(cfg: dict[str, Any], at: Scope) -> tuple[Networks, Networks]:
+    """restrict-ips' allowed and denied networks: its ``allow`` and ``deny`` CIDRs joined with
+    the rules of the IP policies its ``ip_policies`` name (by id), decided like every IP
+    policy (``edgeway.ippolicy``): an address must be in an allowed network and in no denied
+    one."""
+    ids = cfg.get("ip_policies") or []
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise Unsupported("ip_policies: a list of IP policy ids")
+    if missing := [i for i in ids if i not in at.rules]:
+        raise Unsupported(f"IP policy {missing[0]} does not exist")
     try:
-        return (tuple(ipaddress.ip_network(c, strict=False) for c in cfg.get("allow") or []),
-                tuple(ipaddress.ip_network(c, strict=False) for c in cfg.get("deny") or []))
-    except ValueError as exc:
+        given = [*(("allow", ipaddress.ip_network(c, strict=False))
+                   for c in cfg.get("allow") or []),
+                 *(("deny", ipaddress.ip_network(c, strict=False))
+                   for c in cfg.get("deny") or [])]
+    except (TypeError, ValueError) as exc:
         raise Unsupported(str(exc)) from None
+    if not given and not ids:
+        raise Unsupported("restrict-ips without allow, deny or ip_policies")
+    return split([*given, *(rule for i in ids for rule in at.rules[i])])
 
 
 def _header_values(cfg: dict[str, Any]) -> tuple[tuple[bytes, str], ...]:
@@ -187,8 +205,8 @@ def _compressor(cfg: dict[str, Any]) -> Callable[[Env], None]:
 Effect = Callable[[dict[str, Any]], Callable[[Env], None]]
 
 
-def _on_request(make: Effect) -> Callable[[dict[str, Any], str], RequestAction]:
-    def build(cfg: dict[str, Any], _key: str) -> RequestAction:
+def _on_request(make: Effect) -> Callable[[dict[str, Any], Scope], RequestAction]:
+    def build(cfg: dict[str, Any], _at: Scope) -> RequestAction:
         effect = make(cfg)
 
         def run(env: Env, _out: Outcome, _limits: RateLimits, _now: float) -> bool:
@@ -198,8 +216,8 @@ def _on_request(make: Effect) -> Callable[[dict[str, Any], str], RequestAction]:
     return build
 
 
-def _on_response(make: Effect) -> Callable[[dict[str, Any], str], ResponseAction]:
-    def build(cfg: dict[str, Any], _key: str) -> ResponseAction:
+def _on_response(make: Effect) -> Callable[[dict[str, Any], Scope], ResponseAction]:
+    def build(cfg: dict[str, Any], _at: Scope) -> ResponseAction:
         effect = make(cfg)
 
         def run(env: Env, out: Headers) -> Headers:
@@ -209,8 +227,8 @@ def _on_response(make: Effect) -> Callable[[dict[str, Any], str], ResponseAction
     return build
 
 
-def _on_tcp(make: Effect) -> Callable[[dict[str, Any], str], TcpAction]:
-    def build(cfg: dict[str, Any], _key: str) -> TcpAction:
+def _on_tcp(make: Effect) -> Callable[[dict[str, Any], Scope], TcpAction]:
+    def build(cfg: dict[str, Any], _at: Scope) -> TcpAction:
         effect = make(cfg)
 
         def run(env: Env) -> bool:
@@ -222,7 +240,7 @@ def _on_tcp(make: Effect) -> Callable[[dict[str, Any], str], TcpAction]:
 
 # -- on_http_request ------------------------------------------------------------------------
 
-def _deny(cfg: dict[str, Any], _key: str) -> RequestAction:
+def _deny(cfg: dict[str, Any], _at: Scope) -> RequestAction:
     status = _status(cfg, 403)
     body = f"Denied by the traffic policy ({status}).\n".encode()
 
@@ -232,7 +250,7 @@ def _deny(cfg: dict[str, Any], _key: str) -> RequestAction:
     return run
 
 
-def _custom_response(cfg: dict[str, Any], _key: str) -> RequestAction:
+def _custom_response(cfg: dict[str, Any], _at: Scope) -> RequestAction:
     status, content, headers = _status(cfg, 200), str(cfg.get("content", "")), \
         _header_values(cfg)
 
@@ -243,14 +261,14 @@ def _custom_response(cfg: dict[str, Any], _key: str) -> RequestAction:
     return run
 
 
-def _close(_cfg: dict[str, Any], _key: str) -> RequestAction:
+def _close(_cfg: dict[str, Any], _at: Scope) -> RequestAction:
     def run(_env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
         out.close = True
         return True
     return run
 
 
-def _redirect(cfg: dict[str, Any], _key: str) -> RequestAction:
+def _redirect(cfg: dict[str, Any], _at: Scope) -> RequestAction:
     pattern = _pattern(cfg["from"]) if cfg.get("from") else None
     status, to, headers = _status(cfg, 302), str(cfg.get("to", "")), _header_values(cfg)
 
@@ -267,7 +285,7 @@ def _redirect(cfg: dict[str, Any], _key: str) -> RequestAction:
     return run
 
 
-def _url_rewrite(cfg: dict[str, Any], _key: str) -> RequestAction:
+def _url_rewrite(cfg: dict[str, Any], _at: Scope) -> RequestAction:
     pattern, to = _pattern(cfg.get("from", "")), str(cfg.get("to", ""))
 
     def run(env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
@@ -279,7 +297,7 @@ def _url_rewrite(cfg: dict[str, Any], _key: str) -> RequestAction:
     return run
 
 
-def _add_headers(cfg: dict[str, Any], _key: str) -> RequestAction:
+def _add_headers(cfg: dict[str, Any], _at: Scope) -> RequestAction:
     headers = _header_values(cfg)
 
     def run(env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
@@ -288,7 +306,7 @@ def _add_headers(cfg: dict[str, Any], _key: str) -> RequestAction:
     return run
 
 
-def _remove_headers(cfg: dict[str, Any], _key: str) -> RequestAction:
+def _remove_headers(cfg: dict[str, Any], _at: Scope) -> RequestAction:
     drop = _header_names(cfg)
 
     def run(_env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
@@ -297,7 +315,7 @@ def _remove_headers(cfg: dict[str, Any], _key: str) -> RequestAction:
     return run
 
 
-def _basic_auth(cfg: dict[str, Any], _key: str) -> RequestAction:
+def _basic_auth(cfg: dict[str, Any], _at: Scope) -> RequestAction:
     """basic-auth: ``credentials`` (``user:password``, the password 8 to 128 characters),
     ``realm``, ``enforce`` (false: a request without them is only logged, and goes on)."""
     pairs: list[tuple[str, str]] = []
@@ -327,10 +345,10 @@ def _basic_auth(cfg: dict[str, Any], _key: str) -> RequestAction:
     return run
 
 
-def admits(cfg: dict[str, Any]) -> Callable[[Env], bool]:
+def admits(cfg: dict[str, Any], at: Scope) -> Callable[[Env], bool]:
     """restrict-ips as a test of a request's or connection's client address: true when it
     may go on (permitted, or ``enforce: false``: the refusal is only logged)."""
-    allow, deny = networks(cfg)
+    allow, deny = networks(cfg, at)
     enforce = cfg.get("enforce", True)
     if not isinstance(enforce, bool):
         raise Unsupported(f"enforce {enforce!r} (true or false)")
@@ -345,8 +363,8 @@ def admits(cfg: dict[str, Any]) -> Callable[[Env], bool]:
     return test
 
 
-def _restrict_ips(cfg: dict[str, Any], _key: str) -> RequestAction:
-    admitted = admits(cfg)
+def _restrict_ips(cfg: dict[str, Any], at: Scope) -> RequestAction:
+    admitted = admits(cfg, at)
 
     def run(env: Env, out: Outcome, _limits: RateLimits, _now: float) -> bool:
         if admitted(env):
@@ -356,7 +374,7 @@ def _restrict_ips(cfg: dict[str, Any], _key: str) -> RequestAction:
     return run
 
 
-def _rate_limit(cfg: dict[str, Any], key: str) -> RequestAction:
+def _rate_limit(cfg: dict[str, Any], at: Scope) -> RequestAction:
     window = seconds(str(cfg.get("rate", "")))
     try:
         capacity = int(cfg.get("capacity", 0))
@@ -368,7 +386,7 @@ def _rate_limit(cfg: dict[str, Any], key: str) -> RequestAction:
 
     def run(env: Env, out: Outcome, limits: RateLimits, now: float) -> bool:
         bucket = "|".join(str(_eval(k, env)) for k in keys)
-        wait = limits.allow((key, name, bucket), capacity, window, now)
+        wait = limits.allow((at.key, name, bucket), capacity, window, now)
         if not wait:
             return False
         out.status, out.body = 429, b"Too many requests.\n"
@@ -377,8 +395,8 @@ def _rate_limit(cfg: dict[str, Any], key: str) -> RequestAction:
     return run
 
 
-def _request_log(cfg: dict[str, Any], key: str) -> RequestAction:
-    write = _logger(REQ, cfg, key)
+def _request_log(cfg: dict[str, Any], at: Scope) -> RequestAction:
+    write = _logger(REQ, cfg, at.key)
 
     def run(env: Env, _out: Outcome, _limits: RateLimits, _now: float) -> bool:
         write(env)
@@ -388,18 +406,18 @@ def _request_log(cfg: dict[str, Any], key: str) -> RequestAction:
 
 # -- on_http_response -----------------------------------------------------------------------
 
-def _response_add(cfg: dict[str, Any], _key: str) -> ResponseAction:
+def _response_add(cfg: dict[str, Any], _at: Scope) -> ResponseAction:
     headers = _header_values(cfg)
     return lambda env, out: out + [(k, interpolate(v, env).encode()) for k, v in headers]
 
 
-def _response_remove(cfg: dict[str, Any], _key: str) -> ResponseAction:
+def _response_remove(cfg: dict[str, Any], _at: Scope) -> ResponseAction:
     drop = _header_names(cfg)
     return lambda _env, out: [(k, v) for k, v in out if k.lower() not in drop]
 
 
-def _response_log(cfg: dict[str, Any], key: str) -> ResponseAction:
-    write = _logger(RES, cfg, key)
+def _response_log(cfg: dict[str, Any], at: Scope) -> ResponseAction:
+    write = _logger(RES, cfg, at.key)
 
     def run(env: Env, out: Headers) -> Headers:
         write(env)
@@ -409,16 +427,16 @@ def _response_log(cfg: dict[str, Any], key: str) -> ResponseAction:
 
 # -- on_tcp_connect -------------------------------------------------------------------------
 
-def _tcp_refuse(_cfg: dict[str, Any], _key: str) -> TcpAction:
+def _tcp_refuse(_cfg: dict[str, Any], _at: Scope) -> TcpAction:
     return lambda _env: False
 
 
-def _tcp_restrict(cfg: dict[str, Any], _key: str) -> TcpAction:
-    return admits(cfg)
+def _tcp_restrict(cfg: dict[str, Any], at: Scope) -> TcpAction:
+    return admits(cfg, at)
 
 
-def _tcp_log(cfg: dict[str, Any], key: str) -> TcpAction:
-    write = _logger(TCP, cfg, key)
+def _tcp_log(cfg: dict[str, Any], at: Scope) -> TcpAction:
+    write = _logger(TCP, cfg, at.key)
 
     def run(env: Env) -> bool:
         write(env)
@@ -426,7 +444,7 @@ def _tcp_log(cfg: dict[str, Any], key: str) -> TcpAction:
     return run
 
 
-ACTIONS: dict[str, dict[str, Callable[[dict[str, Any], str], Any]]] = {
+ACTIONS: dict[str, dict[str, Callable[[dict[str, Any], Scope], Any]]] = {
     REQ: {"deny": _deny, "custom-response": _custom_response, "redirect": _redirect,
           "url-rewrite": _url_rewrite, "add-headers": _add_headers,
           "remove-headers": _remove_headers, "restrict-ips": _restrict_ips,
@@ -441,9 +459,9 @@ ACTIONS: dict[str, dict[str, Callable[[dict[str, Any], str], Any]]] = {
 }
 
 
-def compile_action(phase: str, kind: str, cfg: dict[str, Any], key: str) -> Any:
+def compile_action(phase: str, kind: str, cfg: dict[str, Any], at: Scope) -> Any:
     """The closure of one action; ``Unsupported`` when this edge does not enforce it."""
     make = ACTIONS.get(phase, {}).get(kind)
     if make is None:
         raise Unsupported(kind)
-    return make(cfg, key)
+    return make(cfg, at)

@@ -3,12 +3,9 @@
 action into a closure: ``policy_actions``); evaluated per request (or TCP connection) against
 the variables ``conn``, ``req`` and (on responses) ``res``.
 
-Enforced actions: on_http_request ``deny``, ``custom-response``, ``redirect``, ``url-rewrite``,
-``add-headers``, ``remove-headers``, ``restrict-ips``, ``rate-limit``, ``close-connection``,
-``log``; on_http_response ``add-headers``, ``remove-headers``, ``log``; on_tcp_connect
-``deny``, ``restrict-ips``, ``close-connection``, ``log``. A policy using any other action (or
-an option of these that is not supported) is not run at all: its traffic is refused, naming
-the action (``compile`` returns an ``Unenforced`` hook). String options take ``${expr}``
+The enforced actions are ``policy_actions.ACTIONS``, per phase. A policy using any other
+action (or an option of one that is not supported) is not run at all: its traffic is refused,
+naming the action (``compile`` returns an ``Unenforced`` hook). String options take ``${expr}``
 interpolations. ``secrets.get(vault, name)`` reads a vault secret (``secrets.py``).
 """
 
@@ -33,6 +30,7 @@ from edgeway.edge.modules.policy_actions import (
     LOGS,
     Headers,
     Outcome,
+    Scope,
     Unsupported,
     compile_action,
 )
@@ -170,16 +168,16 @@ def compile(module: dict[str, Any], ctx: Compiling | str) -> Policy | Unenforced
     """The policy (``ctx``: its key, or the compile context naming it); ``Unenforced``
     naming the first action this edge does not enforce (or a secret that does not exist),
     if any."""
-    key = ctx if isinstance(ctx, str) else ctx.key
+    at = Scope(ctx) if isinstance(ctx, str) else Scope(ctx.key, ctx.rules)
     values = {} if isinstance(ctx, str) else ctx.secrets
     doc = parse("traffic_policy.value", str(module.get("value", "")))
     try:
-        return _compile(doc, key, values)
+        return _compile(doc, at, values)
     except secrets.Missing as exc:
         return Unenforced(f"traffic_policy ({exc})")
 
 
-def _compile(doc: Any, key: str, values: secrets.Secrets) -> Policy | Unenforced:
+def _compile(doc: Any, at: Scope, values: secrets.Secrets) -> Policy | Unenforced:
     phases: dict[str, tuple[Rule, ...]] = {}
     for phase, rules in (doc or {}).items():
         compiled = []
@@ -189,7 +187,7 @@ def _compile(doc: Any, key: str, values: secrets.Secrets) -> Policy | Unenforced
                 kind = str(action.get("type"))
                 try:
                     config = secrets.in_config(dict(action.get("config") or {}), values)
-                    actions.append(compile_action(phase, kind, config, key))
+                    actions.append(compile_action(phase, kind, config, at))
                 except Unsupported as exc:
                     return Unenforced(f"traffic_policy (action '{kind}' in {phase}: {exc})")
             compiled.append(Rule(str(rule.get("name") or f"rule {i}"),
@@ -197,4 +195,4 @@ def _compile(doc: Any, key: str, values: secrets.Secrets) -> Policy | Unenforced
                                        for e in rule.get("expressions") or []),
                                  tuple(actions)))
         phases[phase] = tuple(compiled)
-    return Policy(key, phases)
+    return Policy(at.key, phases)
