@@ -146,6 +146,12 @@ def networks(cfg: dict[str, Any], at: Scope) -> tuple[Networks, Networks]:
     return split([*given, *(rule for i in ids for rule in at.rules[i])])
 
 
+def result(env: Env, action: str, values: dict[str, Any]) -> None:
+    """An action's result variables, ``actions.ngrok.<action>.*`` for the later rules (the
+    last run of an action is what they see)."""
+    env.setdefault("actions", {}).setdefault("ngrok", {})[action] = values
+
+
 def _header_values(cfg: dict[str, Any]) -> tuple[tuple[bytes, str], ...]:
     return tuple((str(k).encode(), str(v)) for k, v in (cfg.get("headers") or {}).items())
 

@@ -12,7 +12,7 @@ interpolations. ``secrets.get(vault, name)`` reads a vault secret (``secrets.py`
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs
@@ -24,7 +24,7 @@ from edgeway.celpkg import cel
 from edgeway.edge import h1
 from edgeway.edge.h1 import header
 from edgeway.edge.hooks import CLOSE, Compiling, Exchange, Hook, Unenforced, Verdict
-from edgeway.edge.modules import compression, secrets
+from edgeway.edge.modules import compression, jwt_validation, secrets, webhook_verification
 from edgeway.edge.modules.policy_actions import (
     COMPRESS,
     LOGS,
@@ -38,6 +38,12 @@ from edgeway.edge.modules.rate_limits import RateLimits
 from edgeway.edge.pages import Fixed
 
 log = structlog.get_logger()
+# The actions that run as hooks (``Policy.request`` awaits them): they read the request's body
+# or fetch keys; the others are ``policy_actions``' closures.
+HOOKS: dict[str, dict[str, Callable[[dict[str, Any]], Hook]]] = {
+    REQ: {"jwt-validation": jwt_validation.compile,
+          "verify-webhook": webhook_verification.policy_action},
+}
 __all__ = ["Outcome", "Policy", "RateLimits", "compile", "request_env", "response_env"]
 
 
@@ -72,13 +78,20 @@ class Policy(Hook):
             if matched:
                 yield rule
 
+    def _actions(self, phase: str, env: dict[str, Any]) -> Iterator[Any]:
+        for rule in self._matching(phase, env):
+            yield from rule.actions
+
     def on_request(self, env: dict[str, Any], headers: Headers, target: bytes,
                    limits: RateLimits, now: float) -> Outcome:
+        """The request phase of a policy whose actions need nothing but the request's head
+        (``request`` runs every policy: actions that read the body or fetch keys too)."""
         out = Outcome(list(headers), target)
-        for rule in self._matching(REQ, env):
-            for action in rule.actions:
-                if action(env, out, limits, now):
-                    return out
+        for action in self._actions(REQ, env):
+            if isinstance(action, Hook):
+                raise TypeError(f"{action.name} runs only on a request (Policy.request)")
+            if action(env, out, limits, now):
+                return out
         return out
 
     def on_response(self, env: dict[str, Any], headers: Headers) -> Headers:
@@ -100,18 +113,25 @@ class Policy(Hook):
 
     async def request(self, x: Exchange) -> Verdict:
         req = x.req
-        x.env = request_env(req.method, req.target, req.headers,
-                            header(req.headers, b"host").decode("latin-1"), x.scheme, x.ip,
-                            x.port, req.http10)
+        env = x.env = request_env(req.method, req.target, req.headers,
+                                  header(req.headers, b"host").decode("latin-1"), x.scheme,
+                                  x.ip, x.port, req.http10)
         if not self.has(REQ):
             return None
-        out = self.on_request(x.env, req.headers, req.target, x.services.limits,
-                              time.monotonic())
-        if out.close:
-            return CLOSE
-        if out.status:
-            return Fixed(out.status, tuple(out.answer_headers), out.body)
-        x.req = replace(req, headers=out.headers, target=out.target)
+        out, limits, now = Outcome(list(req.headers), req.target), x.services.limits, \
+            time.monotonic()
+        for action in self._actions(REQ, env):
+            if isinstance(action, Hook):  # (an action that reads the body, or fetches keys)
+                x.req = replace(x.req, headers=out.headers, target=out.target)
+                verdict = await action.request(x)
+                if verdict is not None:
+                    return verdict
+                out = Outcome(list(x.req.headers), x.req.target)
+            elif action(env, out, limits, now):
+                if out.close:
+                    return CLOSE
+                return Fixed(out.status, tuple(out.answer_headers), out.body)
+        x.req = replace(x.req, headers=out.headers, target=out.target)
         return None
 
     def response(self, x: Exchange, status: int, headers: Headers) -> Headers:
@@ -187,7 +207,9 @@ def _compile(doc: Any, at: Scope, values: secrets.Secrets) -> Policy | Unenforce
                 kind = str(action.get("type"))
                 try:
                     config = secrets.in_config(dict(action.get("config") or {}), values)
-                    actions.append(compile_action(phase, kind, config, at))
+                    hook = HOOKS.get(phase, {}).get(kind)
+                    actions.append(hook(config) if hook else
+                                   compile_action(phase, kind, config, at))
                 except Unsupported as exc:
                     return Unenforced(f"traffic_policy (action '{kind}' in {phase}: {exc})")
             compiled.append(Rule(str(rule.get("name") or f"rule {i}"),
