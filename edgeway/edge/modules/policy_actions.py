@@ -141,8 +141,6 @@ def networks(cfg: dict[str, Any], at: Scope) -> tuple[Networks, Networks]:
                    for c in cfg.get("deny") or [])]
     except (TypeError, ValueError) as exc:
         raise Unsupported(str(exc)) from None
-    if not given and not ids:
-        raise Unsupported("restrict-ips without allow, deny or ip_policies")
     return split([*given, *(rule for i in ids for rule in at.rules[i])])
 
 
