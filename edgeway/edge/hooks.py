@@ -69,10 +69,12 @@ class Login(Protocol):
 @dataclass
 class Services:
     """What request hooks reach beyond the request: the login gate, the SNS certificate
-    cache and the rate-limit windows (one of each per HTTP edge)."""
+    cache and the rate-limit windows (one of each per HTTP edge), and the live tunnel of an
+    internal endpoint (host, scheme; None when none is bound) for forward-internal."""
     login: Login | None
     sns: SnsVerifier
     limits: RateLimits
+    internal: Callable[[str, str], Any] = lambda _host, _scheme: None
 
 
 @dataclass
@@ -88,6 +90,10 @@ class Exchange:
     interim: Callable[[bytes], None]  # writes a 1xx head (100 Continue) to the client
     body: bytes | None = None
     env: dict[str, Any] | None = None  # the traffic policy's CEL variables
+    # forward-internal: the internal endpoint's tunnel the request goes to instead (the
+    # request hooks of its own plan run next), and how many forwards it took so far
+    forward: Any = None
+    hops: int = 0
     gzip: Gzip | None = None  # the response body is gzipped (set by the compression hook)
     # what came of it, for its traffic event (edge/traffic.py)
     status: int = 0  # the final status answered (0: none, the connection was cut)
@@ -117,6 +123,17 @@ class Hook:
 
     def outcome(self, x: Exchange, failed: bool) -> None:
         return None
+
+
+@dataclass(frozen=True)
+class Refuse(Hook):
+    """A request hook answering ``answer`` (another plan's ``check`` refusal, run where only
+    request hooks are left to run: an internal endpoint's, after forward-internal)."""
+    name = "refuse"
+    answer: Fixed
+
+    async def request(self, x: Exchange) -> Verdict:
+        return self.answer
 
 
 @dataclass(frozen=True)

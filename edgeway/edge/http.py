@@ -44,12 +44,13 @@ from edgeway.edge.client import (
     read_body,
 )
 from edgeway.edge.h1 import BadMessage, End, Request, RequestParser, header
-from edgeway.edge.hooks import Close, Exchange, Services, Takeover
+from edgeway.edge.hooks import Close, Exchange, Hook, Refuse, Services, Takeover
 from edgeway.edge.hosts import directed, misdirected, request_host, uncertified
 from edgeway.edge.login.gate import LoginGate
 from edgeway.edge.modules.rate_limits import RateLimits
 from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.pages import Fixed, page
+from edgeway.edge.pipeline import Plan
 from edgeway.edge.pool import Pool, Upstream
 from edgeway.edge.relay import Relay
 from edgeway.edge.router import Decision, EdgeRouter
@@ -89,8 +90,9 @@ class HttpEdge:
         self.restrictions = restrictions  # IP restrictions of type endpoints
         self.login = login
         # what hooks reach: the login flow, SNS certificates (fetched and cached), the
-        # traffic policies' rate-limit windows
-        self.services = Services(login, sns or SnsVerifier(), RateLimits())
+        # traffic policies' rate-limit windows, the internal endpoints forward-internal reaches
+        self.services = Services(login, sns or SnsVerifier(), RateLimits(),
+                                 lambda host, scheme: router.registry.internal(host, scheme))
         self.pool = pool if pool is not None else Pool()  # (an empty Pool is falsy)
         self.events: TrafficSink | None = None  # set when traffic events are delivered
         self.recent: RecentTraffic | None = None  # set by ``edgeway serve``: the dashboard's
@@ -157,21 +159,26 @@ class HttpEdge:
         x = Exchange(req, peer[0], peer[1], self.scheme, self.services,
                      partial(read_body, parser, reader), writer.write)
         try:
-            for hook in decision.plan.requests:
-                verdict = await hook.request(x)
-                if verdict is None:
-                    continue
-                if isinstance(verdict, Takeover):
-                    if not isinstance(decision.target, Tunnel | Static):
-                        continue  # (a fixed answer has no pipe to carry a connection to)
-                    return await self._takeover(verdict, parser, reader, writer, x.req,
-                                                decision, peer)
-                if isinstance(verdict, Close):
-                    return False
-                x.status, x.sent = verdict.status, len(verdict.body)
-                keep = await fixed(writer, x.req, verdict)
-                return keep and (x.body is not None or
-                                 await drain(parser, reader, deadline, HEAD_TIMEOUT))
+            hooks: tuple[Hook, ...] | None = decision.plan.requests
+            while hooks is not None:
+                pending, hooks = hooks, None
+                for hook in pending:
+                    verdict = await hook.request(x)
+                    if verdict is None:
+                        continue
+                    if isinstance(verdict, Takeover):
+                        if not isinstance(decision.target, Tunnel | Static):
+                            continue  # (a fixed answer has no pipe to carry a connection to)
+                        return await self._takeover(verdict, parser, reader, writer, x.req,
+                                                    decision, peer)
+                    if isinstance(verdict, Close):
+                        return False
+                    x.status, x.sent = verdict.status, len(verdict.body)
+                    keep = await fixed(writer, x.req, verdict)
+                    return keep and (x.body is not None or
+                                     await drain(parser, reader, deadline, HEAD_TIMEOUT))
+                if x.forward is not None:  # forward-internal: that endpoint's hooks next
+                    decision, hooks = self._internal(decision, x)
             return await self._forward(parser, reader, writer, x, decision, peer, deadline,
                                        tls_edge)
         finally:
@@ -185,6 +192,19 @@ class HttpEdge:
                 self.recent.served(key, req.method, req.target, x.status, x.ip, x.port,
                                    time.monotonic() - started, self.scheme,
                                    decision.route_id, label)
+
+    def _internal(self, decision: Decision, x: Exchange
+                  ) -> tuple[Decision, tuple[Hook, ...]]:
+        """A request a traffic policy forwarded to an internal endpoint (``x.forward``): its
+        tunnel becomes the target, and its plan's hooks join the route's (its request hooks
+        to run now: a refusal of its ``check`` first; its response hooks, then the route's)."""
+        tunnel, x.forward = x.forward, None
+        inner = self.router.bind_plan(tunnel)
+        refusal = inner.check(x.ip, x.req.headers)
+        plan = Plan(decision.plan.hooks + inner.hooks, decision.plan.backend_id)
+        forwarded = Decision(tunnel, tunnel.proto, "", plan, decision.edge_id,
+                             decision.route_id, internal=True)
+        return forwarded, ((Refuse(refusal),) if refusal is not None else inner.requests)
 
     async def _takeover(self, verdict: Takeover, parser: RequestParser,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -213,7 +233,7 @@ class HttpEdge:
                 if not isinstance(parser.next_event(), End):
                     raise BadMessage(400, "a request without a body had one")
                 taken = True
-            retry = attempt < RETRIES and _replayable(x.req, decision)
+            retry = attempt < RETRIES and _replayable(x.req, decision) and not decision.internal
             try:
                 return await self._proxy(parser, reader, writer, x, decision, peer, deadline,
                                          retry)

@@ -55,6 +55,7 @@ class Decision:
     route_id: str = ""
     # no live tunnel answers: the host a moving one would ("" for an edge route's backend)
     missing: str | None = None
+    internal: bool = False  # its target is an internal endpoint a traffic policy forwarded to
 
 
 class EdgeRouter:

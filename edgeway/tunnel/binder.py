@@ -95,6 +95,11 @@ class Binder:
         host = req.domain or self._twin(session, req, tunnel_id) or \
             f"{self._stable(session, tunnel_id):016x}"[:12] + f".{base}"
         acl.require(session.acl, host)
+        if binds.internal(host):  # (reached only through forward-internal: not reserved)
+            names.check_internal(host, req.proto)
+            names.check_free(host, tunnel_id, req, self.registry.by_host.get(host, []),
+                             session.id)
+            return host, ""
         domain_id = await names.reserved_domain(Repo(self.platform.db.reader()), host, base)
         edge = self.edge_host(host)
         if edge:

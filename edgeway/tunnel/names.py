@@ -7,10 +7,20 @@ from __future__ import annotations
 
 from edgeway.store import domains
 from edgeway.store.repo import Repo
-from edgeway.tunnel.binds import BindRefused, BindRequest
+from edgeway.tunnel.binds import INTERNAL, BindRefused, BindRequest, internal
 from edgeway.tunnel.registry import Tunnel
 
 _FAMILY = {"http": "http", "https": "http"}  # one name may carry both
+
+
+def check_internal(host: str, proto: str) -> None:
+    """BindRefused when ``host``, an internal name, cannot be bound over ``proto``."""
+    if host.startswith("*.") or host.rstrip(".") == INTERNAL[1:]:
+        raise BindRefused(f"'{host}': an internal endpoint is one name ending in .internal "
+                          "(api.internal), not a wildcard")
+    if proto not in _FAMILY:
+        raise BindRefused(f"'{host}': internal endpoints are HTTP or HTTPS here (a {proto} one "
+                          "would have nothing to forward to it)")
 
 
 def generated(host: str, base: str) -> bool:
@@ -25,7 +35,10 @@ def covered(cover: dict[str, str], host: str) -> bool:
 
 
 def url(proto: str, host: str, http_port: int, https_port: int) -> str:
-    """The public URL of a tunnel on ``host`` (the listener's port unless the default)."""
+    """The public URL of a tunnel on ``host`` (the listener's port unless the default; an
+    internal endpoint's has none: no listener serves it)."""
+    if internal(host):
+        return f"{proto}://{host}"
     if proto == "http":
         return f"http://{host}" if http_port == 80 else f"http://{host}:{http_port}"
     return f"{proto}://{host}" if https_port == 443 else f"{proto}://{host}:{https_port}"

@@ -9,6 +9,7 @@ from typing import Any
 
 from edgeway.catalog.model import ref
 from edgeway.settings import Settings
+from edgeway.tunnel.binds import internal
 from edgeway.tunnel.registry import Tunnel
 
 DEFAULT_PORTS = {"http": 80, "https": 443, "tls": 443}
@@ -43,7 +44,8 @@ def endpoint_doc(settings: Settings, node: str, session_id: str, tunnel: Tunnel,
             "domain": ref(base, domain_id or None), "tcp_addr": None,
             "tunnel": ref(base, tunnel.id), "edge": None, "upstream_url": req.forwards_to,
             "upstream_protocol": "", "principal": None, "traffic_policy": "",
-            "bindings": ["public"], "tunnel_session": ref(base, session_id), "name": "",
+            "bindings": ["internal" if internal(host) else "public"],
+            "tunnel_session": ref(base, session_id), "name": "",
             "pooling_enabled": req.pooled, "node": node}
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from edgeway.tunnel.binds import BindRequest
+from edgeway.tunnel.binds import BindRequest, internal
 from edgeway.tunnel.muxado.aio import MuxConnection
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.pipes import Pipe, StreamPipe
@@ -194,11 +194,21 @@ class Registry:
 
     def for_host(self, host: str) -> list[Tunnel]:
         """The tunnels bound to ``host``, or, when none are, to the wildcard one label up
-        (``*.site.example.com`` serves ``a.site.example.com``): the more specific name wins."""
+        (``*.site.example.com`` serves ``a.site.example.com``): the more specific name wins.
+        None for an internal name: those are ``internal``'s, never the public listeners'."""
+        if internal(host):
+            return []
         exact = self.by_host.get(host)
         if exact or "." not in host:
             return exact or []
         return self.by_host.get("*." + host.split(".", 1)[1], [])
+
+    def internal(self, host: str, scheme: str) -> Tunnel | None:
+        """A live tunnel of the internal endpoint ``host`` (``api.internal``), over ``scheme``
+        when one is (round robin), for a traffic policy's forward-internal."""
+        tunnels = self.by_host.get(host.rstrip(".").lower(), []) if internal(host) else []
+        same = [t for t in tunnels if t.proto == scheme and t.alive]
+        return self.pick(same or tunnels)
 
     def with_labels(self, labels: dict[str, str]) -> list[Tunnel]:
         """Live labeled tunnels carrying every one of ``labels``."""

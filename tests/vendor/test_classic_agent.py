@@ -174,3 +174,32 @@ def test_reserved_addr_across_a_server_restart(tmp_path: Path) -> None:
         for a in agents:
             a.stop()
         assert srv.stop() == 0
+
+
+def test_an_internal_endpoint_reached_through_forward_internal(server: Server,
+                                                               tmp_path: Path) -> None:
+    """``-hostname=<name>.internal``: both schemes bound on the internal name, which no public
+    listener serves; an edge route's traffic policy forwards to it."""
+    name = f"c{uuid.uuid4().hex[:8]}"
+    inner, front = f"{name}.internal", f"front.{name}.example.com"
+    with server.client() as api, upstream.running("svc") as port:
+        assert api.post("/reserved_domains", json={"domain": front}).status_code == 201
+        edge = api.post("/edges/https", json={"hostports": [f"{front}:443"]}).json()["id"]
+        answer = api.post("/backends/http_response", json={"body": "not forwarded",
+                                                           "status_code": 200}).json()["id"]
+        policy = ('{"on_http_request": [{"actions": [{"type": "forward-internal", '
+                  f'"config": {{"url": "https://{inner}"}}}}]}}]}}')
+        r = api.post(f"/edges/https/{edge}/routes", json={
+            "match_type": "path_prefix", "match": "/", "backend": {"backend_id": answer},
+            "traffic_policy": {"value": policy}})
+        assert r.status_code == 201, r.text
+        cfg = classic_config(tmp_path / "c.yml", server, _token(api))
+        agent = classic(cfg, "http", f"-hostname={inner}", str(port))
+        try:
+            assert agent.urls(2) == [f"http://{inner}", f"https://{inner}"]
+            with EdgeClient(server) as web:
+                r = web.get(f"https://{front}/via")
+                assert (r.status_code, r.text) == (200, "svc /via")
+                assert web.get(f"http://{inner}/via").status_code == 404
+        finally:
+            agent.stop()

@@ -24,7 +24,13 @@ from edgeway.celpkg import cel
 from edgeway.edge import h1
 from edgeway.edge.h1 import header
 from edgeway.edge.hooks import CLOSE, Compiling, Exchange, Hook, Unenforced, Verdict
-from edgeway.edge.modules import compression, jwt_validation, secrets, webhook_verification
+from edgeway.edge.modules import (
+    compression,
+    forward_internal,
+    jwt_validation,
+    secrets,
+    webhook_verification,
+)
 from edgeway.edge.modules.policy_actions import (
     COMPRESS,
     LOGS,
@@ -42,7 +48,8 @@ log = structlog.get_logger()
 # or fetch keys; the others are ``policy_actions``' closures.
 HOOKS: dict[str, dict[str, Callable[[dict[str, Any]], Hook]]] = {
     REQ: {"jwt-validation": jwt_validation.compile,
-          "verify-webhook": webhook_verification.policy_action},
+          "verify-webhook": webhook_verification.policy_action,
+          "forward-internal": forward_internal.compile},
 }
 __all__ = ["Outcome", "Policy", "RateLimits", "compile", "request_env", "response_env"]
 
@@ -124,8 +131,8 @@ class Policy(Hook):
             if isinstance(action, Hook):  # (an action that reads the body, or fetches keys)
                 x.req = replace(x.req, headers=out.headers, target=out.target)
                 verdict = await action.request(x)
-                if verdict is not None:
-                    return verdict
+                if verdict is not None or x.forward is not None:  # (forward-internal ends
+                    return verdict                                 # the request phase)
                 out = Outcome(list(x.req.headers), x.req.target)
             elif action(env, out, limits, now):
                 if out.close:

@@ -1,0 +1,65 @@
+"""The traffic policy's ``forward-internal`` action: the request goes to an internal endpoint
+(an agent's tunnel bound to a ``.internal`` name, which no public listener serves) instead of
+the route's target. ``url`` names it (``https://api.internal``; the scheme picks the
+endpoint's tunnel of that scheme when it has one), ``binding`` is ``internal`` (the only
+kind), ``on_error`` is ``halt`` (default: 502 ``ERR_EDGEWAY_4019`` when no agent serves it)
+or ``continue`` (the policy's next actions run as if it were not there). It ends the
+policy's request phase; the route's later modules still run, then the internal endpoint's
+own modules and policy (its ``check`` and request hooks), and its response comes back through
+both. A request forwarded more than ``MAX_HOPS`` times is a loop: 508 ``ERR_EDGEWAY_4020``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from edgeway.edge.hooks import Exchange, Hook, Verdict
+from edgeway.edge.modules.policy_actions import Unsupported
+from edgeway.edge.pages import page
+
+MAX_HOPS = 5
+
+
+@dataclass(frozen=True)
+class Forward(Hook):
+    name = "forward-internal"
+    scheme: str
+    host: str
+    halt: bool
+
+    async def request(self, x: Exchange) -> Verdict:
+        tunnel = x.services.internal(self.host, self.scheme)
+        if tunnel is None:
+            if self.halt:
+                return page(502, "Endpoint offline", f"No agent serves the internal endpoint "
+                            f"{self.scheme}://{self.host} right now.", 4019)
+            return None
+        if x.hops >= MAX_HOPS:
+            return page(508, "Loop detected", f"The request was forwarded {x.hops} times "
+                        "between internal endpoints: their traffic policies forward in a "
+                        "loop.", 4020)
+        x.forward = tunnel
+        x.hops += 1
+        return None
+
+
+def compile(cfg: dict[str, Any]) -> Forward:
+    """The action; ``Unsupported`` naming what it cannot honour."""
+    url = str(cfg.get("url") or "")
+    parts = urlsplit(url)
+    host = (parts.hostname or "").rstrip(".")
+    if parts.scheme not in ("http", "https") or not host.endswith(".internal") \
+            or host == "internal":
+        raise Unsupported(f"url {url!r}: an internal endpoint's URL, http:// or https:// and "
+                          "a name ending in .internal (https://api.internal)")
+    if parts.port is not None or parts.path not in ("", "/") or parts.query:
+        raise Unsupported(f"url {url!r}: the endpoint's scheme and name only (no port or path)")
+    binding = cfg.get("binding", "internal")
+    if binding != "internal":
+        raise Unsupported(f"binding {binding!r} (internal endpoints only)")
+    on_error = cfg.get("on_error", "halt")
+    if on_error not in ("halt", "continue"):
+        raise Unsupported(f"on_error {on_error!r} (halt or continue)")
+    return Forward(parts.scheme, host, on_error == "halt")
