@@ -23,6 +23,7 @@ from edgeway.api.http import (
 from edgeway.api.platform import Caller
 from edgeway.api.render import render
 from edgeway.catalog.model import Context, Kind
+from edgeway.catalog.runtime import CLOUD_CHANGED
 from edgeway.catalog.shapes import shapes
 from edgeway.errors import Conflict, NotFound
 from edgeway.events.changes import ChangeLog, actor
@@ -112,8 +113,14 @@ async def create(request: Request, platform: Platform, caller: Caller, kind: Kin
         except _Taken:  # (a create running at the same time took what resolve picked)
             continue
         break
-    platform.changed(kind.collection)
+    _changed(platform, kind.collection)
     return json_response(201, shown)
+
+
+def _changed(platform: Platform, collection: str) -> None:
+    platform.changed(collection)
+    if collection == "endpoints":  # (through the API: a cloud endpoint)
+        platform.changed(CLOUD_CHANGED)
 
 
 class _Taken(Exception):
@@ -198,7 +205,7 @@ async def update(request: Request, platform: Platform, caller: Caller, kind: Kin
         await guards.after(repo, caller, kind, _client(request), flags.get("force", False))
         shown = await present.one(repo, kind, id_, doc, platform.settings.public_url,
                                   https_port=platform.settings.https_port)
-    platform.changed(kind.collection)
+    _changed(platform, kind.collection)
     return json_response(200, shown)
 
 
@@ -236,5 +243,5 @@ async def delete(request: Request, platform: Platform, caller: Caller, kind: Kin
         await remove(repo, kind, id_, deleted)
         await guards.after(repo, caller, kind, _client(request), False)
     for gone in {k.collection for k in deleted.values()}:
-        platform.changed(gone)
+        _changed(platform, gone)
     return no_content()

@@ -40,11 +40,34 @@ async def _reserved(repo: Repo, member: str, values: list[str],
     return out
 
 
+async def _cloud(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any]) -> None:
+    """A cloud endpoint's URL: on a reserved domain (or under a reserved wildcard one), held
+    by no agent's tunnel now, and claimed as the hostport an HTTPS edge would claim (a name
+    is served by an edge, a cloud endpoint or tunnels, one of them)."""
+    host, hostport = str(doc.get("host", "")), str(doc.get("hostport", ""))
+    if not await covering(repo, host):
+        raise Invalid("url", f"'{host}' is not a reserved domain, nor covered by a reserved "
+                      "wildcard domain; reserve it first", 7121)
+    for tunnel_id, tunnel in await repo.all_docs(catalog.BY_COLLECTION["tunnels"]):
+        if str(tunnel.get("public_url", "")).partition("://")[2].split(":")[0] == host:
+            raise Conflict(f"The name '{host}' is bound by the tunnel '{tunnel_id}' now; stop "
+                           "that tunnel first.", 7122)
+    try:
+        await repo.claim(kind, id_, [f"hostport:{hostport}"])
+    except Claimed as c:
+        raise Conflict(f"The URL's name '{host}' is already served by '{c.holder}'.",
+                       7122) from None
+
+
 async def bind(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any],
                settings: Settings) -> list[tuple[str, str]]:
-    """Claim the hostports of ``doc``; return its links to the domains and reserved
-    addresses they name."""
+    """Claim the hostports of ``doc`` (a cloud endpoint: its URL's); return its links to the
+    domains and reserved addresses they name."""
     out: list[tuple[str, str]] = []
+    if kind.collection == "endpoints":
+        if doc.get("type") == "cloud":
+            await _cloud(repo, kind, id_, doc)
+        return out
     for f in kind.fields:
         if f.claim is None:
             continue

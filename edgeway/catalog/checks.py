@@ -23,6 +23,15 @@ def byte_limit(member: str, value: str, limit: int) -> None:
         raise Invalid(member, f"must be at most {limit} bytes of UTF-8 (got {size})", 420)
 
 
+INTERNAL = ".internal"
+
+
+def internal(host: str) -> bool:
+    """An internal endpoint's name (``api.internal``): never served by the public listeners,
+    reached only through a traffic policy's ``forward-internal``."""
+    return host.rstrip(".").lower().endswith(INTERNAL)
+
+
 def domain_name(member: str, value: str, *, wildcard: bool = False, code: int = 448) -> str:
     """A lower-case ASCII (IDNA) host name with at least two labels; ``*.`` allowed if wildcard."""
     v = value.strip().rstrip(".").lower()

@@ -55,6 +55,15 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
                               "range that is none of this server's listeners nor privileged"),
     (7122, ("",), "a hostport (for TCP edges: a port) is served by one edge only; a reserved "
                   "address by an edge or a tunnel, not both at once"),
+    (215, ("url",), "cloud endpoints: an http:// or https:// URL of a host name only (no port, "
+                    "path or query), not an .internal name"),
+    (448, ("url",), "a host name: labels of at most 63 characters, at most 253 in all"),
+    (7121, ("url",), "cloud endpoints: the host is a reserved domain, or covered by a reserved "
+                     "wildcard domain one label up"),
+    (215, ("traffic_policy", "traffic_policy.*"), "a traffic policy document, JSON or YAML, "
+                                                  "whose keys are on_http_request and "
+                                                  "on_http_response"),
+    (215, ("pooling_enabled",), "false: a cloud endpoint's URL is served by it alone"),
     (7027, ("*webhook_verification.secret",), "required (the provider's signing secret or "
                                               "verification key), but for sns"),
     (7026, ("*webhook_verification.secret",), "empty for sns, whose messages are verified "

@@ -3,11 +3,19 @@ server writes them as agents connect and bind."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from edgeway.catalog.model import Field, Kind, Ref
+from edgeway.catalog import checks
+from edgeway.catalog.checks import internal
+from edgeway.catalog.model import Context, Field, Kind, Ref
+from edgeway.catalog.modules.policy import check_policy, modern
+from edgeway.errors import Invalid
 
 READ_ONLY = frozenset({"get", "list"})
+# what a write of a cloud endpoint is announced as besides "endpoints" (which every agent's
+# bind announces too): the edge reloads its routing for it
+CLOUD_CHANGED = "cloud_endpoints"
 
 
 def _out(name: str, typ: Any, doc: str, default: Any = None) -> Field:
@@ -47,9 +55,61 @@ TUNNELS = Kind(
     ),
 )
 
+def _url(value: str, ctx: Context) -> str:
+    """A cloud endpoint's URL: ``https://`` or ``http://`` and a host name, nothing else."""
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https"):
+        raise Invalid("url", f"'{value}' must be an http:// or https:// URL: cloud endpoints "
+                      "serve HTTP here (TCP and TLS ones are not served)", 215)
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username \
+            or parts.port is not None:
+        raise Invalid("url", f"'{value}' must be a scheme and a host name only (no port, "
+                      "path, query or user)", 215)
+    host = checks.domain_name("url", parts.hostname or "")
+    if internal(host):
+        raise Invalid("url", f"'{host}': internal cloud endpoints are not served yet; bind "
+                      "the internal name from an agent", 215)
+    return f"{parts.scheme}://{host}"
+
+
+def _policy(value: str, _ctx: Context) -> str:
+    if not value.strip():
+        raise Invalid("traffic_policy", "is required: the policy document, JSON or YAML (a "
+                      "cloud endpoint does only what its policy says)", 215)
+    text = modern("traffic_policy", value, "route")
+    check_policy("traffic_policy", text, "route")
+    return value
+
+
+def _pooling(value: bool, _ctx: Context) -> bool:
+    if value:
+        raise Invalid("pooling_enabled", "a cloud endpoint's URL is served by that endpoint "
+                      "alone here: pooling is not supported", 215)
+    return value
+
+
+def _check(doc: dict[str, Any], _ctx: Context) -> None:
+    if doc.get("type", "cloud") != "cloud":
+        raise Invalid("type", "only cloud endpoints are created through the API; agent "
+                      "endpoints come from agents' binds", 215)
+
+
+def _derive(doc: dict[str, Any], ctx: Context, _old: dict[str, Any] | None) -> dict[str, Any]:
+    """The members a cloud endpoint's URL gives."""
+    scheme, _, host = str(doc["url"]).partition("://")
+    port = 443 if scheme == "https" else 80  # (nominal, as edges' hostports: one claim)
+    return {"scheme": scheme, "proto": scheme, "host": host, "port": port,
+            "hostport": f"{host}:{port}", "public_url": doc["url"], "type": "cloud",
+            "region": ctx.settings.region, "updated_at": ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "bindings": ["public"]}
+
+
 ENDPOINTS = Kind(
-    collection="endpoints", prefix="ep", list_key="endpoints", title="Endpoint", ops=READ_ONLY,
-    describe="Public endpoints served by tunnels and edges.",
+    collection="endpoints", prefix="ep", list_key="endpoints", title="Endpoint",
+    describe="Endpoints: those agents' tunnels and edges serve (read-only: they come and go "
+             "with them), and cloud endpoints, created here, that serve a URL with no agent: "
+             "their traffic policy answers, redirects or forwards to an internal endpoint.",
+    check=_check, derive=_derive,
     fields=(
         _out("region", str, "region of the endpoint", ""),
         _out("updated_at", str, "last change, RFC 3339", ""),
@@ -59,22 +119,28 @@ ENDPOINTS = Kind(
         _out("hostport", str, "host:port", ""),
         _out("host", str, "host name", ""),
         _out("port", int, "port", 0),
-        _out("type", str, "ephemeral, edge or cloud", ""),
-        _out("metadata", str, "metadata", ""),
-        _out("description", str, "description", ""),
+        Field("type", Literal["cloud"], "ephemeral (an agent's), edge or cloud; only cloud "
+              "endpoints are created", create="optional", immutable=True, default="cloud"),
+        Field("metadata", str, "metadata", update=True, default="", max_bytes=4096),
+        Field("description", str, "description", update=True, default="", max_bytes=255),
         _out("domain", Ref | None, "reserved domain served"),
         _out("tcp_addr", Ref | None, "reserved address served"),
         _out("tunnel", Ref | None, "tunnel behind the endpoint"),
         _out("edge", Ref | None, "edge behind the endpoint"),
         _out("upstream_url", str, "where traffic is forwarded", ""),
         _out("upstream_protocol", str, "protocol towards the upstream", ""),
-        _out("url", str, "the endpoint URL", ""),
+        Field("url", str, "the endpoint URL; a cloud endpoint's is https:// or http:// and a "
+              "reserved domain (or a name under a reserved wildcard domain)", create="required",
+              update=True, check=_url),
         _out("principal", Ref | None, "identity that created the endpoint"),
-        _out("traffic_policy", str, "traffic policy document", ""),
-        _out("bindings", list[str], "bindings", list),
+        Field("traffic_policy", str, "the traffic policy document (JSON or YAML) of a cloud "
+              "endpoint", create="required", update=True, check=_policy, max_bytes=1 << 20),
+        Field("bindings", list[Literal["public"]], "where the endpoint is reachable: public",
+              update=True, default=lambda: ["public"]),
         _out("tunnel_session", Ref | None, "session of the tunnel"),
         _out("name", str, "name", ""),
-        _out("pooling_enabled", bool, "whether the URL is shared by several agents", False),
+        Field("pooling_enabled", bool, "whether the URL is shared by several endpoints",
+              update=True, default=False, check=_pooling),
     ),
 )
 

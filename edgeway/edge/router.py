@@ -19,6 +19,7 @@ from weakref import WeakKeyDictionary
 
 import structlog
 
+from edgeway.catalog.runtime import CLOUD_CHANGED
 from edgeway.edge import backends, certificates, pipeline
 from edgeway.edge.backends import Target
 from edgeway.edge.h1 import Request
@@ -28,7 +29,7 @@ from edgeway.edge.login import base as login
 from edgeway.edge.modules.secrets import Secrets
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pipeline import Plan
-from edgeway.edge.snapshot import BACKEND_COLLECTIONS, Edge, Route, Snapshot, load
+from edgeway.edge.snapshot import BACKEND_COLLECTIONS, Cloud, Edge, Route, Snapshot, load
 from edgeway.pki.platform_ca import ServedCert
 from edgeway.pki.seal import Sealer
 from edgeway.reloads import Reload
@@ -42,7 +43,7 @@ STALE_RETRY = 1.0  # seconds between reload attempts while the database is out o
 WATCHED = frozenset((*EDGE_COLLECTIONS, *BACKEND_COLLECTIONS, "ip_policies",
                      "ip_policy_rules", "reserved_domains", "vaults", "vault_secrets",
                      "tls_certificates", "agent_ingresses", "managed_certificates",
-                     "abuse_reports"))
+                     "abuse_reports", CLOUD_CHANGED))
 
 
 @dataclass
@@ -132,7 +133,8 @@ class EdgeRouter:
     def edge_host(self, host: str) -> str | None:
         """The edge serving ``host`` (from the last snapshot), if any."""
         edge = self.snapshot.https.get(host) or self.snapshot.tls.get(host)
-        return edge.id if edge else None
+        cloud = self.snapshot.cloud.get(host)
+        return edge.id if edge else cloud.id if cloud else None
 
     def banned(self, name: str) -> str | None:
         """Why ``name`` (a host, or a TCP address host:port) is not served: the abuse report
@@ -218,6 +220,9 @@ class EdgeRouter:
                                  "abuse.", 4018))
         edge = snap.https.get(host) if scheme == "https" else None
         if edge is None:
+            cloud = snap.cloud.get(host)
+            if cloud is not None:
+                return self._cloud(cloud, req, ip, scheme, https_port, host)
             return self._agent(req, ip, scheme, https_port, host)
         if edge.plan.client_cas and not (
                 tls_edge is not None and tls_edge.id == edge.id
@@ -237,6 +242,26 @@ class EdgeRouter:
             return Decision(page(502, "No tunnel", f"No live tunnel or backend serves "
                                  f"{host}{path} right now.", 4009), missing="")
         return Decision(target, "https", "https", route.plan, edge.id, route.id)
+
+    @staticmethod
+    def _cloud(cloud: Cloud, req: Request, ip: str, scheme: str, https_port: int, host: str
+               ) -> Decision:
+        """A request for a cloud endpoint's name: its traffic policy decides; when nothing in
+        it answers (or forwards), the edge does (404 ``ERR_EDGEWAY_4021``)."""
+        if cloud.scheme != scheme:
+            if scheme == "http":
+                port = "" if https_port == 443 else f":{https_port}"
+                location = f"https://{host}{port}{req.target.decode('latin-1')}"
+                return Decision(page(308, "Use HTTPS", f"{host} is served over HTTPS.", 4010,
+                                     (("Location", location),)))
+            return Decision(page(404, "Not found", f"{host} is served over plain HTTP "
+                                 "only.", 4004))
+        refusal = cloud.plan.check(ip, req.headers)
+        if refusal is not None:
+            return Decision(refusal)
+        return Decision(page(404, "Nothing answered", f"The traffic policy of the cloud "
+                             f"endpoint {host} did not answer or forward this request.",
+                             4021), scheme, "", cloud.plan, cloud.id)
 
     def _agent(self, req: Request, ip: str, scheme: str, https_port: int, host: str
                ) -> Decision:

@@ -16,6 +16,7 @@ from edgeway import catalog
 from edgeway.catalog import abuse, modules
 from edgeway.catalog.edges import MODULES_OF
 from edgeway.catalog.modules import saml
+from edgeway.catalog.modules.policy import modern
 from edgeway.edge import certificates, pipeline
 from edgeway.edge.backends import Backend, compile_backend
 from edgeway.edge.hooks import Compiling
@@ -54,11 +55,21 @@ class Edge:
     tls: mutual_tls.TlsOptions | None = field(default_factory=mutual_tls.TlsOptions)
 
 
+@dataclass(frozen=True)
+class Cloud:
+    """A cloud endpoint: its traffic policy is all it does (``plan``; its target is the
+    edge's answer when the policy answers nothing)."""
+    id: str
+    scheme: str
+    plan: Plan
+
+
 @dataclass
 class Snapshot:
     https: dict[str, Edge] = field(default_factory=dict)  # host -> edge
     tls: dict[str, Edge] = field(default_factory=dict)  # host -> edge
     tcp: dict[int, Edge] = field(default_factory=dict)  # port -> edge
+    cloud: dict[str, Cloud] = field(default_factory=dict)  # host -> cloud endpoint
     backends: dict[str, Backend] = field(default_factory=dict)  # compiled, by id
     rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
     domains: set[str] = field(default_factory=set)  # reserved domain names
@@ -139,6 +150,13 @@ async def load(db: Database, breakers: Breakers | None = None,
                                    pipeline.compile_doc(doc, Compiling(snap.rules, id_,
                                                                        snap.breakers,
                                                                        snap.secrets, own))))
+    for id_, doc in await repo.claimants(catalog.BY_COLLECTION["endpoints"]):
+        if doc.get("type") == "cloud":
+            text = modern("traffic_policy", str(doc.get("traffic_policy", "")), "route")
+            snap.cloud[str(doc.get("host", ""))] = Cloud(id_, str(doc.get("scheme", "")),
+                                                         pipeline.compile_doc(
+                {"traffic_policy": {"value": text}},
+                Compiling(snap.rules, id_, snap.breakers, snap.secrets)))
     for collection in BACKEND_COLLECTIONS:
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
             snap.backends[id_] = compile_backend(collection, doc)

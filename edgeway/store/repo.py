@@ -176,6 +176,13 @@ class Repo:
             except UniqueViolation:
                 raise Claimed(c, "another resource") from None
 
+    async def claimants(self, kind: Kind) -> list[tuple[str, dict[str, Any]]]:
+        """The resources of ``kind`` holding a claim (cloud endpoints among all endpoints)."""
+        rows = await self.tx.fetchall(
+            "SELECT DISTINCT owner_id FROM claims WHERE owner_kind = ?", kind.collection)
+        found = [(str(r[0]), await self.get(kind, str(r[0]))) for r in rows]
+        return [(id_, doc) for id_, doc in found if doc is not None]
+
     async def setting(self, key: str) -> str | None:
         row = await self.tx.fetchone("SELECT value FROM settings WHERE key = ?", key)
         return str(row[0]) if row else None

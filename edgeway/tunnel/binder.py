@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from edgeway import catalog, ids
+from edgeway.catalog import checks
 from edgeway.platform import Platform
 from edgeway.store import domains
 from edgeway.store.repo import Repo
@@ -95,7 +96,7 @@ class Binder:
         host = req.domain or self._twin(session, req, tunnel_id) or \
             f"{self._stable(session, tunnel_id):016x}"[:12] + f".{base}"
         acl.require(session.acl, host)
-        if binds.internal(host):  # (reached only through forward-internal: not reserved)
+        if checks.internal(host):  # (reached only through forward-internal: not reserved)
             names.check_internal(host, req.proto)
             names.check_free(host, tunnel_id, req, self.registry.by_host.get(host, []),
                              session.id)
@@ -103,7 +104,8 @@ class Binder:
         domain_id = await names.reserved_domain(Repo(self.platform.db.reader()), host, base)
         edge = self.edge_host(host)
         if edge:
-            raise BindRefused(f"the domain '{host}' is served by the edge {edge}")
+            what = "cloud endpoint" if edge.startswith("ep_") else "edge"
+            raise BindRefused(f"the domain '{host}' is served by the {what} {edge}")
         if (why := self.banned(host)) is not None:
             raise BindRefused(why)
         names.check_free(host, tunnel_id, req, self.registry.by_host.get(host, []), session.id)

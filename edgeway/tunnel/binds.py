@@ -44,15 +44,6 @@ NAMES = {"oauth": "OAuth", "oidc": "OIDC",
          "tlstermination": "TLS termination at the edge"}
 
 
-INTERNAL = ".internal"
-
-
-def internal(host: str) -> bool:
-    """An internal endpoint's name (``api.internal``): never served by the public listeners,
-    reached only through a traffic policy's ``forward-internal``."""
-    return host.rstrip(".").lower().endswith(INTERNAL)
-
-
 class BindRefused(Exception):
     pass
 

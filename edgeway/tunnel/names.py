@@ -5,9 +5,10 @@ tunnels of a name are one claim). Each refusal says what to do."""
 
 from __future__ import annotations
 
+from edgeway.catalog.checks import INTERNAL, internal
 from edgeway.store import domains
 from edgeway.store.repo import Repo
-from edgeway.tunnel.binds import INTERNAL, BindRefused, BindRequest, internal
+from edgeway.tunnel.binds import BindRefused, BindRequest
 from edgeway.tunnel.registry import Tunnel
 
 _FAMILY = {"http": "http", "https": "http"}  # one name may carry both

@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from edgeway.catalog.checks import internal
 from edgeway.catalog.model import ref
 from edgeway.settings import Settings
-from edgeway.tunnel.binds import internal
 from edgeway.tunnel.registry import Tunnel
 
 DEFAULT_PORTS = {"http": 80, "https": 443, "tls": 443}

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from edgeway.tunnel.binds import BindRequest, internal
+from edgeway.catalog.checks import internal
+from edgeway.tunnel.binds import BindRequest
 from edgeway.tunnel.muxado.aio import MuxConnection
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.pipes import Pipe, StreamPipe

@@ -48,7 +48,15 @@ def _tls(api: httpx.Client) -> Body:
             "tls_termination": {"terminate_at": "upstream"}}
 
 
+def _cloud(api: httpx.Client) -> Body:
+    return {"type": "cloud", "url": f"https://{reserved(api)}",
+            "traffic_policy": '{"on_http_request": [{"actions": [{"type": "custom-response", '
+                              '"config": {"status_code": 200, "content": "hi"}}]}]}',
+            "description": "a cloud endpoint"}
+
+
 SAMPLES: dict[str, Sample] = {
+    "endpoints": Sample(_cloud, {"description": "renamed", "metadata": "m"}),
     "backends/tunnel_group": Sample(lambda _a: {"labels": {"site": uniq()}},
                                     {"labels": {"site": "b"}, "description": "x"}),
     "backends/failover": Sample(lambda a: {"backends": [tunnel_group(a)]}),

@@ -309,3 +309,42 @@ def test_a_tcp_edge_on_a_reserved_address(server: Server) -> None:
     assert out["hostports"] == [out["addr"]]
     assert out["delete"] == ["ERR_NGROK_446", 400]
     assert out["again"] == ["ERR_NGROK_7122", 400]
+
+
+CLOUD = r'''
+import uuid
+name = "cloud-" + uuid.uuid4().hex[:10] + ".example.com"
+c.reserved_domains.create(domain=name)
+policy = ('{"on_http_request": [{"actions": [{"type": "custom-response", "config": '
+          '{"status_code": 200, "content": "from the cloud"}}]}]}')
+ep = c.endpoints.create(url="https://" + name, type="cloud", traffic_policy=policy,
+                        description="front", bindings=["public"])
+out = {"created": [ep.id, ep.type, ep.url, ep.description, ep.traffic_policy == policy],
+       "host": name}
+got = c.endpoints.get(ep.id)
+out["got"] = [got.url, got.bindings]
+upd = c.endpoints.update(ep.id, description="renamed", metadata="m")
+out["updated"] = [upd.description, upd.metadata, upd.traffic_policy == policy]
+out["listed"] = ep.id in [e.id for e in c.endpoints.list()]
+try:
+    c.endpoints.create(url="https://" + name, type="cloud", traffic_policy=policy)
+except ngrok.Error as e:
+    out["again"] = [e.error_code, e.http_status_code]
+c.endpoints.delete(ep.id)
+try:
+    c.endpoints.get(ep.id)
+except ngrok.NotFoundError as e:
+    out["gone"] = e.http_status_code
+return out
+'''
+
+
+def test_cloud_endpoints_through_the_client(server: Server) -> None:
+    out: Any = drive_api(server, CLOUD)
+    _id, kind, url, description, same = out["created"]
+    assert (kind, url, description, same) == ("cloud", f"https://{out['host']}", "front", True)
+    assert out["got"] == [url, ["public"]]
+    assert out["updated"] == ["renamed", "m", True]
+    assert out["listed"]
+    assert out["again"] == ["ERR_NGROK_7122", 400]
+    assert out["gone"] == 404

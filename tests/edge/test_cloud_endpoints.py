@@ -1,0 +1,155 @@
+"""Cloud endpoints: created through ``POST /endpoints`` (``type: cloud``), they serve their URL
+with no agent: the traffic policy answers, redirects or forwards to an internal endpoint an
+agent binds; a change to the policy reaches the traffic; a name is served by an edge, a cloud
+endpoint or tunnels, one of them, and the API (400 ``ERR_EDGEWAY_7122``, as for edges) or the
+bind says which holds it; agents' endpoints stay read-only."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from tests.edge.agents import EdgeClient, agent
+from tests.edge.test_edges import made
+from tests.server import Server
+
+
+def policy(*rules: dict[str, Any]) -> str:
+    return json.dumps({"on_http_request": list(rules)})
+
+
+def rule(expr: str, *actions: dict[str, Any]) -> dict[str, Any]:
+    return {"expressions": [expr], "actions": list(actions)}
+
+
+HELLO = rule("req.url.path == '/hello'", {"type": "custom-response", "config": {
+    "status_code": 200, "content": "hello from ${req.host}",
+    "headers": {"Content-Type": "text/plain"}}})
+GO = rule("req.url.path.startsWith('/go')", {"type": "redirect", "config": {
+    "to": "https://docs.example.org/", "status_code": 301}})
+API = rule("req.url.path.startsWith('/headers')", {"type": "forward-internal", "config": {
+    "url": "https://cloud-api.internal"}})
+
+
+def until(check: Callable[[], bool], what: str, seconds: float = 15) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_cloud_endpoint_serves_its_url_with_its_policy(srv: Server, token: str,
+                                                         service: int) -> None:
+    host = "cloud.example.com"
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": host})
+        ep = made(api, "/endpoints", {"type": "cloud", "url": f"https://{host}",
+                                      "traffic_policy": policy(HELLO, GO, API),
+                                      "description": "front door"})
+        assert (ep["type"], ep["url"], ep["host"], ep["bindings"]) == \
+            ("cloud", f"https://{host}", host, ["public"])
+        assert api.get(f"/endpoints/{ep['id']}").json()["traffic_policy"] == \
+            policy(HELLO, GO, API)
+        assert ep["id"] in {e["id"] for e in api.get("/endpoints").json()["endpoints"]}
+        inner = agent(srv, token, {"kind": "https", "forward": f"http://127.0.0.1:{service}",
+                                   "domain": "cloud-api.internal"})
+        try:
+            with EdgeClient(srv) as web:
+                base = f"https://{host}"
+                r = web.get(f"{base}/hello")
+                assert (r.status_code, r.text) == (200, f"hello from {host}")
+                r = web.get(f"{base}/go/x")
+                assert (r.status_code, r.headers["location"]) == \
+                    (301, "https://docs.example.org/")
+                r = web.get(f"{base}/headers")
+                assert r.status_code == 200 and r.headers["x-upstream"] == "yes"
+                r = web.get(f"{base}/nothing")
+                assert r.status_code == 404
+                assert r.headers["edgeway-error-code"] == "ERR_EDGEWAY_4021"
+                r = web.get(f"http://{host}/hello")
+                assert r.status_code == 308 and r.headers["location"].startswith("https://")
+                # a change of the policy reaches the traffic
+                changed = rule("true", {"type": "custom-response", "config": {
+                    "status_code": 202, "content": "changed"}})
+                r = api.patch(f"/endpoints/{ep['id']}",
+                              json={"traffic_policy": policy(changed)})
+                assert r.status_code == 200, r.text
+                until(lambda: web.get(f"{base}/hello").status_code == 202, "the new policy")
+                assert api.delete(f"/endpoints/{ep['id']}").status_code == 204
+                until(lambda: web.get(f"{base}/hello").status_code == 404, "the name freed")
+                assert api.get(f"/endpoints/{ep['id']}").status_code == 404
+        finally:
+            inner.stop()
+
+
+def test_one_name_one_server_and_the_api_says_which(srv: Server, token: str,
+                                                    service: int) -> None:
+    with srv.client() as api:
+        for name in ("c1.example.com", "c2.example.com", "c3.example.com"):
+            made(api, "/reserved_domains", {"domain": name})
+        hello = policy(HELLO)
+        ep = made(api, "/endpoints", {"type": "cloud", "url": "https://c1.example.com",
+                                      "traffic_policy": hello})
+        # an edge on its name, or a second cloud endpoint: refused naming the holder
+        r = api.post("/edges/https", json={"hostports": ["c1.example.com:443"]})
+        assert r.status_code == 400 and ep["id"] in r.json()["msg"], r.text
+        r = api.post("/endpoints", json={"type": "cloud", "url": "https://c1.example.com",
+                                         "traffic_policy": hello})
+        assert r.status_code == 400 and ep["id"] in r.json()["msg"], r.text
+        edge = made(api, "/edges/https", {"hostports": ["c2.example.com:443"]})
+        r = api.post("/endpoints", json={"type": "cloud", "url": "https://c2.example.com",
+                                         "traffic_policy": hello})
+        assert r.status_code == 400 and edge["id"] in r.json()["msg"], r.text
+        r = api.patch(f"/endpoints/{ep['id']}", json={"url": "https://c2.example.com"})
+        assert r.status_code == 400 and edge["id"] in r.json()["msg"], r.text
+        # an agent's bind of a cloud endpoint's name, and a cloud endpoint on a bound name
+        a = agent(srv, token,
+                  {"kind": "https", "forward": f"http://127.0.0.1:{service}",
+                   "domain": "c1.example.com"},
+                  {"kind": "https", "forward": f"http://127.0.0.1:{service}",
+                   "domain": "c3.example.com"})
+        try:
+            refused = a.listeners[0].get("error", "")
+            assert f"served by the cloud endpoint {ep['id']}" in refused, refused
+            r = api.post("/endpoints", json={"type": "cloud", "url": "https://c3.example.com",
+                                             "traffic_policy": hello})
+            assert r.status_code == 400 and a.listeners[1]["id"] in r.json()["msg"], r.text
+            # an agent's endpoint is not the API's to change or delete
+            agents = [e for e in api.get("/endpoints").json()["endpoints"]
+                      if e["host"] == "c3.example.com"]
+            assert agents and agents[0]["type"] == "ephemeral"
+            for r in (api.patch(f"/endpoints/{agents[0]['id']}", json={"description": "x"}),
+                      api.delete(f"/endpoints/{agents[0]['id']}")):
+                assert r.status_code == 400 and r.json()["error_code"] == "ERR_EDGEWAY_7130"
+        finally:
+            a.stop()
+
+
+def test_what_a_cloud_endpoint_cannot_be_is_refused_by_member(srv: Server) -> None:
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": "c4.example.com"})
+        hello = policy(HELLO)
+        bad: list[tuple[dict[str, Any], str, str]] = [
+            ({"url": "https://unreserved.example.net"}, "url", "not a reserved domain"),
+            ({"url": "https://c4.example.com/path"}, "url", "no port, path"),
+            ({"url": "https://c4.example.com:8443"}, "url", "no port, path"),
+            ({"url": "tcp://c4.example.com:5432"}, "url", "http:// or https://"),
+            ({"url": "https://api.internal"}, "url", "internal cloud endpoints"),
+            ({"pooling_enabled": True}, "pooling_enabled", "pooling is not supported"),
+            ({"traffic_policy": "{not: [valid"}, "traffic_policy", "neither JSON nor YAML"),
+            ({"traffic_policy": '{"on_tcp_connect": []}'}, "traffic_policy", "not a phase"),
+            ({"traffic_policy": ""}, "traffic_policy", "is required"),
+            ({"type": "edge"}, "type", ""),
+        ]
+        for change, member, said in bad:
+            body = {"type": "cloud", "url": "https://c4.example.com",
+                    "traffic_policy": hello, **change}
+            r: httpx.Response = api.post("/endpoints", json=body)
+            assert r.status_code == 400, (change, r.text)
+            assert member in r.json()["msg"] and said in r.json()["msg"], (change, r.text)
+        assert not [e for e in api.get("/endpoints").json()["endpoints"]
+                    if e["url"] == "https://c4.example.com"]  # nothing half-written
