@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from edgeway import catalog
+from edgeway.catalog.runtime import CLOUD_CHANGED
 from edgeway.pki.seal import Sealer
 from edgeway.recent import RecentTraffic
 from edgeway.restrictions import KINDS as RESTRICTION_KINDS
@@ -21,7 +22,8 @@ from edgeway.settings import Settings
 from edgeway.store.db import Database
 
 # what is announced besides the catalog's collections (``everything`` tells them all)
-OTHER_CHANGES = ("acme_challenges", "managed_certificates", "event_outbox", "nodes")
+OTHER_CHANGES = ("acme_challenges", "managed_certificates", "event_outbox", "nodes",
+                 CLOUD_CHANGED)
 
 
 class AgentCommands(Protocol):

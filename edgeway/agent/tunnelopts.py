@@ -314,6 +314,7 @@ TLS_MIDDLEWARE = frozenset({"ip_restriction"})
 # The options that log a visitor in or keep others out (a tunnel to the agent's own API needs
 # one), and the traffic policy actions that do
 GUARDS = frozenset({"BasicAuth", "OAuth", "OIDC", "IPRestriction"})
-GUARD_ACTIONS = frozenset({"basic-auth", "oauth", "oidc", "jwt-validation", "restrict-ips"})
+GUARD_ACTIONS = frozenset({"basic-auth", "oauth", "oidc", "openid-connect", "jwt-validation",
+                           "restrict-ips"})
 SECRETS = {"basic_auth": None, "oauth": "client_secret", "oidc": "client_secret",
            "verify_webhook": "secret"}

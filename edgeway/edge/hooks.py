@@ -106,6 +106,11 @@ class Hook:
     """A compiled module; subclasses override the phases they take part in."""
     name: ClassVar[str] = ""
 
+    @property
+    def within(self) -> tuple[Hook, ...]:
+        """Hooks it runs itself (a traffic policy's actions), for ``Plan.find``."""
+        return ()
+
     def connect(self, ip: str, port: int) -> bool:
         return True
 

@@ -104,7 +104,9 @@ class Plan:
         object.__setattr__(self, "responses", _phase(self.hooks, "response")[::-1])
 
     def find(self, kind: type[H]) -> H | None:
-        return next((h for h in self.hooks if isinstance(h, kind)), None)
+        """The first hook of ``kind``, a traffic policy's actions that are hooks included."""
+        return next((h for hook in self.hooks for h in (hook, *hook.within)
+                     if isinstance(h, kind)), None)
 
     @property
     def unenforced(self) -> str | None:

@@ -25,6 +25,7 @@ ACTIONS: dict[str, frozenset[str]] = {
     "deny": frozenset({REQ, TCP}), "forward-internal": frozenset({REQ, TCP}),
     "http-request": frozenset({REQ, RES}), "jwt-validation": frozenset({REQ}),
     "log": frozenset({REQ, RES, TCP}), "oauth": frozenset({REQ}), "oidc": frozenset({REQ}),
+    "openid-connect": frozenset({REQ}),
     "owasp-crs-request": frozenset({REQ}), "owasp-crs-response": frozenset({RES}),
     "rate-limit": frozenset({REQ}), "redirect": frozenset({REQ}),
     "remove-headers": frozenset({REQ, RES}), "request-body-find-replace": frozenset({REQ}),

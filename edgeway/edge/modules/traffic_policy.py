@@ -24,10 +24,12 @@ from edgeway.celpkg import cel
 from edgeway.edge import h1
 from edgeway.edge.h1 import header
 from edgeway.edge.hooks import CLOSE, Compiling, Exchange, Hook, Unenforced, Verdict
+from edgeway.edge.login import base as login
 from edgeway.edge.modules import (
     compression,
     forward_internal,
     jwt_validation,
+    policy_logins,
     secrets,
     webhook_verification,
 )
@@ -39,6 +41,7 @@ from edgeway.edge.modules.policy_actions import (
     Scope,
     Unsupported,
     compile_action,
+    result,
 )
 from edgeway.edge.modules.rate_limits import RateLimits
 from edgeway.edge.pages import Fixed
@@ -46,10 +49,13 @@ from edgeway.edge.pages import Fixed
 log = structlog.get_logger()
 # The actions that run as hooks (``Policy.request`` awaits them): they read the request's body
 # or fetch keys; the others are ``policy_actions``' closures.
-HOOKS: dict[str, dict[str, Callable[[dict[str, Any]], Hook]]] = {
-    REQ: {"jwt-validation": jwt_validation.compile,
-          "verify-webhook": webhook_verification.policy_action,
-          "forward-internal": forward_internal.compile},
+HOOKS: dict[str, dict[str, Callable[[dict[str, Any], Scope], Hook]]] = {
+    REQ: {"jwt-validation": lambda cfg, _at: jwt_validation.compile(cfg),
+          "verify-webhook": lambda cfg, _at: webhook_verification.policy_action(cfg),
+          "forward-internal": lambda cfg, _at: forward_internal.compile(cfg),
+          "oauth": policy_logins.oauth_action,
+          "openid-connect": policy_logins.openid_connect_action,
+          "oidc": policy_logins.openid_connect_action},  # (its earlier name)
 }
 __all__ = ["Outcome", "Policy", "RateLimits", "compile", "request_env", "response_env"]
 
@@ -69,6 +75,13 @@ class Policy(Hook):
 
     def has(self, phase: str) -> bool:
         return bool(self.phases.get(phase))
+
+    @property
+    def within(self) -> tuple[Hook, ...]:
+        """The actions that are hooks (the logins among them: the router finds the route a
+        login callback belongs to by its gate)."""
+        return tuple(a for rules in self.phases.values() for rule in rules
+                     for a in rule.actions if isinstance(a, Hook))
 
     # -- evaluation ------------------------------------------------------------------------
 
@@ -125,6 +138,12 @@ class Policy(Hook):
                                   x.ip, x.port, req.http10)
         if not self.has(REQ):
             return None
+        own = login.own_path(req.target)
+        if own is not None:  # a login's callback or logout: its gate's, whatever the rules
+            gate = next((a for a in self.within if isinstance(a, login.Gate)
+                         and a.kind == own[0]), None)
+            if gate is not None:
+                return await gate.request(x)
         out, limits, now = Outcome(list(req.headers), req.target), x.services.limits, \
             time.monotonic()
         for action in self._actions(REQ, env):
@@ -133,6 +152,8 @@ class Policy(Hook):
                 verdict = await action.request(x)
                 if verdict is not None or x.forward is not None:  # (forward-internal ends
                     return verdict                                 # the request phase)
+                if isinstance(action, login.Gate):
+                    _identity(env, action.kind, x.req.headers)
                 out = Outcome(list(x.req.headers), x.req.target)
             elif action(env, out, limits, now):
                 if out.close:
@@ -153,6 +174,15 @@ class Policy(Hook):
             x.gzip = compression.Gzip()  # (compress-response: as the compression module)
             headers = compression.rewrite(headers)
         return headers
+
+
+def _identity(env: dict[str, Any], kind: str, headers: Headers) -> None:
+    """A login action's result: who signed in (from the identity headers its gate set)."""
+    got = {k.lower(): v.decode("utf-8", "replace") for k, v in headers
+           if k.lower() in login.IDENTITY}
+    result(env, policy_logins.RESULT[kind], {"identity": {
+        name: got.get(b"edgeway-auth-user-" + part, "")
+        for name, part in (("id", b"id"), ("email", b"email"), ("name", b"name"))}})
 
 
 def _header_map(headers: Headers) -> dict[str, list[str]]:
@@ -215,7 +245,7 @@ def _compile(doc: Any, at: Scope, values: secrets.Secrets) -> Policy | Unenforce
                 try:
                     config = secrets.in_config(dict(action.get("config") or {}), values)
                     hook = HOOKS.get(phase, {}).get(kind)
-                    actions.append(hook(config) if hook else
+                    actions.append(hook(config, at) if hook else
                                    compile_action(phase, kind, config, at))
                 except Unsupported as exc:
                     return Unenforced(f"traffic_policy (action '{kind}' in {phase}: {exc})")
