@@ -13,7 +13,7 @@ import msgspec
 
 from edgeway.catalog.model import Kind
 from edgeway.store.db import Tx, UniqueViolation
-from edgeway.store.schema import key_columns
+from edgeway.store.keys import key_columns
 
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder(dict[str, Any])

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from edgeway import catalog
 from edgeway.catalog.model import Kind
+from edgeway.store.keys import key_columns
 
 metadata = sa.MetaData()
 
@@ -142,13 +143,6 @@ dashboard_sessions = sa.Table(
     sa.UniqueConstraint("ref", name="uq_dashboard_sessions_ref"),
     sa.Index("ix_dashboard_sessions_key_id", "key_id"),
 )
-
-def key_columns(kind: Kind) -> list[str]:
-    cols: list[str] = []
-    for key in kind.unique:
-        cols += [f"k_{m}" for m in key if f"k_{m}" not in cols]
-    return cols
-
 
 def _table(kind: Kind) -> sa.Table:
     cols: list[sa.Column[str] | sa.Constraint] = [
