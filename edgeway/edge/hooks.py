@@ -94,6 +94,8 @@ class Exchange:
     # request hooks of its own plan run next), and how many forwards it took so far
     forward: Any = None
     hops: int = 0
+    # a traffic policy's actions that count this request's outcome (its circuit breakers)
+    counted: list[Any] = field(default_factory=list)
     gzip: Gzip | None = None  # the response body is gzipped (set by the compression hook)
     # what came of it, for its traffic event (edge/traffic.py)
     status: int = 0  # the final status answered (0: none, the connection was cut)

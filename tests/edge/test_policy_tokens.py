@@ -26,6 +26,7 @@ from edgeway.edge.modules.jwt_validation import KeySets
 from tests.edge.agents import EdgeClient
 from tests.edge.test_edges import made, route
 from tests.server import Server
+from tests.stub_http import StubHandler, serving
 
 ISSUER, AUDIENCE = "https://id.example.com/", "urn:edgeway:api"
 
@@ -295,4 +296,40 @@ def test_verify_webhook_enforced_and_soft(srv: Server, site: str) -> None:
                       ({"provider": "github", "secret": "x", "enforce": "no"}, "enforce")):
         compiled = tp.compile({"value": json.dumps({"on_http_request": [{"actions": [
             {"type": "verify-webhook", "config": cfg}]}]})}, "r")
+        assert isinstance(compiled, Unenforced) and said in compiled.what
+
+
+class _Failing(StubHandler):
+    def do_GET(self) -> None:
+        self.send(500, {}, b"broken")
+
+
+def test_the_circuit_breaker_action_trips_on_failures_and_only_where_its_rule_matches(
+        srv: Server) -> None:
+    host = "breaker-policy.example.com"
+    breaker = {"type": "circuit-breaker", "config": {
+        "error_threshold": 0.5, "volume_threshold": 4, "window_duration": "10s",
+        "tripped_duration": "30s"}}
+    with srv.client() as api, serving(_Failing) as httpd:
+        made(api, "/reserved_domains", {"domain": host})
+        edge = made(api, "/edges/https", {"hostports": [f"{host}:443"]})
+        down = made(api, "/backends/static",
+                    {"address": f"127.0.0.1:{httpd.server_address[1]}"})
+        route(api, edge["id"], "path_prefix", "/", down["id"], traffic_policy={
+            "value": json.dumps({"on_http_request": [
+                {"expressions": ["req.url.path.startsWith('/guarded')"],
+                 "actions": [breaker]}]})})
+        with EdgeClient(srv) as web:
+            statuses = [web.get(f"https://{host}/guarded").status_code for _ in range(4)]
+            assert statuses == [500] * 4  # the upstream fails: counted
+            r = web.get(f"https://{host}/guarded")
+            assert r.status_code == 503
+            assert r.headers["edgeway-error-code"] == "ERR_EDGEWAY_4011"
+            assert r.headers["retry-after"] == "30"
+            assert web.get(f"https://{host}/other").status_code == 500  # not behind it
+    for cfg, said in (({"error_threshold": 2}, "error_threshold"),
+                      ({"num_buckets": 500}, "num_buckets"),
+                      ({"tripped_duration": "soon"}, "tripped_duration")):
+        compiled = tp.compile({"value": json.dumps({"on_http_request": [{"actions": [
+            {"type": "circuit-breaker", "config": cfg}]}]})}, "r")
         assert isinstance(compiled, Unenforced) and said in compiled.what

@@ -5,13 +5,18 @@ snapshots while the configuration stays the same (``Breakers``)."""
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+
 from edgeway.edge.h1 import Headers
-from edgeway.edge.hooks import Compiling, Exchange, Hook
+from edgeway.edge.hooks import Compiling, Exchange, Hook, Verdict
 from edgeway.edge.pages import Fixed, page
+
+log = structlog.get_logger()
 
 
 @dataclass(frozen=True)
@@ -86,3 +91,52 @@ class Breakers:
 def compile(module: dict[str, Any], ctx: Compiling) -> Breaker:
     cfg = config(module)
     return ctx.breakers.get(ctx.key, cfg) if ctx.breakers is not None else Breaker(cfg)
+
+
+@dataclass(frozen=True)
+class PolicyBreaker(Hook):
+    """The traffic policy's ``circuit-breaker`` action (``error_threshold`` 0 to 1,
+    ``volume_threshold``, ``window_duration``, ``tripped_duration`` (``10s``), ``num_buckets``
+    1 to 128, ``enforce``): as the module, counting the requests its rule lets through
+    (``Policy.outcome`` records each one's fate); when tripped, 503 ``ERR_EDGEWAY_4011``, or
+    with ``enforce: false`` only a log line."""
+    name = "circuit-breaker"
+    breaker: Breaker
+    enforce: bool
+
+    async def request(self, x: Exchange) -> Verdict:
+        if not self.breaker.allows():
+            if self.enforce:
+                return self.breaker.check(x.ip, x.req.headers)
+            log.info("circuit_breaker_not_enforced")
+        x.counted.append(self.breaker)
+        return None
+
+
+def _seconds(cfg: dict[str, Any], name: str, default: float) -> float:
+    value = cfg.get(name)
+    if value is None:
+        return default
+    m = re.fullmatch(r"(\d+)(ms|s|m)", str(value).strip())
+    if not m or int(m[1]) == 0:
+        raise ValueError(f"{name} {value!r}: a duration such as 500ms, 10s or 1m")
+    return int(m[1]) * {"ms": 0.001, "s": 1.0, "m": 60.0}[m[2]]
+
+
+def policy_config(cfg: dict[str, Any]) -> tuple[Config, bool]:
+    """The action's breaker and ``enforce``; ValueError naming what is wrong."""
+    threshold = cfg.get("error_threshold", 0.5)
+    volume, buckets = cfg.get("volume_threshold", 10), cfg.get("num_buckets", 10)
+    enforce = cfg.get("enforce", True)
+    if not isinstance(threshold, int | float) or isinstance(threshold, bool) \
+            or not 0 <= threshold <= 1:
+        raise ValueError(f"error_threshold {threshold!r}: a ratio from 0 to 1")
+    if not isinstance(volume, int) or isinstance(volume, bool) or volume < 1:
+        raise ValueError(f"volume_threshold {volume!r}: a whole number, at least 1")
+    if not isinstance(buckets, int) or isinstance(buckets, bool) or not 1 <= buckets <= 128:
+        raise ValueError(f"num_buckets {buckets!r}: from 1 to 128")
+    if not isinstance(enforce, bool):
+        raise ValueError(f"enforce {enforce!r} (true or false)")
+    return Config(_seconds(cfg, "tripped_duration", 10.0),
+                  _seconds(cfg, "window_duration", 10.0), buckets, volume,
+                  float(threshold)), enforce

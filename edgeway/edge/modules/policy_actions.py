@@ -23,6 +23,7 @@ import structlog
 from edgeway.catalog.modules.policy import REQ, RES, TCP
 from edgeway.celpkg import cel
 from edgeway.edge.modules import basic_auth
+from edgeway.edge.modules.circuit_breaker import Breakers
 from edgeway.edge.modules.rate_limits import RateLimits
 from edgeway.ippolicy import Network, permits, split
 
@@ -44,9 +45,11 @@ class Unsupported(Exception):
 class Scope:
     """What a policy's actions are compiled with besides their configuration: the key of
     what the policy belongs to (a route, edge or tunnel id: its rate-limit windows are its
-    own) and every IP policy's rules by the policy's id (restrict-ips' ``ip_policies``)."""
+    own), every IP policy's rules by the policy's id (restrict-ips' ``ip_policies``) and
+    where circuit breakers keep their counts across snapshots (None: new ones)."""
     key: str
     rules: Mapping[str, Sequence[tuple[str, Network]]] = field(default_factory=dict)
+    breakers: Breakers | None = None
 
 
 @dataclass

@@ -11,6 +11,7 @@ interpolations. ``secrets.get(vault, name)`` reads a vault secret (``secrets.py`
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -26,6 +27,7 @@ from edgeway.edge.h1 import header
 from edgeway.edge.hooks import CLOSE, Compiling, Exchange, Hook, Unenforced, Verdict
 from edgeway.edge.login import base as login
 from edgeway.edge.modules import (
+    circuit_breaker,
     compression,
     forward_internal,
     jwt_validation,
@@ -55,7 +57,8 @@ HOOKS: dict[str, dict[str, Callable[[dict[str, Any], Scope], Hook]]] = {
           "forward-internal": lambda cfg, _at: forward_internal.compile(cfg),
           "oauth": policy_logins.oauth_action,
           "openid-connect": policy_logins.openid_connect_action,
-          "oidc": policy_logins.openid_connect_action},  # (its earlier name)
+          "oidc": policy_logins.openid_connect_action,  # (its earlier name)
+          "circuit-breaker": lambda cfg, at: _breaker(cfg, at)},
 }
 __all__ = ["Outcome", "Policy", "RateLimits", "compile", "request_env", "response_env"]
 
@@ -162,6 +165,12 @@ class Policy(Hook):
         x.req = replace(x.req, headers=out.headers, target=out.target)
         return None
 
+    def outcome(self, x: Exchange, failed: bool) -> None:
+        """The fate of a request its circuit-breaker actions let through (recorded once,
+        whichever policy of the request's plan hears it first)."""
+        while x.counted:
+            x.counted.pop().record(failed)
+
     def response(self, x: Exchange, status: int, headers: Headers) -> Headers:
         if x.env is None:
             return headers
@@ -174,6 +183,19 @@ class Policy(Hook):
             x.gzip = compression.Gzip()  # (compress-response: as the compression module)
             headers = compression.rewrite(headers)
         return headers
+
+
+def _breaker(cfg: dict[str, Any], at: Scope) -> Hook:
+    """A circuit-breaker action: its counts kept across snapshots while its configuration
+    and the policy's owner stay the same."""
+    try:
+        config, enforce = circuit_breaker.policy_config(cfg)
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from None
+    key = f"{at.key}/circuit-breaker/{json.dumps(cfg, sort_keys=True, default=str)}"
+    breaker = at.breakers.get(key, config) if at.breakers is not None \
+        else circuit_breaker.Breaker(config)
+    return circuit_breaker.PolicyBreaker(breaker, enforce)
 
 
 def _identity(env: dict[str, Any], kind: str, headers: Headers) -> None:
@@ -225,7 +247,7 @@ def compile(module: dict[str, Any], ctx: Compiling | str) -> Policy | Unenforced
     """The policy (``ctx``: its key, or the compile context naming it); ``Unenforced``
     naming the first action this edge does not enforce (or a secret that does not exist),
     if any."""
-    at = Scope(ctx) if isinstance(ctx, str) else Scope(ctx.key, ctx.rules)
+    at = Scope(ctx) if isinstance(ctx, str) else Scope(ctx.key, ctx.rules, ctx.breakers)
     values = {} if isinstance(ctx, str) else ctx.secrets
     doc = parse("traffic_policy.value", str(module.get("value", "")))
     try:
