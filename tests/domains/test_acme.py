@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -33,8 +33,10 @@ def rd(domains: Domains, id_: str) -> dict[str, Any]:
     return out
 
 
-def until(get: Callable[[], dict[str, Any]], holds: Callable[[dict[str, Any]], bool],
-          timeout: float = TIMEOUT) -> dict[str, Any]:
+T = TypeVar("T")
+
+
+def until(get: Callable[[], T], holds: Callable[[T], bool], timeout: float = TIMEOUT) -> T:
     deadline = time.monotonic() + timeout
     while True:
         doc = get()

@@ -15,9 +15,19 @@ from tests.domains.test_acme import QUEUED, issued, rd, until
 
 def job(domains: Domains, id_: str) -> dict[str, Any]:
     """The job row: its doc, due time and claim."""
-    [(doc, due, by, until_)] = db.rows(
-        domains.server, "SELECT doc, due, claimed_by, claimed_until FROM managed_certificates "
-        "WHERE id = ?", id_)
+    found = queued(domains, id_)
+    assert found is not None, f"no job row for {id_}"
+    return found
+
+
+def queued(domains: Domains, id_: str) -> dict[str, Any] | None:
+    """The job row, or None while there is none yet (the manager writes it once it hears of
+    the policy: after the API answered)."""
+    rows = db.rows(domains.server, "SELECT doc, due, claimed_by, claimed_until FROM "
+                   "managed_certificates WHERE id = ?", id_)
+    if not rows:
+        return None
+    [(doc, due, by, until_)] = rows
     return {"doc": json.loads(doc), "due": int(due), "claimed_by": by,
             "claimed_until": int(until_)}
 
@@ -69,8 +79,8 @@ def test_a_dns_check_retries_only_a_dns_failure_and_once_a_minute(domains: Domai
         api.patch(f"/reserved_domains/{made['id']}", json={
             "certificate_management_policy": {"authority": "letsencrypt"}})
     try:
-        until(lambda: job(domains, made["id"]), lambda j: j["doc"].get("attempts") == 1
-              and j["claimed_by"] == "", QUEUED)
+        until(lambda: queued(domains, made["id"]), lambda j: j is not None
+              and j["doc"].get("attempts") == 1 and j["claimed_by"] == "", QUEUED)
         shown = rd(domains, made["id"])["certificate_management_status"]["provisioning_job"]
         assert shown["error_code"] == "INTERNAL_ERROR", shown
     finally:
