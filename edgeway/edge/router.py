@@ -46,6 +46,18 @@ WATCHED = frozenset((*EDGE_COLLECTIONS, *BACKEND_COLLECTIONS, "ip_policies",
                      "abuse_reports", CLOUD_CHANGED))
 
 
+def _other_scheme(req: Request, scheme: str, https_port: int, host: str,
+                  title: str) -> Decision:
+    """A name served over the other scheme only: plain HTTP is sent to HTTPS (308), an
+    HTTPS request for an http-only name is not found (404 titled ``title``)."""
+    if scheme == "http":
+        port = "" if https_port == 443 else f":{https_port}"
+        location = f"https://{host}{port}{req.target.decode('latin-1')}"
+        return Decision(page(308, "Use HTTPS", f"{host} is served over HTTPS.", 4010,
+                             (("Location", location),)))
+    return Decision(page(404, title, f"{host} is served over plain HTTP only.", 4004))
+
+
 @dataclass
 class Decision:
     target: Target
@@ -249,13 +261,7 @@ class EdgeRouter:
         """A request for a cloud endpoint's name: its traffic policy decides; when nothing in
         it answers (or forwards), the edge does (404 ``ERR_EDGEWAY_4021``)."""
         if cloud.scheme != scheme:
-            if scheme == "http":
-                port = "" if https_port == 443 else f":{https_port}"
-                location = f"https://{host}{port}{req.target.decode('latin-1')}"
-                return Decision(page(308, "Use HTTPS", f"{host} is served over HTTPS.", 4010,
-                                     (("Location", location),)))
-            return Decision(page(404, "Not found", f"{host} is served over plain HTTP "
-                                 "only.", 4004))
+            return _other_scheme(req, scheme, https_port, host, "Not found")
         refusal = cloud.plan.check(ip, req.headers)
         if refusal is not None:
             return Decision(refusal)
@@ -271,13 +277,7 @@ class EdgeRouter:
             return Decision(page(404, "Tunnel not found", f"No tunnel is bound to {host}.",
                                  4004), missing=host)
         if tunnel.proto != scheme:
-            if scheme == "http":
-                port = "" if https_port == 443 else f":{https_port}"
-                location = f"https://{host}{port}{req.target.decode('latin-1')}"
-                return Decision(page(308, "Use HTTPS", f"{host} is served over HTTPS.", 4010,
-                                     (("Location", location),)))
-            return Decision(page(404, "Tunnel not found", f"{host} is served over plain HTTP "
-                                 "only.", 4004))
+            return _other_scheme(req, scheme, https_port, host, "Tunnel not found")
         plan = self.bind_plan(tunnel)
         refusal = plan.check(ip, req.headers)
         if refusal is not None:

@@ -7,14 +7,13 @@ bind says which holds it; agents' endpoints stay read-only."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 from tests.edge.agents import EdgeClient, agent
 from tests.edge.test_edges import made
+from tests.edge.test_policy_ip_policies import until
 from tests.server import Server
 
 
@@ -33,13 +32,6 @@ GO = rule("req.url.path.startsWith('/go')", {"type": "redirect", "config": {
     "to": "https://docs.example.org/", "status_code": 301}})
 API = rule("req.url.path.startsWith('/headers')", {"type": "forward-internal", "config": {
     "url": "https://cloud-api.internal"}})
-
-
-def until(check: Callable[[], bool], what: str, seconds: float = 15) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 def test_a_cloud_endpoint_serves_its_url_with_its_policy(srv: Server, token: str,

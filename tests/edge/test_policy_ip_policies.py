@@ -63,6 +63,8 @@ def test_a_policy_that_does_not_exist_is_refused_by_name() -> None:
 
 
 def until(check: Callable[[], bool], what: str, seconds: float = 15) -> None:
+    """Wait for ``check`` to hold (polled every 50 ms), failing with ``what`` after
+    ``seconds``: a change reaches the traffic when the edge's snapshot reloads."""
     deadline = time.monotonic() + seconds
     while not check():
         assert time.monotonic() < deadline, what
