@@ -94,14 +94,20 @@ def _check(doc: dict[str, Any], _ctx: Context) -> None:
                       "endpoints come from agents' binds", 215)
 
 
-def _derive(doc: dict[str, Any], ctx: Context, _old: dict[str, Any] | None) -> dict[str, Any]:
-    """The members a cloud endpoint's URL gives."""
+def _derive(doc: dict[str, Any], ctx: Context, old: dict[str, Any] | None) -> dict[str, Any]:
+    """The members a cloud endpoint's URL gives; `updated_at` moves only when a member
+    does (an empty update changes nothing)."""
     scheme, _, host = str(doc["url"]).partition("://")
     port = 443 if scheme == "https" else 80  # (nominal, as edges' hostports: one claim)
-    return {"scheme": scheme, "proto": scheme, "host": host, "port": port,
-            "hostport": f"{host}:{port}", "public_url": doc["url"], "type": "cloud",
-            "region": ctx.settings.region, "updated_at": ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "bindings": ["public"]}
+    out: dict[str, Any] = {
+        "scheme": scheme, "proto": scheme, "host": host, "port": port,
+        "hostport": f"{host}:{port}", "public_url": doc["url"], "type": "cloud",
+        "region": ctx.settings.region, "bindings": ["public"]}
+    same = old is not None and all(doc.get(k) == old.get(k) for k in doc.keys() | old.keys()
+                                   if k != "updated_at" and k not in out)
+    out["updated_at"] = (old or {}).get("updated_at", "") if same else \
+        ctx.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return out
 
 
 ENDPOINTS = Kind(
