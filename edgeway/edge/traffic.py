@@ -17,7 +17,7 @@ import msgspec
 from edgeway.catalog.event_types import HTTP, TCP
 from edgeway.edge.h1 import Request
 from edgeway.edge.hooks import Exchange
-from edgeway.edge.modules.policy_actions import LOGS
+from edgeway.edge.modules.policy_values import LOGS
 from edgeway.edge.router import Decision, EdgeRouter
 from edgeway.events.envelope import stamp
 from edgeway.events.traffic import TrafficSink

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from edgeway.edge.hooks import Exchange, Hook, Verdict
-from edgeway.edge.modules.policy_actions import Unsupported
+from edgeway.edge.modules.policy_values import Unsupported
 from edgeway.edge.pages import page
 
 MAX_HOPS = 5

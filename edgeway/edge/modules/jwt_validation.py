@@ -32,7 +32,7 @@ import structlog
 from edgeway.edge import h1
 from edgeway.edge.h1 import header
 from edgeway.edge.hooks import Exchange, Hook, Verdict
-from edgeway.edge.modules.policy_actions import Unsupported, result
+from edgeway.edge.modules.policy_values import Unsupported, result
 from edgeway.edge.pages import Fixed
 
 log = structlog.get_logger()

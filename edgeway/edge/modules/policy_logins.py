@@ -24,7 +24,7 @@ from edgeway.edge.hooks import Compiling, Unenforced
 from edgeway.edge.login.base import Gate
 from edgeway.edge.login.providers import BY_SDK_NAME, PROVIDERS
 from edgeway.edge.modules import oauth, oidc
-from edgeway.edge.modules.policy_actions import Scope, Unsupported
+from edgeway.edge.modules.policy_values import Scope, Unsupported
 
 _COMMON = frozenset({"client_id", "client_secret", "scopes", "auth_id", "max_session_duration",
                      "idle_session_timeout", "allow_cors_preflight"})

@@ -35,14 +35,14 @@ from edgeway.edge.modules import (
     secrets,
     webhook_verification,
 )
-from edgeway.edge.modules.policy_actions import (
+from edgeway.edge.modules.policy_actions import compile_action
+from edgeway.edge.modules.policy_values import (
     COMPRESS,
     LOGS,
     Headers,
     Outcome,
     Scope,
     Unsupported,
-    compile_action,
     result,
 )
 from edgeway.edge.modules.rate_limits import RateLimits

@@ -21,7 +21,7 @@ import structlog
 from edgeway.edge import h1
 from edgeway.edge.h1 import header
 from edgeway.edge.hooks import Compiling, Exchange, Hook, Unenforced, Verdict
-from edgeway.edge.modules.policy_actions import Unsupported, result
+from edgeway.edge.modules.policy_values import Unsupported, result
 from edgeway.edge.modules.webhook_schemes import PROVIDERS, Headers
 from edgeway.edge.modules.webhook_urls import (
     CHALLENGES,
