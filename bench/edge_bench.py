@@ -127,9 +127,10 @@ if (mode === 'http') {
 server.listen(Number(port), '127.0.0.1', ready);
 """
 
-# The SDK agent: one session; each stdin line "<http|tcp> <upstream url> <count>" binds that
-# many endpoints (http: plain HTTP, scheme("HTTP"); the default is an https-only tunnel whose
-# plain-HTTP requests are redirected) forwarding there, printing "URL <url>" each and then
+# The SDK agent: one session; each stdin line "<http|http-modules|tcp> <upstream url> <count>"
+# binds that many endpoints (http: plain HTTP, scheme("HTTP"); the default is an https-only
+# tunnel whose plain-HTTP requests are redirected; http-modules: with an IP restriction, a
+# request header and compression) forwarding there, printing "URL <url>" each and then
 # "DONE"; an empty line or EOF closes the session.
 AGENT = textwrap.dedent("""
     import asyncio, sys, ngrok
@@ -145,7 +146,11 @@ AGENT = textwrap.dedent("""
             kind, upstream, count = line.split()
             try:
                 for _ in range(int(count)):
-                    ep = s.http_endpoint().scheme("HTTP") if kind == "http" else s.tcp_endpoint()
+                    ep = s.http_endpoint().scheme("HTTP") if kind.startswith("http") \
+                        else s.tcp_endpoint()
+                    if kind == "http-modules":  # a typical route: bench.http_paths
+                        ep = (ep.allow_cidr("0.0.0.0/0").request_header("X-Bench", "1")
+                              .compression())
                     keep.append(await ep.listen_and_forward(upstream))
                     print("URL", keep[-1].url(), flush=True)
             except Exception as exc:
