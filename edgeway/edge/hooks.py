@@ -70,11 +70,15 @@ class Login(Protocol):
 class Services:
     """What request hooks reach beyond the request: the login gate, the SNS certificate
     cache and the rate-limit windows (one of each per HTTP edge), and the live tunnel of an
-    internal endpoint (host, scheme; None when none is bound) for forward-internal."""
+    internal endpoint (host, scheme; None when none is bound) for forward-internal and
+    http-request."""
     login: Login | None
     sns: SnsVerifier
     limits: RateLimits
     internal: Callable[[str, str], Any] = lambda _host, _scheme: None
+    # whether a tunnel has modules or a traffic policy of its own (http-request does not
+    # call such an internal endpoint: it would skip them)
+    guarded: Callable[[Any], bool] = lambda _tunnel: False
 
 
 @dataclass

@@ -61,7 +61,8 @@ class HttpEdge:
         # what hooks reach: the login flow, SNS certificates (fetched and cached), the
         # traffic policies' rate-limit windows, the internal endpoints forward-internal reaches
         self.services = Services(login, sns or SnsVerifier(), RateLimits(),
-                                 lambda host, scheme: router.registry.internal(host, scheme))
+                                 lambda host, scheme: router.registry.internal(host, scheme),
+                                 lambda tunnel: bool(router.bind_plan(tunnel).hooks))
         self.pool = pool if pool is not None else Pool()  # (an empty Pool is falsy)
         self.upstreams = Forwarder(self.pool, scheme)
         self.events: TrafficSink | None = None  # set when traffic events are delivered

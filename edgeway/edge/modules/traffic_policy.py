@@ -30,6 +30,7 @@ from edgeway.edge.modules import (
     circuit_breaker,
     compression,
     forward_internal,
+    http_request,
     jwt_validation,
     policy_logins,
     secrets,
@@ -49,12 +50,13 @@ from edgeway.edge.modules.rate_limits import RateLimits
 from edgeway.edge.pages import Fixed
 
 log = structlog.get_logger()
-# The actions that run as hooks (``Policy.request`` awaits them): they read the request's body
-# or fetch keys; the others are ``policy_actions``' closures.
+# The actions that run as hooks (``Policy.request`` awaits them): they read the request's body,
+# fetch keys or call an internal endpoint; the others are ``policy_actions``' closures.
 HOOKS: dict[str, dict[str, Callable[[dict[str, Any], Scope], Hook]]] = {
     REQ: {"jwt-validation": lambda cfg, _at: jwt_validation.compile(cfg),
           "verify-webhook": lambda cfg, _at: webhook_verification.policy_action(cfg),
           "forward-internal": lambda cfg, _at: forward_internal.compile(cfg),
+          "http-request": lambda cfg, _at: http_request.compile(cfg),
           "oauth": policy_logins.oauth_action,
           "openid-connect": policy_logins.openid_connect_action,
           "oidc": policy_logins.openid_connect_action,  # (its earlier name)
