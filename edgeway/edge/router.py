@@ -158,6 +158,8 @@ class EdgeRouter:
     def agent_client_cas(self, host: str) -> str:
         """The CA certificates (PEM) whose client certificates the HTTPS tunnels bound to
         ``host`` require (mutual TLS; of pooled tunnels, every one's); "" for none."""
+        if not self.registry.mutual:  # (the common case: no such tunnel anywhere)
+            return ""
         return "".join(dict.fromkeys(t.req.client_cas for t in self.registry.for_host(host)
                                      if t.proto == "https" and t.req.client_cas))
 

@@ -120,6 +120,9 @@ class Registry:
     by_host: dict[str, list[Tunnel]] = field(default_factory=dict)
     labeled: list[Tunnel] = field(default_factory=list)
     version: int = 0  # bumped on every change; the router's caches key on it
+    # the binds (``Tunnel.key``) of HTTPS tunnels that require client certificates: while
+    # there are none, a request needs no look-up for them
+    mutual: set[str] = field(default_factory=set)
     _turn: itertools.count[int] = field(default_factory=itertools.count)
     _moving: dict[str, float] = field(default_factory=dict)  # host -> until (loop time)
     _moving_tls: dict[str, float] = field(default_factory=dict)  # (its TLS tunnels')
@@ -141,6 +144,8 @@ class Registry:
                 self._moving_tls.pop(tunnel.host, None)
         if tunnel.labels:
             self.labeled.append(tunnel)
+        if tunnel.proto == "https" and tunnel.req.client_cas:
+            self.mutual.add(tunnel.key)
         self._changed()
 
     def moved(self, tunnel: Tunnel, seconds: float) -> None:
@@ -191,6 +196,7 @@ class Registry:
                 del self.by_host[tunnel.host]
         if tunnel in self.labeled:
             self.labeled.remove(tunnel)
+        self.mutual.discard(tunnel.key)
         self._changed()
 
     def for_host(self, host: str) -> list[Tunnel]:
