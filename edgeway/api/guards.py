@@ -36,7 +36,6 @@ KEYS = catalog.BY_COLLECTION["api_keys"]
 MACHINES = tuple(catalog.BY_COLLECTION[c] for c in MACHINE_USERS)
 RESTRICTIONS = catalog.BY_COLLECTION["ip_restrictions"]
 POLICIES, RULES = catalog.BY_COLLECTION["ip_policies"], catalog.BY_COLLECTION["ip_policy_rules"]
-ENDPOINTS = catalog.BY_COLLECTION["endpoints"]
 
 
 def role_of(doc: dict[str, Any]) -> str:
@@ -79,11 +78,8 @@ async def before(repo: Repo, caller: Caller, kind: Kind, old: dict[str, Any] | N
                  new: dict[str, Any] | None) -> None:
     """An operator may not touch what guards the API or the dashboard; nobody changes or
     deletes an endpoint the API did not create (an agent's tunnel's, an edge's)."""
-    if kind is ENDPOINTS and old is not None and old.get("type") != "cloud":
-        what = "an edge's" if old.get("edge") else "an agent's"
-        raise Conflict(f"Endpoint '{old.get('id')}' is {what}: it comes and goes with "
-                       f"{'the edge' if old.get('edge') else 'its tunnel'}; only cloud "
-                       "endpoints are changed or deleted through the API.", 7130)
+    if kind.fixed is not None and old is not None and (why := kind.fixed(old)):
+        raise Conflict(why, 7130)
     if caller.role != "operator":
         return
     docs = [d for d in (old, new) if d is not None]

@@ -180,6 +180,9 @@ class Kind:
     # {member} comes from the path and is stored on the resource
     path: str | None = None
     children: tuple[Child, ...] = ()
+    # why a stored item may not be changed or deleted (an agent's endpoint), or "": the API
+    # refuses such a change (400 7130) and the dashboard offers none
+    fixed: Callable[[dict[str, Any]], str] | None = None
 
     @property
     def table(self) -> str:

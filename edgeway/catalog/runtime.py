@@ -110,12 +110,22 @@ def _derive(doc: dict[str, Any], ctx: Context, old: dict[str, Any] | None) -> di
     return out
 
 
+def _fixed(doc: dict[str, Any]) -> str:
+    """Why an endpoint the API did not create may not be changed or deleted."""
+    if doc.get("type", "cloud") == "cloud":
+        return ""
+    edge = bool(doc.get("edge"))
+    return (f"Endpoint '{doc.get('id')}' is {'an edge' if edge else 'an agent'}'s: it comes "
+            f"and goes with {'the edge' if edge else 'its tunnel'}; only cloud endpoints are "
+            "changed or deleted through the API.")
+
+
 ENDPOINTS = Kind(
     collection="endpoints", prefix="ep", list_key="endpoints", title="Endpoint",
     describe="Endpoints: those agents' tunnels and edges serve (read-only: they come and go "
              "with them), and cloud endpoints, created here, that serve a URL with no agent: "
              "their traffic policy answers, redirects or forwards to an internal endpoint.",
-    check=_check, derive=_derive,
+    check=_check, derive=_derive, fixed=_fixed,
     fields=(
         _out("region", str, "region of the endpoint", ""),
         _out("updated_at", str, "last change, RFC 3339", ""),

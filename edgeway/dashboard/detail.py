@@ -68,8 +68,9 @@ async def _page(ctx: Ctx, t: Target, status: int = 200, **extra: Any) -> Respons
     if not answer.ok:
         raise api_refusal(answer)
     item = answer.body
+    fixed = t.kind.fixed(item) if t.kind.fixed is not None else ""  # (read-only: say why)
     widgets = _edit_widgets(t.kind) if "update" in t.kind.ops and ctx.can("PATCH", t.api) \
-        else []
+        and not fixed else []
     module_forms = modules.of(t.kind, item, extra.pop("failed", None)) \
         if ctx.can("PUT", f"{t.api}/module") else []
     check = None
@@ -97,7 +98,8 @@ async def _page(ctx: Ctx, t: Target, status: int = 200, **extra: Any) -> Respons
     return ctx.page("show.html", status, t=t, item=item, widgets=widgets, notice=notice,
                     delivery=sent, modules=module_forms, behind=served_by,
                     checkable=t.kind.collection in CHECKED, check=check, children=children,
-                    can_delete="delete" in t.kind.ops and ctx.can("DELETE", t.api),
+                    can_delete="delete" in t.kind.ops and ctx.can("DELETE", t.api)
+                    and not fixed, fixed=fixed,
                     **{"values": _values(t.kind, widgets, item), "errors": {},
                        "form_error": "", "child_errors": {}, **extra})
 

@@ -222,3 +222,44 @@ def test_the_overview_loads_its_counts_and_dns_checks_in_place(chrome: Any, srv:
         expect(page.locator("section#dns-failing")).to_be_visible()
         key = page.locator("#counts li", has_text="API keys").locator(".n")
         assert int(key.inner_text().rstrip("+")) >= 1
+
+
+def test_a_cloud_endpoint_is_made_in_the_dashboard_and_an_agents_is_read_only(
+        chrome: Any, srv: Server) -> None:
+    from tests.edge.agents import EdgeClient, agent
+    host = "dash-cloud.example.com"
+    with srv.client() as api:
+        assert api.post("/reserved_domains", json={"domain": host}).status_code == 201
+        token = api.post("/credentials", json={}).json()["token"]
+    policy = ('{"on_http_request": [{"actions": [{"type": "custom-response", "config": '
+              '{"status_code": 200, "content": "made in the dashboard"}}]}]}')
+    sdk = agent(srv, token, {"kind": "https", "forward": "http://127.0.0.1:9"})
+    try:
+        with page_of(chrome, srv) as page:
+            sign_in(page, srv)
+            page.goto(srv.base_url + "/dashboard/endpoints")
+            page.click("#create summary")
+            page.fill("#in-url", f"https://{host}")
+            page.fill("#in-traffic_policy", policy)
+            page.fill("#in-description", "front door")
+            page.click("#create-submit")
+            expect(page.locator("#notice")).to_contain_text("Created ep_")
+            made = re.search(r"ep_\w+", page.locator("#notice").inner_text())
+            assert made is not None
+            with EdgeClient(srv) as web:
+                r = web.get(f"https://{host}/")
+                assert (r.status_code, r.text) == (200, "made in the dashboard")
+            page.goto(f"{srv.base_url}/dashboard/endpoints/{made[0]}")
+            expect(page.locator("#edit summary")).to_be_visible()
+            expect(page.locator("#delete")).to_be_visible()
+            assert page.locator("#fixed").count() == 0
+            # the agent's endpoint: what it is, why it cannot be changed, and nothing offered
+            with srv.client() as api:
+                ours = next(e for e in api.get("/endpoints").json()["endpoints"]
+                            if e["url"] == sdk.urls[0])
+            page.goto(f"{srv.base_url}/dashboard/endpoints/{ours['id']}")
+            expect(page.locator("#fixed")).to_contain_text("an agent's")
+            expect(page.locator("#members")).to_contain_text(sdk.urls[0])
+            assert page.locator("#edit").count() == 0 and page.locator("#delete").count() == 0
+    finally:
+        sdk.stop()
