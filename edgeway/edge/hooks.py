@@ -174,12 +174,14 @@ class Compiling:
     rules, the key of what it belongs to (a route, edge or tunnel id: rate-limit windows and
     breaker counts are its own), where breaker counts are kept (None: new ones), the vault
     secrets traffic policies may read (``modules/secrets.py``) and, for a route, the host
-    its SAML service provider lives on."""
+    its SAML service provider lives on; ``terminates``: a TLS endpoint's (its traffic policy
+    may terminate TLS at the edge: ``terminate-tls``)."""
     rules: Rules = field(default_factory=dict)
     key: str = ""
     breakers: Breakers | None = None
     secrets: Mapping[tuple[str, str], str] = field(default_factory=dict)
     host: str = ""
+    terminates: bool = False
 
 
 def overrides(hook: Hook, phase: str) -> bool:

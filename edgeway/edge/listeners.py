@@ -36,6 +36,7 @@ from edgeway.edge.http import HttpEdge
 from edgeway.edge.login.gate import LoginGate
 from edgeway.edge.modules.mutual_tls import TlsOptions
 from edgeway.edge.modules.sns import SnsVerifier
+from edgeway.edge.modules.terminate_tls import TerminateTls
 from edgeway.edge.pool import Pool
 from edgeway.edge.router import EdgeRouter
 from edgeway.edge.snapshot import Edge, Snapshot
@@ -240,11 +241,28 @@ class PublicListeners:
         """A TLS tunnel's connection: passed through, or terminated here with the agent's
         certificate (and its client certificate check) when it asked for that."""
         tunnel = self.router.registry.pick(bound)
-        termination = tunnel.req.termination if tunnel is not None else None
-        context = self.certs.agents(*termination, tunnel.req.client_cas) \
-            if tunnel is not None and termination is not None else None
+        if tunnel is None or not self.router.tcp_admits(tunnel, peer[0], peer[1]):
+            sock.close()  # (its traffic policy's on_tcp_connect refused it)
+            return
+        context = self._terminating(tunnel)
         reader, writer = await open_streams(sock, context)
         await forward(reader, writer, peer, tunnel, "tls", "", context is None)
+
+    def _terminating(self, tunnel: Tunnel) -> ssl.SSLContext | None:
+        """The context a TLS tunnel's connections are terminated with here: its traffic
+        policy's terminate-tls (its certificate, or the name's own), or the agent's
+        certificate and key (the SDKs' ``termination``); None: passed through."""
+        term = self.router.bind_plan(tunnel).find(TerminateTls)
+        if term is not None:
+            if term.certificate:
+                return self.certs.agents(term.certificate, term.key, term.client_cas,
+                                         term.min_version, term.max_version)
+            name = self.router.certificate_name(tunnel.host, self.base_domain) or tunnel.host
+            return self.certs.context(name, False, term.client_cas, term.min_version,
+                                      max_version=term.max_version)
+        termination = tunnel.req.termination
+        return self.certs.agents(*termination, tunnel.req.client_cas) \
+            if termination is not None else None
 
     def _reach(self, snap: Snapshot, name: str, edge: Edge | None, bound: list[Tunnel]
                ) -> Sequence[Tunnel] | None:

@@ -48,6 +48,7 @@ from edgeway.edge.modules import (
     webhook_verification,
     websocket_tcp_converter,
 )
+from edgeway.edge.modules.terminate_tls import TerminateTls
 from edgeway.edge.pages import Fixed
 from edgeway.errors import Invalid
 from edgeway.tunnel.binds import BindRequest
@@ -184,7 +185,8 @@ def for_bind(req: BindRequest, key: str = "",
              rules: Rules | None = None) -> Plan:
     """The plan of an agent's bind, from the options it sent (``key``: its tunnel id; the
     vault secrets its traffic policy may read and the IP policies' rules it may name)."""
-    return compile_doc(bind_doc(req), Compiling(rules or {}, key, secrets=secrets or {}))
+    return compile_doc(bind_doc(req), Compiling(rules or {}, key, secrets=secrets or {},
+                                                terminates=req.proto == "tls"))
 
 
 def _oauth_refusal(req: BindRequest, oauth_apps: tuple[str, ...]) -> str | None:
@@ -219,7 +221,8 @@ def bind_refusal(req: BindRequest, secrets: Mapping[tuple[str, str], str] | None
     if "traffic_policy" in mods:
         text = mods["traffic_policy"]["value"]
         try:
-            check_policy("traffic_policy", text, "tcp_edge" if req.proto == "tcp" else "route")
+            check_policy("traffic_policy", text, "tcp_edge" if req.proto in ("tcp", "tls")
+                         else "route")
         except Invalid as exc:
             return f"the traffic policy is not valid: {exc}"
     if "user_agent_filter" in mods:
@@ -236,8 +239,12 @@ def bind_refusal(req: BindRequest, secrets: Mapping[tuple[str, str], str] | None
             return "OIDC logins need an https tunnel (the provider returns to an https URL)"
     if "oauth" in mods and (why := _oauth_refusal(req, oauth_apps)) is not None:
         return why
-    unenforced = compile_doc(_bind_modules(req), Compiling(rules or {}, req.id,
-                                                           secrets=secrets or {})).unenforced
+    plan = compile_doc(_bind_modules(req), Compiling(rules or {}, req.id, secrets=secrets or {},
+                                                     terminates=req.proto == "tls"))
+    if req.termination is not None and plan.find(TerminateTls) is not None:
+        return ("TLS termination is asked for twice: by the bind's certificate and key and by "
+                "the traffic policy's terminate-tls; keep one")
+    unenforced = plan.unenforced
     if unenforced:
         return f"{unenforced} is not enforced by this edge yet; refusing rather than " \
                "ignoring it"

@@ -173,7 +173,7 @@ class EdgeCerts:
         self.dir = data_dir / "edge-certs"
         self.sealer = sealer
         self._ca = _ca(data_dir, sealer)
-        self._contexts: dict[tuple[str, bool, str, str, bool, str], ssl.SSLContext] = {}
+        self._contexts: dict[tuple[str, bool, str, str, bool, str, str], ssl.SSLContext] = {}
         # the certificate (uploaded or issued) served for a name, when there is one
         self.lookup: Callable[[str], ServedCert | None] = lambda _name: None
         self.default = self._context(default.cert, default.key)
@@ -181,7 +181,8 @@ class EdgeCerts:
 
     @staticmethod
     def _context(cert: Path, key: Path, http: bool = True, client_cas: str = "",
-                 min_version: str = "1.2", optional: bool = False) -> ssl.SSLContext:
+                 min_version: str = "1.2", optional: bool = False,
+                 max_version: str = "1.3") -> ssl.SSLContext:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         if min_version in LEGACY:
             # Asked for by the edge's tls_termination, for old clients: their handshakes sign
@@ -193,6 +194,8 @@ class EdgeCerts:
             ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
         else:
             ctx.minimum_version = TLS_VERSIONS.get(min_version, ssl.TLSVersion.TLSv1_2)
+        if max_version != "1.3":
+            ctx.maximum_version = TLS_VERSIONS[max_version]
         if http:
             ctx.set_alpn_protocols(["http/1.1"])
         ctx.load_cert_chain(cert, key)
@@ -202,13 +205,16 @@ class EdgeCerts:
         return ctx
 
     def context(self, name: str, http: bool = True, client_cas: str = "",
-                min_version: str = "1.2", optional: bool = False) -> ssl.SSLContext:
+                min_version: str = "1.2", optional: bool = False,
+                max_version: str = "1.3") -> ssl.SSLContext:
         """The context for ``name``: ALPN http/1.1 for the HTTPS edge, none for agents;
         ``client_cas`` (PEM) requires client certificates issued by them (mutual TLS), or
         with ``optional`` checks one if presented (the caller refuses its absence);
-        ``min_version`` is the lowest TLS version served (1.2 unless asked otherwise)."""
+        ``min_version`` and ``max_version``: the TLS versions served (1.2 to 1.3 unless asked
+        otherwise)."""
         own = self.lookup(name)
-        slot = (name, http, min_version, client_cas, optional, own.id if own else "")
+        slot = (name, http, min_version, client_cas, optional, own.id if own else "",
+                max_version)
         ctx = self._contexts.get(slot)
         if ctx is not None:
             return ctx
@@ -224,15 +230,16 @@ class EdgeCerts:
         if len(self._contexts) > 10_000:
             self._contexts.clear()
         ctx = self._contexts[slot] = self._context(cert, key, http, client_cas, min_version,
-                                                       optional)
+                                                       optional, max_version)
         return ctx
 
-    def agents(self, cert: str, key: str, client_cas: str = "") -> ssl.SSLContext:
+    def agents(self, cert: str, key: str, client_cas: str = "", min_version: str = "1.2",
+               max_version: str = "1.3") -> ssl.SSLContext:
         """A context with an agent's own certificate and key (a TLS tunnel terminated at the
         edge), requiring client certificates issued by ``client_cas`` when given. The key is
         only ever in a file of this process that is gone once loaded."""
         slot = ("agent:" + hashlib.sha256(f"{cert}\0{key}".encode()).hexdigest(), False,
-                "1.2", client_cas, False, "")
+                min_version, client_cas, False, "", max_version)
         ctx = self._contexts.get(slot)
         if ctx is not None:
             return ctx
@@ -241,13 +248,14 @@ class EdgeCerts:
             cert_path, key_path = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
             cert_path.write_text(cert)
             _write_private(key_path, key.encode())
-            ctx = self._context(cert_path, key_path, False, client_cas)
+            ctx = self._context(cert_path, key_path, False, client_cas, min_version, False,
+                                max_version)
         if len(self._contexts) > 10_000:
             self._contexts.clear()
         self._contexts[slot] = ctx
         return ctx
 
-    def _own(self, slot: tuple[str, bool, str, str, bool, str],
+    def _own(self, slot: tuple[str, bool, str, str, bool, str, str],
              own: ServedCert) -> ssl.SSLContext:
         """A context with a stored certificate; its key, opened, only ever in a file of this
         process that is gone once loaded."""
@@ -256,8 +264,9 @@ class EdgeCerts:
             cert_path, key_path = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
             cert_path.write_text(own.chain_pem)
             _write_private(key_path, key)
-            _name, http, min_version, client_cas, optional, _id = slot
-            ctx = self._context(cert_path, key_path, http, client_cas, min_version, optional)
+            _name, http, min_version, client_cas, optional, _id, max_version = slot
+            ctx = self._context(cert_path, key_path, http, client_cas, min_version, optional,
+                                max_version)
         if len(self._contexts) > 10_000:
             self._contexts.clear()
         self._contexts[slot] = ctx

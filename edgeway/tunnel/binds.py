@@ -33,7 +33,7 @@ PROTOS = ("http", "https", "tcp", "tls")
 UNSUPPORTED = {
     "http": ("policy",),
     "tcp": ("policy",),
-    "tls": ("mutualtlsatagent", "trafficpolicy", "policy"),
+    "tls": ("mutualtlsatagent", "policy"),
 }
 NAMES = {"oauth": "OAuth", "oidc": "OIDC",
          "webhookverification": "webhook verification", "mutualtlsca": "mutual TLS",

@@ -6,8 +6,10 @@ client certificates with ``mutual_tlsca``) and the agent gets the plain bytes.""
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -137,5 +139,75 @@ def test_a_tls_endpoint_terminated_with_the_agents_certificate(
         assert echo(plain_host, ssl.create_default_context()) == b"plain to the agent"
         assert echo(mtls_host, client(cert, key)) == b"plain to the agent"
         assert refused(attempt(echo, mtls_host, client()))
+    finally:
+        a.stop()
+
+
+def tls_policy(*actions: Mapping[str, object], expressions: tuple[str, ...] = ()) -> str:
+    rule: dict[str, object] = {"actions": list(actions)}
+    if expressions:
+        rule["expressions"] = list(expressions)
+    return json.dumps({"on_tcp_connect": [rule]})
+
+
+def test_a_tls_endpoints_traffic_policy_terminates_tls_and_restricts(
+        srv: Server, token: str, echo_port: int, tmp_path: Path) -> None:
+    """terminate-tls on an SDK's TLS endpoint: with the name's own certificate (the edge's,
+    as its HTTPS would serve), with the policy's certificate, with a TLS version range and
+    with client certificates required; restrict-ips on the same phase closes others'
+    connections; what cannot be honoured is refused at the bind, naming why."""
+    cert_path, key_path = self_signed("*.edgeway.localhost", tmp_path)
+    ca, cert, key = authority_files(tmp_path, "policy-clients")
+    forward = f"tcp://127.0.0.1:{echo_port}"
+    own = {"type": "terminate-tls", "config": {"server_certificate": cert_path.read_text(),
+                                               "server_private_key": key_path.read_text()}}
+    a = agent(srv, token,
+              {"kind": "tls", "forward": forward, "policy": tls_policy(
+                  {"type": "terminate-tls", "config": {"min_version": "1.3"}})},
+              {"kind": "tls", "forward": forward, "policy": tls_policy(own)},
+              {"kind": "tls", "forward": forward, "policy": tls_policy(
+                  {"type": "terminate-tls", "config": {
+                      "max_version": "1.2", "mutual_tls_certificate_authorities": [ca]}})},
+              {"kind": "tls", "forward": forward, "policy": tls_policy(
+                  {"type": "restrict-ips", "config": {"deny": ["127.0.0.0/8"]}})},
+              {"kind": "tls", "forward": forward, "policy": tls_policy(
+                  {"type": "terminate-tls", "config": {}}, expressions=("true",))},
+              {"kind": "tls", "forward": forward, "policy": tls_policy(own),
+               "termination": [cert_path.read_text(), key_path.read_text()]},
+              {"kind": "tcp", "forward": forward, "policy": tls_policy(own)})
+    try:
+        errors = [ln.get("error", "") for ln in a.listeners]
+        assert not any(errors[:4]), errors
+        assert "rule with expressions" in errors[4], errors
+        assert "asked for twice" in errors[5], errors
+        assert "TLS endpoints only" in errors[6], errors
+        names = [urlsplit(u).hostname or "" for u in a.urls[:4]]
+
+        def echo(host: str, ctx: ssl.SSLContext, trust: Path) -> tuple[bytes, str, str]:
+            ctx.load_verify_locations(trust)
+            with socket.create_connection(("127.0.0.1", srv.https_port), timeout=20) as raw, \
+                    ctx.wrap_socket(raw, server_hostname=host) as s:
+                s.sendall(b"plain to the agent")
+                return s.recv(100), s.version() or "", \
+                    str((s.getpeercert() or {}).get("subjectAltName"))
+
+        edge_ca = srv.data_dir / "ca.pem"
+        # the name's own certificate (it verifies against the platform CA alone), TLS 1.3 only
+        got, version, _ = echo(names[0], ssl.create_default_context(), edge_ca)
+        assert (got, version) == (b"plain to the agent", "TLSv1.3")
+        assert refused(attempt(echo, names[0], ssl.create_default_context(), cert_path))
+        old = ssl.create_default_context()
+        old.maximum_version = ssl.TLSVersion.TLSv1_2
+        assert refused(attempt(echo, names[0], old, edge_ca))
+        # the policy's certificate (the self-signed one verifies, the platform's would not)
+        got, _, names_seen = echo(names[1], ssl.create_default_context(), cert_path)
+        assert got == b"plain to the agent" and "*.edgeway.localhost" in names_seen
+        assert refused(attempt(echo, names[1], ssl.create_default_context(), edge_ca))
+        # TLS 1.2 at most, and a client certificate from the policy's authority
+        got, version, _ = echo(names[2], client(cert, key), edge_ca)
+        assert (got, version) == (b"plain to the agent", "TLSv1.2")
+        assert refused(attempt(echo, names[2], client(), edge_ca))
+        # restrict-ips: closed before anything reaches the agent (passed through otherwise)
+        assert refused(attempt(echo, names[3], ssl.create_default_context(), edge_ca))
     finally:
         a.stop()

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from edgeway.catalog.modules.policy import REQ, RES, TCP
-from edgeway.edge.modules import basic_auth
+from edgeway.edge.modules import basic_auth, terminate_tls
 from edgeway.edge.modules.policy_values import (
     Env,
     Headers,
@@ -299,7 +299,7 @@ ACTIONS: dict[str, dict[str, Callable[[dict[str, Any], Scope], Any]]] = {
           "log": _response_log, "set-vars": _on_response(setter),
           "compress-response": _on_response(compressor)},
     TCP: {"deny": _tcp_refuse, "restrict-ips": _tcp_restrict, "close-connection": _tcp_refuse,
-          "log": _tcp_log, "set-vars": _on_tcp(setter)},
+          "log": _tcp_log, "set-vars": _on_tcp(setter), "terminate-tls": terminate_tls.compile},
 }
 
 

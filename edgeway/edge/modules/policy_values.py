@@ -39,11 +39,13 @@ class Unsupported(Exception):
 class Scope:
     """What a policy's actions are compiled with besides their configuration: the key of
     what the policy belongs to (a route, edge or tunnel id: its rate-limit windows are its
-    own), every IP policy's rules by the policy's id (restrict-ips' ``ip_policies``) and
-    where circuit breakers keep their counts across snapshots (None: new ones)."""
+    own), every IP policy's rules by the policy's id (restrict-ips' ``ip_policies``), where
+    circuit breakers keep their counts across snapshots (None: new ones) and whether the
+    policy is a TLS endpoint's."""
     key: str
     rules: Mapping[str, Sequence[tuple[str, Network]]] = field(default_factory=dict)
     breakers: Breakers | None = None
+    terminates: bool = False  # a TLS endpoint's policy: terminate-tls is honoured
 
 
 @dataclass

@@ -34,6 +34,7 @@ from edgeway.edge.modules import (
     jwt_validation,
     policy_logins,
     secrets,
+    terminate_tls,
     webhook_verification,
 )
 from edgeway.edge.modules.policy_actions import compile_action
@@ -249,7 +250,8 @@ def compile(module: dict[str, Any], ctx: Compiling | str) -> Policy | Unenforced
     """The policy (``ctx``: its key, or the compile context naming it); ``Unenforced``
     naming the first action this edge does not enforce (or a secret that does not exist),
     if any."""
-    at = Scope(ctx) if isinstance(ctx, str) else Scope(ctx.key, ctx.rules, ctx.breakers)
+    at = Scope(ctx) if isinstance(ctx, str) else Scope(ctx.key, ctx.rules, ctx.breakers,
+                                                       ctx.terminates)
     values = {} if isinstance(ctx, str) else ctx.secrets
     doc = parse("traffic_policy.value", str(module.get("value", "")))
     try:
@@ -273,6 +275,11 @@ def _compile(doc: Any, at: Scope, values: secrets.Secrets) -> Policy | Unenforce
                                    compile_action(phase, kind, config, at))
                 except Unsupported as exc:
                     return Unenforced(f"traffic_policy (action '{kind}' in {phase}: {exc})")
+            if rule.get("expressions") and any(isinstance(a, terminate_tls.TerminateTls)
+                                               for a in actions):
+                return Unenforced("traffic_policy (action 'terminate-tls' in a rule with "
+                                  "expressions: TLS is terminated, or not, before a byte of "
+                                  "the connection is read; put it in a rule of its own)")
             compiled.append(Rule(str(rule.get("name") or f"rule {i}"),
                                  tuple(cel.compile(secrets.in_expression(e, values))
                                        for e in rule.get("expressions") or []),
