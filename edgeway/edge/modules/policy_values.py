@@ -79,9 +79,11 @@ def _shown(value: Any) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
-def interpolate(text: str, env: Env) -> str:
-    return _INTERPOLATION.sub(lambda m: _shown(evaluate(m[1], env)), text) if "${" in text \
-        else text
+def interpolate(text: str, env: Env, escape: Callable[[str], str] = str) -> str:
+    """``text`` with each ``${expr}`` replaced by its value (passed through ``escape``: a
+    value put into a regular expression is literal text there, never a pattern)."""
+    return _INTERPOLATION.sub(lambda m: escape(_shown(evaluate(m[1], env))), text) \
+        if "${" in text else text
 
 
 def interpolated(value: Any, env: Env) -> Any:

@@ -27,6 +27,7 @@ from edgeway.edge.h1 import header
 from edgeway.edge.hooks import CLOSE, Compiling, Exchange, Hook, Unenforced, Verdict
 from edgeway.edge.login import base as login
 from edgeway.edge.modules import (
+    body_replace,
     circuit_breaker,
     compression,
     forward_internal,
@@ -58,6 +59,7 @@ HOOKS: dict[str, dict[str, Callable[[dict[str, Any], Scope], Hook]]] = {
           "verify-webhook": lambda cfg, _at: webhook_verification.policy_action(cfg),
           "forward-internal": lambda cfg, _at: forward_internal.compile(cfg),
           "http-request": lambda cfg, _at: http_request.compile(cfg),
+          "request-body-find-replace": lambda cfg, _at: body_replace.compile(cfg),
           "oauth": policy_logins.oauth_action,
           "openid-connect": policy_logins.openid_connect_action,
           "oidc": policy_logins.openid_connect_action,  # (its earlier name)

@@ -1,0 +1,106 @@
+"""The traffic policy's ``request-body-find-replace`` action (``on_http_request``): the request
+body, read whole (up to ``MAX_BODY``), has each of ``replacements`` applied in order
+(``from``: a regular expression, ``to``: its replacement with ``$1``/``${1}`` group
+references; both take ``${...}`` interpolations, literal text in ``from``: a request cannot
+inject a pattern; an empty or missing ``to`` deletes), and goes
+upstream with the new length. What matched is in
+``actions.ngrok.request_body_find_replace.replacements`` (``replacement_index``,
+``matched_content``).
+
+Refused rather than skipped: a body over ``MAX_BODY`` (413) and a compressed one
+(``Content-Encoding``: 415), which a replacement cannot read; the bytes that are not UTF-8 are
+kept as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from edgeway.edge import h1
+from edgeway.edge.h1 import header
+from edgeway.edge.hooks import Exchange, Hook, Verdict
+from edgeway.edge.modules.policy_values import (
+    Unsupported,
+    groups,
+    interpolate,
+    pattern_of,
+    result,
+)
+from edgeway.edge.pages import page
+
+MAX_BODY = 1 << 20
+MAX_REPLACEMENTS = 32  # matches recorded in the result, at most
+_GROUP = re.compile(r"\$\{?(\d+)\}?")  # (``to``'s group references, as ``groups`` reads them)
+
+
+@dataclass(frozen=True)
+class Replacement:
+    pattern: re.Pattern[str] | None  # compiled once, unless ``source`` interpolates
+    source: str
+    to: str
+
+
+@dataclass(frozen=True)
+class BodyReplace(Hook):
+    name = "request-body-find-replace"
+    replacements: tuple[Replacement, ...]
+
+    async def request(self, x: Exchange) -> Verdict:
+        req = x.req
+        if not req.body and x.body is None:
+            return None
+        if header(req.headers, b"content-encoding").strip().lower() not in (b"", b"identity"):
+            return page(415, "Unsupported media type", "This endpoint's traffic policy "
+                        "rewrites request bodies, which it cannot do to a compressed one: "
+                        "send it without Content-Encoding.", 4023)
+        if x.body is None:
+            length = header(req.headers, b"content-length")
+            body = None if length.isdigit() and int(length) > MAX_BODY \
+                else await x.read_body(MAX_BODY)
+            if body is None:
+                return page(413, "Payload too large", "This endpoint's traffic policy "
+                            f"rewrites request bodies, up to {MAX_BODY} bytes.", 4013,
+                            (("Connection", "close"),))
+            x.body = body
+        env = x.env if x.env is not None else {}
+        text = x.body.decode("utf-8", "surrogateescape")
+        found: list[dict[str, Any]] = []
+        for i, r in enumerate(self.replacements):
+            pattern = r.pattern or re.compile(interpolate(r.source, env, re.escape))
+            to = groups(interpolate(r.to, env))
+
+            def swap(m: re.Match[str], i: int = i, to: str = to) -> str:
+                if len(found) < MAX_REPLACEMENTS:
+                    found.append({"replacement_index": i, "matched_content": m[0]})
+                return m.expand(to)
+            try:
+                text = pattern.sub(swap, text)
+            except re.error as exc:  # (a group the interpolated pattern does not have)
+                return page(502, "Bad gateway", "This endpoint's traffic policy could not "
+                            f"rewrite the request body: {exc}.", 4024)
+        x.body = text.encode("utf-8", "surrogateescape")
+        x.req = h1.with_length(x.req, len(x.body))
+        result(env, "request_body_find_replace", {"replacements": found})
+        return None
+
+
+def compile(cfg: dict[str, Any]) -> BodyReplace:
+    """The action; ``Unsupported`` naming what it cannot honour."""
+    given = cfg.get("replacements")
+    if not isinstance(given, list) or not given or not all(
+            isinstance(r, dict) and isinstance(r.get("from"), str) and r["from"]
+            and isinstance(r.get("to", ""), str) for r in given):
+        raise Unsupported("replacements: a list of {from, to} (from a regular expression; at "
+                          "least one)")
+    out = []
+    for r in given:
+        source, to = r["from"], r.get("to") or ""
+        pattern = None if "${" in source else pattern_of(source)
+        wanted = max((int(g) for g in _GROUP.findall(to)), default=0)
+        if pattern is not None and wanted > pattern.groups:
+            raise Unsupported(f"replacement to {to!r} refers to group {wanted}, and from "
+                              f"{source!r} has {pattern.groups}")
+        out.append(Replacement(pattern, source, to))
+    return BodyReplace(tuple(out))
