@@ -15,7 +15,7 @@ Phases (each optional; the defaults let everything through unchanged):
   edge's ``X-Forwarded-*`` headers); returns the headers.
 - ``response(exchange, status, headers)``: the response head, in reverse order (the module
   that saw the request first sees the response last, as middleware stacks do); returns the
-  headers; it may also set ``exchange.gzip``.
+  headers; it may also set ``exchange.gzip`` and ``exchange.rewrite``.
 - ``outcome(exchange, failed)``: once per forwarded request, when its final response head
   arrives (``failed``: a server error) or it failed without one.
 """
@@ -101,11 +101,24 @@ class Exchange:
     # a traffic policy's actions that count this request's outcome (its circuit breakers)
     counted: list[Any] = field(default_factory=list)
     gzip: Gzip | None = None  # the response body is gzipped (set by the compression hook)
+    # the response body is rewritten whole before it goes on (a traffic policy's
+    # response-body-find-replace), gzipped after that if it is
+    rewrite: BodyFilter | None = None
     # what came of it, for its traffic event (edge/traffic.py)
     status: int = 0  # the final status answered (0: none, the connection was cut)
     answered: float = 0.0  # when its final response head was ready (monotonic)
     sent: int = 0  # response body bytes for the client
     received: int = 0  # request body bytes forwarded
+
+
+class BodyFilter(Protocol):
+    """A response body changed on its way: ``data`` takes each piece and gives what to send
+    now, ``end`` the rest; ``ConnectionResetError`` when it cannot go on (the response is
+    cut: a changed body must not look complete when it is not)."""
+
+    def data(self, data: bytes) -> bytes: ...
+
+    def end(self) -> bytes: ...
 
 
 class Hook:

@@ -63,6 +63,8 @@ class Relay:
                 return await self._failed(exc)
             if isinstance(event, bytes):
                 self.x.sent += len(event)
+                if self.x.rewrite is not None:
+                    event = self.x.rewrite.data(event)
                 self.out += self.framer.data(self.x.gzip.data(event) if self.x.gzip else event)
                 if len(self.out) >= FLUSH_AT:
                     await self._flush()
@@ -147,6 +149,9 @@ class Relay:
         return None
 
     async def _end(self, event: End) -> Result:
+        if self.x.rewrite is not None:
+            rest = self.x.rewrite.end()
+            self.out += self.framer.data(self.x.gzip.data(rest) if self.x.gzip else rest)
         if self.x.gzip is not None:
             self.out += self.framer.data(self.x.gzip.end())
         self.out += self.framer.end(event.trailers)
@@ -171,7 +176,8 @@ def response_head(x: Exchange, plan: Plan, resp: Response) -> tuple[bool, Framer
         headers = hook.response(x, resp.status, headers)
     keep = req.keep_alive and not req.http10
     chunked = False
-    if not h1.bodiless(resp.status, req.method) and (x.gzip is not None or resp.length is None):
+    if not h1.bodiless(resp.status, req.method) and (
+            x.gzip is not None or x.rewrite is not None or resp.length is None):
         if req.http10:
             keep = False  # the end of the body is the end of the connection
         else:

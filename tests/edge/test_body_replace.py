@@ -10,6 +10,7 @@ import gzip
 import json
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.edge.agents import EdgeClient, agent
@@ -20,8 +21,8 @@ HOST = "bodies.example.com"
 FOUND = "actions.ngrok.request_body_find_replace.replacements"
 
 
-def replace(*pairs: tuple[str, str]) -> dict[str, Any]:
-    return {"type": "request-body-find-replace",
+def replace(*pairs: tuple[str, str], of: str = "request") -> dict[str, Any]:
+    return {"type": f"{of}-body-find-replace",
             "config": {"replacements": [{"from": f, "to": t} for f, t in pairs]}}
 
 
@@ -77,12 +78,58 @@ def test_a_policy_rewrites_request_bodies_before_they_go_upstream(
         inner.stop()
 
 
+RESPONSES = {
+    "on_http_request": [{"actions": [FORWARD]}],
+    "on_http_response": [
+        {"expressions": ["req.url.path == '/headers'"], "actions": [
+            replace(('"name": "svc"', '"name": "${req.url.path}"'),
+                    ('"accept-encoding"', '"asked-encoding"'), of="response"),
+            {"type": "compress-response", "config": {}}]},
+        {"expressions": ["req.url.path.startsWith('/bytes/')"], "actions": [
+            replace(("a", "b"), of="response")]},
+    ],
+}
+
+
+def test_a_policy_rewrites_response_bodies_before_they_reach_the_client(
+        srv: Server, token: str, service: int) -> None:
+    host = "answers.example.com"
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": host})
+        made(api, "/endpoints", {"type": "cloud", "url": f"https://{host}",
+                                 "traffic_policy": json.dumps(RESPONSES)})
+    inner = agent(srv, token, {"kind": "https", "forward": f"http://127.0.0.1:{service}",
+                               "domain": "echo.internal"})
+    try:
+        with EdgeClient(srv) as web:
+            # rewritten whole, then gzipped for a client that accepts it; the upstream was
+            # asked for an uncompressed body (no Accept-Encoding reached it)
+            r = web.get(f"https://{host}/headers", headers={"Accept-Encoding": "gzip"})
+            assert r.status_code == 200 and r.headers["content-encoding"] == "gzip"
+            seen = r.json()
+            assert seen["name"] == "/headers", seen
+            assert "accept-encoding" not in dict(seen["headers"])
+            assert "asked-encoding" not in r.text  # (there was nothing to rename)
+            r = web.get(f"https://{host}/bytes/1000")
+            assert r.status_code == 200 and len(r.content) == 1000
+            assert b"a" not in r.content and "content-length" not in r.headers
+            # over the limit: cut, never passed on unchanged
+            with pytest.raises(httpx.HTTPError):
+                web.get(f"https://{host}/bytes/{(1 << 20) + 10}")
+            r = web.get(f"https://{host}/other")  # no rule: as the upstream sent it
+            assert r.text == "svc /other"
+    finally:
+        inner.stop()
+
+
 @pytest.mark.parametrize(("phase", "config", "said"), [
     ("on_http_request", {}, "replacements"),
     ("on_http_request", {"replacements": []}, "at least one"),
     ("on_http_request", {"replacements": [{"from": "(", "to": "x"}]}, "pattern"),
     ("on_http_request", {"replacements": [{"from": "(a)", "to": "$2"}]}, "group 2"),
     ("on_http_response", {"replacements": [{"from": "a", "to": "b"}]},
+     "request-body-find-replace"),
+    ("on_tcp_connect", {"replacements": [{"from": "a", "to": "b"}]},
      "request-body-find-replace"),
 ])
 def test_what_it_cannot_honour_is_refused(phase: str, config: dict[str, Any],

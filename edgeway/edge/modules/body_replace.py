@@ -1,19 +1,24 @@
-"""The traffic policy's ``request-body-find-replace`` action (``on_http_request``): the request
-body, read whole (up to ``MAX_BODY``), has each of ``replacements`` applied in order
+"""The traffic policy's ``request-body-find-replace`` (``on_http_request``) and
+``response-body-find-replace`` (``on_http_response``) actions: the body, read whole (up to
+``MAX_BODY``), has each of ``replacements`` applied in order
 (``from``: a regular expression, ``to``: its replacement with ``$1``/``${1}`` group
 references; both take ``${...}`` interpolations, literal text in ``from``: a request cannot
 inject a pattern; an empty or missing ``to`` deletes), and goes
 upstream with the new length. What matched is in
 ``actions.ngrok.request_body_find_replace.replacements`` (``replacement_index``,
-``matched_content``).
+``matched_content``; ``response_body_find_replace`` for responses).
 
-Refused rather than skipped: a body over ``MAX_BODY`` (413) and a compressed one
+Refused rather than skipped: a request body over ``MAX_BODY`` (413) and a compressed one
 (``Content-Encoding``: 415), which a replacement cannot read; the bytes that are not UTF-8 are
-kept as they are.
+kept as they are. A response is rewritten on its way out (``Rewriter``: gathered, then sent
+whole, chunked, gzipped after if it is): its upstream is not asked for a compressed one (the
+policy's requests go without ``Accept-Encoding``), and one that comes compressed anyway or
+grows past ``MAX_BODY`` is cut (a rewritten body must not look whole when it is not).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +27,11 @@ from edgeway.edge import h1
 from edgeway.edge.h1 import header
 from edgeway.edge.hooks import Exchange, Hook, Verdict
 from edgeway.edge.modules.policy_values import (
+    REWRITE,
+    Env,
+    Headers,
+    ResponseAction,
+    Scope,
     Unsupported,
     groups,
     interpolate,
@@ -65,7 +75,17 @@ class BodyReplace(Hook):
                             (("Connection", "close"),))
             x.body = body
         env = x.env if x.env is not None else {}
-        text = x.body.decode("utf-8", "surrogateescape")
+        try:
+            x.body = self.apply(x.body, env, "request_body_find_replace")
+        except re.error as exc:  # (a group the interpolated pattern does not have)
+            return page(502, "Bad gateway", "This endpoint's traffic policy could not "
+                        f"rewrite the request body: {exc}.", 4024)
+        x.req = h1.with_length(x.req, len(x.body))
+        return None
+
+    def apply(self, body: bytes, env: Env, action: str) -> bytes:
+        """``body`` with the replacements made; what matched in the ``action``'s result."""
+        text = body.decode("utf-8", "surrogateescape")
         found: list[dict[str, Any]] = []
         for i, r in enumerate(self.replacements):
             pattern = r.pattern or re.compile(interpolate(r.source, env, re.escape))
@@ -75,15 +95,52 @@ class BodyReplace(Hook):
                 if len(found) < MAX_REPLACEMENTS:
                     found.append({"replacement_index": i, "matched_content": m[0]})
                 return m.expand(to)
-            try:
-                text = pattern.sub(swap, text)
-            except re.error as exc:  # (a group the interpolated pattern does not have)
-                return page(502, "Bad gateway", "This endpoint's traffic policy could not "
-                            f"rewrite the request body: {exc}.", 4024)
-        x.body = text.encode("utf-8", "surrogateescape")
-        x.req = h1.with_length(x.req, len(x.body))
-        result(env, "request_body_find_replace", {"replacements": found})
-        return None
+            text = pattern.sub(swap, text)
+        result(env, action, {"replacements": found})
+        return text.encode("utf-8", "surrogateescape")
+
+
+class Rewriter:
+    """A response body rewritten whole (``Exchange.rewrite``) with the replacements a
+    response action left in the request's environment (``REWRITE``: plain pairs, as CEL
+    reads every value there)."""
+
+    def __init__(self, pairs: list[list[str]], env: Env, encoded: bool) -> None:
+        self.replace, self.env, self.encoded = _compiled(tuple(map(tuple, pairs))), env, encoded
+        self.body = bytearray()
+
+    def data(self, data: bytes) -> bytes:
+        if self.encoded:
+            raise ConnectionResetError("the response came compressed: its traffic policy "
+                                       "cannot rewrite it")
+        self.body += data
+        if len(self.body) > MAX_BODY:
+            raise ConnectionResetError(f"the response body is over {MAX_BODY} bytes: its "
+                                       "traffic policy cannot rewrite it")
+        return b""
+
+    def end(self) -> bytes:
+        try:
+            return self.replace.apply(bytes(self.body), self.env,
+                                      "response_body_find_replace")
+        except re.error as exc:
+            raise ConnectionResetError(f"the response body's rewrite failed: {exc}") from None
+
+
+def response_action(cfg: dict[str, Any], _at: Scope) -> ResponseAction:
+    """response-body-find-replace: marks the response for its ``Rewriter`` (the policy sets
+    it up, ``traffic_policy.Policy.response``)."""
+    pairs = [[r.source, r.to] for r in compile(cfg).replacements]
+
+    def run(env: Env, out: Headers) -> Headers:
+        env[REWRITE] = pairs
+        return out
+    return run
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pairs: tuple[tuple[str, ...], ...]) -> BodyReplace:
+    return compile({"replacements": [{"from": f, "to": t} for f, t in pairs]})
 
 
 def compile(cfg: dict[str, Any]) -> BodyReplace:

@@ -26,6 +26,7 @@ Headers = list[tuple[bytes, bytes]]
 Env = dict[str, Any]
 LOGS = "_logs"  # an HTTP request's env: what its log actions wrote (for its traffic event)
 COMPRESS = "_compress"  # an HTTP request's env: a compress-response action ran
+REWRITE = "_rewrite"  # an HTTP request's env: a response-body-find-replace action ran
 _INTERPOLATION = re.compile(r"\$\{(.*?)\}")
 _GROUP = re.compile(r"\$\{?(\d+)\}?")
 _RATE = re.compile(r"^(\d+)(ms|s|m|h)$")

@@ -42,6 +42,7 @@ from edgeway.edge.modules.policy_actions import compile_action
 from edgeway.edge.modules.policy_values import (
     COMPRESS,
     LOGS,
+    REWRITE,
     Headers,
     Outcome,
     Scope,
@@ -80,6 +81,7 @@ class Policy(Hook):
     name = "traffic_policy"
     key: str  # identifies the policy's rate-limit windows
     phases: dict[str, tuple[Rule, ...]]
+    rewrites: bool = False  # it may rewrite response bodies: its requests ask for identity
 
     def has(self, phase: str) -> bool:
         return bool(self.phases.get(phase))
@@ -170,6 +172,13 @@ class Policy(Hook):
         x.req = replace(x.req, headers=out.headers, target=out.target)
         return None
 
+    def upstream(self, x: Exchange, headers: Headers) -> Headers:
+        """A policy that may rewrite response bodies asks its upstream for uncompressed ones
+        (the client's own ``Accept-Encoding`` still decides the edge's compression)."""
+        if not self.rewrites:
+            return headers
+        return [(k, v) for k, v in headers if k.lower() != b"accept-encoding"]
+
     def outcome(self, x: Exchange, failed: bool) -> None:
         """The fate of a request its circuit-breaker actions let through (recorded once,
         whichever policy of the request's plan hears it first)."""
@@ -183,6 +192,12 @@ class Policy(Hook):
         if self.has(RES):
             env = response_env(x.env, status, headers)
             headers = self.on_response(env, headers)
+            if (rewrite := env.get(REWRITE)) is not None and x.rewrite is None \
+                    and not h1.bodiless(status, x.req.method):
+                encoded = header(headers, b"content-encoding").strip().lower()
+                x.rewrite = body_replace.Rewriter(rewrite, env, encoded not in (b"", b"identity"))
+                headers = [(k, v) for k, v in headers  # (its length and tag change)
+                           if k.lower() not in (b"content-length", b"etag")]
         if env.get(COMPRESS) and x.gzip is None and not h1.bodiless(status, x.req.method) \
                 and compression.wanted(x.req.headers, status, headers, False):
             x.gzip = compression.Gzip()  # (compress-response: as the compression module)
@@ -264,6 +279,7 @@ def compile(module: dict[str, Any], ctx: Compiling | str) -> Policy | Unenforced
 
 def _compile(doc: Any, at: Scope, values: secrets.Secrets) -> Policy | Unenforced:
     phases: dict[str, tuple[Rule, ...]] = {}
+    rewrites = False
     for phase, rules in (doc or {}).items():
         compiled = []
         for i, rule in enumerate(rules or []):
@@ -282,9 +298,11 @@ def _compile(doc: Any, at: Scope, values: secrets.Secrets) -> Policy | Unenforce
                 return Unenforced("traffic_policy (action 'terminate-tls' in a rule with "
                                   "expressions: TLS is terminated, or not, before a byte of "
                                   "the connection is read; put it in a rule of its own)")
+            rewrites = rewrites or (phase == RES and any(
+                a.get("type") == "response-body-find-replace" for a in rule.get("actions") or []))
             compiled.append(Rule(str(rule.get("name") or f"rule {i}"),
                                  tuple(cel.compile(secrets.in_expression(e, values))
                                        for e in rule.get("expressions") or []),
                                  tuple(actions)))
         phases[phase] = tuple(compiled)
-    return Policy(at.key, phases)
+    return Policy(at.key, phases, rewrites)
