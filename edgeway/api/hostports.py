@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgeway import catalog
+from edgeway.catalog.checks import internal
 from edgeway.catalog.model import Kind
 from edgeway.errors import Conflict, Invalid
 from edgeway.settings import Settings
@@ -41,11 +42,12 @@ async def _reserved(repo: Repo, member: str, values: list[str],
 
 
 async def _cloud(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any]) -> None:
-    """A cloud endpoint's URL: on a reserved domain (or under a reserved wildcard one), held
+    """A cloud endpoint's URL: on a reserved domain (or under a reserved wildcard one; an
+    internal one, ``.internal``, needs none), held
     by no agent's tunnel now, and claimed as the hostport an HTTPS edge would claim (a name
     is served by an edge, a cloud endpoint or tunnels, one of them)."""
     host, hostport = str(doc.get("host", "")), str(doc.get("hostport", ""))
-    if not await covering(repo, host):
+    if not internal(host) and not await covering(repo, host):  # (internal: no domain)
         raise Invalid("url", f"'{host}' is not a reserved domain, nor covered by a reserved "
                       "wildcard domain; reserve it first", 7121)
     for tunnel_id, tunnel in await repo.all_docs(catalog.BY_COLLECTION["tunnels"]):

@@ -56,7 +56,9 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
     (7122, ("",), "a hostport (for TCP edges: a port) is served by one edge only; a reserved "
                   "address by an edge or a tunnel, not both at once"),
     (215, ("url",), "cloud endpoints: an http:// or https:// URL of a host name only (no port, "
-                    "path or query), not an .internal name"),
+                    "path or query)"),
+    (215, ("bindings",), "cloud endpoints: ['internal'] for a URL ending in .internal, "
+                         "['public'] for any other"),
     (448, ("url",), "a host name: labels of at most 63 characters, at most 253 in all"),
     (7121, ("url",), "cloud endpoints: the host is a reserved domain, or covered by a reserved "
                      "wildcard domain one label up"),

@@ -56,7 +56,8 @@ TUNNELS = Kind(
 )
 
 def _url(value: str, ctx: Context) -> str:
-    """A cloud endpoint's URL: ``https://`` or ``http://`` and a host name, nothing else."""
+    """A cloud endpoint's URL: ``https://`` or ``http://`` and a host name, nothing else (an
+    internal one: one name ending in ``.internal``)."""
     parts = urlsplit(value.strip())
     if parts.scheme not in ("http", "https"):
         raise Invalid("url", f"'{value}' must be an http:// or https:// URL: cloud endpoints "
@@ -65,10 +66,7 @@ def _url(value: str, ctx: Context) -> str:
             or parts.port is not None:
         raise Invalid("url", f"'{value}' must be a scheme and a host name only (no port, "
                       "path, query or user)", 215)
-    host = checks.domain_name("url", parts.hostname or "")
-    if internal(host):
-        raise Invalid("url", f"'{host}': internal cloud endpoints are not served yet; bind "
-                      "the internal name from an agent", 215)
+    host = checks.domain_name("url", parts.hostname or "")  # (no wildcard)
     return f"{parts.scheme}://{host}"
 
 
@@ -92,6 +90,12 @@ def _check(doc: dict[str, Any], _ctx: Context) -> None:
     if doc.get("type", "cloud") != "cloud":
         raise Invalid("type", "only cloud endpoints are created through the API; agent "
                       "endpoints come from agents' binds", 215)
+    url = str(doc.get("url", ""))
+    want = ["internal"] if internal(urlsplit(url).hostname or "") else ["public"]
+    if list(doc.get("bindings") or ["public"]) != want:
+        raise Invalid("bindings", f"must be {want} for {url}: an internal endpoint's URL ends "
+                      "in .internal and is reached only through forward-internal; any other "
+                      "is public", 215)
 
 
 def _derive(doc: dict[str, Any], ctx: Context, old: dict[str, Any] | None) -> dict[str, Any]:
@@ -102,7 +106,7 @@ def _derive(doc: dict[str, Any], ctx: Context, old: dict[str, Any] | None) -> di
     out: dict[str, Any] = {
         "scheme": scheme, "proto": scheme, "host": host, "port": port,
         "hostport": f"{host}:{port}", "public_url": doc["url"], "type": "cloud",
-        "region": ctx.settings.region, "bindings": ["public"]}
+        "region": ctx.settings.region}
     same = old is not None and all(doc.get(k) == old.get(k) for k in doc.keys() | old.keys()
                                    if k != "updated_at" and k not in out)
     out["updated_at"] = (old or {}).get("updated_at", "") if same else \
@@ -146,13 +150,15 @@ ENDPOINTS = Kind(
         _out("upstream_url", str, "where traffic is forwarded", ""),
         _out("upstream_protocol", str, "protocol towards the upstream", ""),
         Field("url", str, "the endpoint URL; a cloud endpoint's is https:// or http:// and a "
-              "reserved domain (or a name under a reserved wildcard domain)", create="required",
+              "reserved domain (or a name under a reserved wildcard domain), or an internal "
+              "name (api.internal)", create="required",
               update=True, check=_url),
         _out("principal", Ref | None, "identity that created the endpoint"),
         Field("traffic_policy", str, "the traffic policy document (JSON or YAML) of a cloud "
               "endpoint", create="required", update=True, check=_policy, max_bytes=1 << 20),
-        Field("bindings", list[Literal["public"]], "where the endpoint is reachable: public",
-              update=True, default=lambda: ["public"]),
+        Field("bindings", list[Literal["public", "internal"]], "where the endpoint is "
+              "reachable: public, or internal (a .internal URL, reached only through "
+              "forward-internal)", update=True, default=lambda: ["public"]),
         _out("tunnel_session", Ref | None, "session of the tunnel"),
         _out("name", str, "name", ""),
         Field("pooling_enabled", bool, "whether the URL is shared by several endpoints",

@@ -37,7 +37,7 @@ from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pipeline import Plan
 from edgeway.edge.pool import Pool
 from edgeway.edge.router import Decision, EdgeRouter
-from edgeway.edge.snapshot import Edge
+from edgeway.edge.snapshot import Cloud, Edge
 from edgeway.events.traffic import TrafficSink
 from edgeway.recent import RecentTraffic
 from edgeway.restrictions import Restrictions
@@ -60,9 +60,8 @@ class HttpEdge:
         self.login = login
         # what hooks reach: the login flow, SNS certificates (fetched and cached), the
         # traffic policies' rate-limit windows, the internal endpoints forward-internal reaches
-        self.services = Services(login, sns or SnsVerifier(), RateLimits(),
-                                 lambda host, scheme: router.registry.internal(host, scheme),
-                                 lambda tunnel: bool(router.bind_plan(tunnel).hooks))
+        self.services = Services(login, sns or SnsVerifier(), RateLimits(), router.internal,
+                                 router.guarded)
         self.pool = pool if pool is not None else Pool()  # (an empty Pool is falsy)
         self.upstreams = Forwarder(self.pool, scheme)
         self.events: TrafficSink | None = None  # set when traffic events are delivered
@@ -167,14 +166,21 @@ class HttpEdge:
     def _internal(self, decision: Decision, x: Exchange
                   ) -> tuple[Decision, tuple[Hook, ...]]:
         """A request a traffic policy forwarded to an internal endpoint (``x.forward``): its
-        tunnel becomes the target, and its plan's hooks join the route's (its request hooks
-        to run now: a refusal of its ``check`` first; its response hooks, then the route's)."""
-        tunnel, x.forward = x.forward, None
-        inner = self.router.bind_plan(tunnel)
+        tunnel becomes the target (an internal cloud endpoint's: its 404 when its policy
+        neither answers nor forwards), and its plan's hooks join the route's (its request
+        hooks to run now: a refusal of its ``check`` first; its response hooks, then the
+        route's)."""
+        target, x.forward = x.forward, None
+        if isinstance(target, Cloud):  # its policy answers, or forwards on
+            inner, to, proto = target.plan, page(
+                404, "Nothing answered", f"The traffic policy of the internal cloud endpoint "
+                f"{target.id} did not answer or forward this request.", 4021), x.scheme
+        else:
+            inner, to, proto = self.router.bind_plan(target), target, target.proto
         refusal = inner.check(x.ip, x.req.headers)
         plan = Plan(decision.plan.hooks + inner.hooks, decision.plan.backend_id)
-        forwarded = Decision(tunnel, tunnel.proto, "", plan, decision.edge_id,
-                             decision.route_id, internal=True)
+        forwarded = Decision(to, proto, "", plan, decision.edge_id, decision.route_id,
+                             internal=True)
         return forwarded, ((Refuse(refusal),) if refusal is not None else inner.requests)
 
     async def _takeover(self, verdict: Takeover, parser: RequestParser,

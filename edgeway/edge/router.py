@@ -145,8 +145,19 @@ class EdgeRouter:
     def edge_host(self, host: str) -> str | None:
         """The edge serving ``host`` (from the last snapshot), if any."""
         edge = self.snapshot.https.get(host) or self.snapshot.tls.get(host)
-        cloud = self.snapshot.cloud.get(host)
+        cloud = self.snapshot.cloud.get(host) or self.snapshot.internal.get(host)
         return edge.id if edge else cloud.id if cloud else None
+
+    def internal(self, host: str, scheme: str) -> Tunnel | Cloud | None:
+        """What serves the internal endpoint ``host`` (``api.internal``): an internal cloud
+        endpoint, or a live tunnel of an agent's (over ``scheme`` when one is)."""
+        return self.snapshot.internal.get(host.rstrip(".").lower()) \
+            or self.registry.internal(host, scheme)
+
+    def guarded(self, target: Tunnel | Cloud) -> bool:
+        """Whether an internal endpoint has modules or a traffic policy of its own (which a
+        traffic policy's http-request, going straight to its agent, would skip)."""
+        return isinstance(target, Cloud) or bool(self.bind_plan(target).hooks)
 
     def banned(self, name: str) -> str | None:
         """Why ``name`` (a host, or a TCP address host:port) is not served: the abuse report

@@ -14,6 +14,7 @@ import structlog
 
 from edgeway import catalog
 from edgeway.catalog import abuse, modules
+from edgeway.catalog.checks import internal
 from edgeway.catalog.edges import MODULES_OF
 from edgeway.catalog.modules import saml
 from edgeway.catalog.modules.policy import modern
@@ -70,6 +71,8 @@ class Snapshot:
     tls: dict[str, Edge] = field(default_factory=dict)  # host -> edge
     tcp: dict[int, Edge] = field(default_factory=dict)  # port -> edge
     cloud: dict[str, Cloud] = field(default_factory=dict)  # host -> cloud endpoint
+    # internal (.internal) cloud endpoints, by host: reached through forward-internal only
+    internal: dict[str, Cloud] = field(default_factory=dict)
     backends: dict[str, Backend] = field(default_factory=dict)  # compiled, by id
     rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
     domains: set[str] = field(default_factory=set)  # reserved domain names
@@ -153,8 +156,9 @@ async def load(db: Database, breakers: Breakers | None = None,
     for id_, doc in await repo.claimants(catalog.BY_COLLECTION["endpoints"]):
         if doc.get("type") == "cloud":
             text = modern("traffic_policy", str(doc.get("traffic_policy", "")), "route")
-            snap.cloud[str(doc.get("host", ""))] = Cloud(id_, str(doc.get("scheme", "")),
-                                                         pipeline.compile_doc(
+            host = str(doc.get("host", ""))
+            where = snap.internal if internal(host) else snap.cloud
+            where[host] = Cloud(id_, str(doc.get("scheme", "")), pipeline.compile_doc(
                 {"traffic_policy": {"value": text}},
                 Compiling(snap.rules, id_, snap.breakers, snap.secrets)))
     for collection in BACKEND_COLLECTIONS:

@@ -98,6 +98,9 @@ class Binder:
         acl.require(session.acl, host)
         if checks.internal(host):  # (reached only through forward-internal: not reserved)
             names.check_internal(host, req.proto)
+            if (cloud := self.edge_host(host)) is not None:
+                raise BindRefused(f"the internal name '{host}' is served by the cloud "
+                                  f"endpoint {cloud}")
             names.check_free(host, tunnel_id, req, self.registry.by_host.get(host, []),
                              session.id)
             return host, ""

@@ -130,7 +130,10 @@ def test_what_a_cloud_endpoint_cannot_be_is_refused_by_member(srv: Server) -> No
             ({"url": "https://c4.example.com/path"}, "url", "no port, path"),
             ({"url": "https://c4.example.com:8443"}, "url", "no port, path"),
             ({"url": "tcp://c4.example.com:5432"}, "url", "http:// or https://"),
-            ({"url": "https://api.internal"}, "url", "internal cloud endpoints"),
+            ({"url": "https://api.internal"}, "bindings", "['internal'] for"),
+            ({"bindings": ["internal"]}, "bindings", "['public'] for"),
+            ({"url": "https://*.svc.internal", "bindings": ["internal"]}, "url",
+             "must not be a wildcard"),
             ({"pooling_enabled": True}, "pooling_enabled", "pooling is not supported"),
             ({"traffic_policy": "{not: [valid"}, "traffic_policy", "neither JSON nor YAML"),
             ({"traffic_policy": '{"on_tcp_connect": []}'}, "traffic_policy", "not a phase"),
@@ -145,3 +148,52 @@ def test_what_a_cloud_endpoint_cannot_be_is_refused_by_member(srv: Server) -> No
             assert member in r.json()["msg"] and said in r.json()["msg"], (change, r.text)
         assert not [e for e in api.get("/endpoints").json()["endpoints"]
                     if e["url"] == "https://c4.example.com"]  # nothing half-written
+
+
+def test_an_internal_cloud_endpoint_is_reached_only_through_forward_internal(
+        srv: Server, token: str, service: int) -> None:
+    """``https://gate.internal``, a cloud endpoint bound internal: a public cloud endpoint
+    forwards to it, its own policy answers or forwards on to an agent's internal endpoint;
+    no public listener serves it; an agent cannot bind its name; http-request does not call
+    it (its policy would not run)."""
+    host = "front-door.example.com"
+    gate = policy(rule("req.url.path == '/gate'", {"type": "custom-response", "config": {
+        "status_code": 203, "content": "the gate answers"}}),
+        rule("true", {"type": "add-headers", "config": {"headers": {"X-Gate": "passed"}}},
+             {"type": "forward-internal", "config": {"url": "https://gate-svc.internal"}}))
+    front = policy(
+        rule("req.url.path == '/call'", {"type": "http-request", "config": {
+            "url": "https://gate.internal/gate"}}, {"type": "custom-response", "config": {
+                "content": "${actions.ngrok.http_request.error.code}"}}),
+        rule("true", {"type": "forward-internal", "config": {"url": "https://gate.internal"}}))
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": host})
+        inner = made(api, "/endpoints", {"type": "cloud", "url": "https://gate.internal",
+                                         "bindings": ["internal"], "traffic_policy": gate})
+        assert (inner["bindings"], inner["host"]) == (["internal"], "gate.internal")
+        made(api, "/endpoints", {"type": "cloud", "url": f"https://{host}",
+                                 "traffic_policy": front})
+        a = agent(srv, token,
+                  {"kind": "https", "forward": f"http://127.0.0.1:{service}",
+                   "domain": "gate-svc.internal"},
+                  {"kind": "https", "forward": f"http://127.0.0.1:{service}",
+                   "domain": "gate.internal"})
+        try:
+            assert a.urls[0] == "https://gate-svc.internal", a.listeners
+            refused = a.listeners[1].get("error", "")
+            assert f"served by the cloud endpoint {inner['id']}" in refused, refused
+            with EdgeClient(srv) as web:
+                r = web.get(f"https://{host}/gate")
+                assert (r.status_code, r.text) == (203, "the gate answers")
+                r = web.get(f"https://{host}/headers")
+                assert r.status_code == 200 and r.headers["x-upstream"] == "yes"
+                assert dict(r.json()["headers"])["x-gate"] == "passed"
+                assert web.get(f"https://{host}/call").text == "guarded"
+                r = web.get("http://gate.internal/gate")  # never from a public listener
+                assert r.status_code == 404 and "answers" not in r.text
+            # no longer internal: the name is public (on a reserved domain) and the front
+            # door's forward finds nothing behind gate.internal
+            r = api.patch(f"/endpoints/{inner['id']}", json={"url": f"https://gate.{host}"})
+            assert r.status_code == 400 and "bindings" in r.json()["msg"], r.text
+        finally:
+            a.stop()
