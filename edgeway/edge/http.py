@@ -60,8 +60,9 @@ class HttpEdge:
         self.login = login
         # what hooks reach: the login flow, SNS certificates (fetched and cached), the
         # traffic policies' rate-limit windows, the internal endpoints forward-internal reaches
-        self.services = Services(login, sns or SnsVerifier(), RateLimits(), router.internal,
-                                 router.guarded)
+        self.services = Services(login, sns or SnsVerifier(), RateLimits(),
+                                 lambda host, scheme: router.internal(host, scheme),
+                                 lambda target: router.guarded(target))
         self.pool = pool if pool is not None else Pool()  # (an empty Pool is falsy)
         self.upstreams = Forwarder(self.pool, scheme)
         self.events: TrafficSink | None = None  # set when traffic events are delivered
