@@ -58,6 +58,9 @@ POLICY = {"on_http_request": [
     on("/soft", call("https://gone.internal/"), answer(f"${{{ERR}.code}}")),
     on("/guarded", call("https://guarded.internal/"), answer(f"${{{ERR}.code}}")),
     on("/slow", call("https://svc.internal/hang", timeout="1s", on_error="halt")),
+    on("/split", {"type": "set-vars", "config": {"vars": [{"v": "a\r\nX-Injected: yes"}]}},
+       call("https://svc.internal/headers", headers={"X-V": "${vars.v}"}),
+       answer(f"${{{ERR}.code}}")),
 ]}
 
 
@@ -134,6 +137,7 @@ def test_a_policy_calls_an_internal_endpoint_and_reads_its_answer(
                 assert web.get(f"{base}/guarded").text == "guarded"
                 r = web.get(f"{base}/slow")
                 assert r.status_code == 502 and "within 1 s" in r.text
+                assert web.get(f"{base}/split").text == "bad_header"
         finally:
             inner.stop()
 
@@ -150,6 +154,8 @@ def test_a_policy_calls_an_internal_endpoint_and_reads_its_answer(
                          "headers": {f"h{i}": "v" for i in range(11)}}, "at most 10"),
     ("on_http_request", {"url": "https://api.internal/", "retry_condition": "attempts <"},
      "retry_condition"),
+    ("on_http_request", {"url": "https://api.internal/", "headers": {"Bad Name": "x"}},
+     "not a header name"),
     ("on_http_response", {"url": "https://api.internal/"}, "http-request"),
 ])
 def test_what_http_request_cannot_honour_is_refused(phase: str, config: dict[str, Any],
@@ -159,3 +165,14 @@ def test_what_http_request_cannot_honour_is_refused(phase: str, config: dict[str
     compiled = tp.compile({"value": json.dumps({phase: [{"actions": [
         {"type": "http-request", "config": config}]}]})}, "r")
     assert isinstance(compiled, Unenforced) and said in compiled.what, compiled
+
+
+def test_an_interpolated_url_or_header_cannot_break_the_request_it_makes() -> None:
+    from edgeway.edge.modules.http_request import Failed, internal
+    scheme, host, target = internal("https://svc.internal/a b\r\nX-Evil: 1?q=1 2\r\n")
+    assert (scheme, host) == ("https", "svc.internal")
+    assert target == "/a%20bX-Evil:%201?q=1%202", target  # (urlsplit drops CR and LF)
+    for url in ("https://svc.internal:abc/", "https://a b.internal/", "https://internal/",
+                "https://svc.internal.example.com/", "file:///etc/passwd"):
+        with pytest.raises(Failed):
+            internal(url)

@@ -19,10 +19,11 @@ over ``attempts`` and ``last_attempt.req|res|error``, evaluated after every atte
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode, urljoin, urlsplit
+from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 from edgeway.celpkg import cel
 from edgeway.edge import h1
@@ -36,6 +37,10 @@ METHODS = ("GET", "PUT", "POST", "PATCH", "DELETE", "OPTIONS")
 MAX_BODY = 1 << 20  # response bytes read at most
 MAX_HEADERS, MAX_QUERY = 10, 32
 MAX_RETRIES = 3
+_HOST = re.compile(r"([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+internal")
+_SAFE = "/%:@!$&'()*+,;=-._~"  # (what stays as it is in a request target)
+_UNSAFE = re.compile(r"[\r\n\0]")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header name (RFC 9110 token)
 
 
 class Failed(Exception):
@@ -134,15 +139,20 @@ def _attempt(res: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def internal(url: str) -> tuple[str, str, str]:
-    """(scheme, host, target) of an internal endpoint's URL; ``Failed`` otherwise."""
-    parts = urlsplit(url)
+    """(scheme, host, target) of an internal endpoint's URL, the target percent-encoded (an
+    interpolated value cannot break the request line); ``Failed`` otherwise."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        port, parts = -1, urlsplit("")
     host = (parts.hostname or "").rstrip(".")
-    if parts.scheme not in ("http", "https") or not host.endswith(".internal") \
-            or host == "internal" or parts.port is not None:
-        raise Failed("not_internal", f"{url} is not an internal endpoint's URL (http:// or "
+    if parts.scheme not in ("http", "https") or not _HOST.fullmatch(host) or port is not None:
+        raise Failed("not_internal", f"{url!r} is not an internal endpoint's URL (http:// or "
                      "https:// and a name ending in .internal, no port): http-request reaches "
                      "internal endpoints only")
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    target = quote(parts.path or "/", safe=_SAFE) + \
+        (f"?{quote(parts.query, safe=_SAFE + '?')}" if parts.query else "")
     return parts.scheme, host, target
 
 
@@ -157,6 +167,8 @@ async def _send(x: Exchange, url: str, method: str, headers: list[tuple[str, str
                      "traffic policy of its own, which http-request does not run (use "
                      "forward-internal)")
     data = body.encode()
+    if any(_UNSAFE.search(v) for _, v in headers):
+        raise Failed("bad_header", "a header value holds a line break or NUL")
     head = [(b"Host", host.encode()), *((k.encode(), v.encode()) for k, v in headers
                                         if k.lower() not in ("host", "content-length",
                                                              "transfer-encoding",
@@ -223,6 +235,9 @@ def _pairs(value: Any, what: str, limit: int) -> tuple[tuple[str, str], ...]:
                                                        "a list of {key, value} objects"))
     if len(items) > limit:
         raise Unsupported(f"http-request {what}: at most {limit}")
+    if what == "headers" and (bad := next((k for k, _ in items if not _TOKEN.fullmatch(k)),
+                                          None)) is not None:
+        raise Unsupported(f"http-request headers: {bad!r} is not a header name")
     return tuple(items)
 
 
