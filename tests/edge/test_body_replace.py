@@ -31,7 +31,8 @@ POLICY = {
     "on_http_request": [
         {"expressions": ["req.url.query == 'inject'"], "actions": [
             replace(("${req.headers['x-find'][0]}", "[found]"))]},
-        {"expressions": ["req.url.query != 'inject'"], "actions": [
+        {"expressions": ["req.url.query == 'redos'"], "actions": [replace(("(a+)+$", "x"))]},
+        {"expressions": ["req.url.query != 'inject' && req.url.query != 'redos'"], "actions": [
             replace((r"secret=\w+", "secret=[REDACTED]"),
                     (r"(\w+)@example\.com", "$1@example.org"))]},
         {"actions": [FORWARD]},
@@ -66,6 +67,10 @@ def test_a_policy_rewrites_request_bodies_before_they_go_upstream(
             r = web.request("POST", f"{url}?inject", content=b"a.*b and aXb",
                          headers={"X-Find": ".*"})
             assert r.content == b"a[found]b and aXb", r.content
+            # linear time (RE2): a pattern that backtracks forever in other engines
+            hostile = b"a" * 200_000 + b"b"
+            r = web.request("POST", f"{url}?redos", content=hostile)
+            assert r.content == hostile
             # refused rather than passed on unchanged
             r = web.request("POST", url, content=gzip.compress(b"secret=x"),
                          headers={"Content-Encoding": "gzip"})

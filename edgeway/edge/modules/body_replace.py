@@ -1,7 +1,8 @@
 """The traffic policy's ``request-body-find-replace`` (``on_http_request``) and
 ``response-body-find-replace`` (``on_http_response``) actions: the body, read whole (up to
 ``MAX_BODY``), has each of ``replacements`` applied in order
-(``from``: a regular expression, ``to``: its replacement with ``$1``/``${1}`` group
+(``from``: an RE2 regular expression on the body's bytes, matched in linear time: no
+pattern backtracks for ever on a hostile body; ``to``: its replacement with ``$1``/``${1}`` group
 references; both take ``${...}`` interpolations, literal text in ``from``: a request cannot
 inject a pattern; an empty or missing ``to`` deletes), and goes
 upstream with the new length. What matched is in
@@ -23,6 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import re2
+
 from edgeway.edge import h1
 from edgeway.edge.h1 import header
 from edgeway.edge.hooks import Exchange, Hook, Verdict
@@ -35,7 +38,6 @@ from edgeway.edge.modules.policy_values import (
     Unsupported,
     groups,
     interpolate,
-    pattern_of,
     result,
 )
 from edgeway.edge.pages import page
@@ -45,11 +47,22 @@ MAX_REPLACEMENTS = 32  # matches recorded in the result, at most
 _GROUP = re.compile(r"\$\{?(\d+)\}?")  # (``to``'s group references, as ``groups`` reads them)
 
 
+OPTIONS = re2.Options()
+OPTIONS.log_errors = False  # (a pattern that does not compile is refused by name instead)
+
+
 @dataclass(frozen=True)
 class Replacement:
-    pattern: re.Pattern[str] | None  # compiled once, unless ``source`` interpolates
+    pattern: Any  # an RE2 pattern on bytes, compiled once unless ``source`` interpolates
     source: str
     to: str
+
+
+def _pattern(source: str) -> Any:
+    try:
+        return re2.compile(source.encode(), options=OPTIONS)
+    except re2.error as exc:
+        raise Unsupported(f"pattern {source!r}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -77,7 +90,7 @@ class BodyReplace(Hook):
         env = x.env if x.env is not None else {}
         try:
             x.body = self.apply(x.body, env, "request_body_find_replace")
-        except re.error as exc:  # (a group the interpolated pattern does not have)
+        except (re2.error, IndexError) as exc:  # (a group an interpolated pattern lacks)
             return page(502, "Bad gateway", "This endpoint's traffic policy could not "
                         f"rewrite the request body: {exc}.", 4024)
         x.req = h1.with_length(x.req, len(x.body))
@@ -85,19 +98,21 @@ class BodyReplace(Hook):
 
     def apply(self, body: bytes, env: Env, action: str) -> bytes:
         """``body`` with the replacements made; what matched in the ``action``'s result."""
-        text = body.decode("utf-8", "surrogateescape")
         found: list[dict[str, Any]] = []
         for i, r in enumerate(self.replacements):
-            pattern = r.pattern or re.compile(interpolate(r.source, env, re.escape))
-            to = groups(interpolate(r.to, env))
+            pattern = r.pattern or re2.compile(
+                interpolate(r.source, env, re2.escape).encode(), options=OPTIONS)
+            to = groups(interpolate(r.to, env)).encode()
 
-            def swap(m: re.Match[str], i: int = i, to: str = to) -> str:
+            def swap(m: Any, i: int = i, to: bytes = to) -> bytes:
                 if len(found) < MAX_REPLACEMENTS:
-                    found.append({"replacement_index": i, "matched_content": m[0]})
-                return m.expand(to)
-            text = pattern.sub(swap, text)
+                    found.append({"replacement_index": i,
+                                  "matched_content": m[0].decode("utf-8", "replace")})
+                out: bytes = m.expand(to)
+                return out
+            body = pattern.sub(swap, body)
         result(env, action, {"replacements": found})
-        return text.encode("utf-8", "surrogateescape")
+        return body
 
 
 class Rewriter:
@@ -123,7 +138,7 @@ class Rewriter:
         try:
             return self.replace.apply(bytes(self.body), self.env,
                                       "response_body_find_replace")
-        except re.error as exc:
+        except (re2.error, IndexError) as exc:
             raise ConnectionResetError(f"the response body's rewrite failed: {exc}") from None
 
 
@@ -154,7 +169,7 @@ def compile(cfg: dict[str, Any]) -> BodyReplace:
     out = []
     for r in given:
         source, to = r["from"], r.get("to") or ""
-        pattern = None if "${" in source else pattern_of(source)
+        pattern = None if "${" in source else _pattern(source)
         wanted = max((int(g) for g in _GROUP.findall(to)), default=0)
         if pattern is not None and wanted > pattern.groups:
             raise Unsupported(f"replacement to {to!r} refers to group {wanted}, and from "
