@@ -1,11 +1,10 @@
 """The traffic policy's ``request-body-find-replace`` (``on_http_request``) and
 ``response-body-find-replace`` (``on_http_response``) actions: the body, read whole (up to
-``MAX_BODY``), has each of ``replacements`` applied in order
-(``from``: an RE2 regular expression on the body's bytes, matched in linear time: no
-pattern backtracks for ever on a hostile body; ``to``: its replacement with ``$1``/``${1}`` group
-references; both take ``${...}`` interpolations, literal text in ``from``: a request cannot
-inject a pattern; an empty or missing ``to`` deletes), and goes
-upstream with the new length. What matched is in
+``MAX_BODY``), has each of ``replacements`` applied in order (``from``: an RE2 regular
+expression on the body's bytes, matched in linear time: no pattern backtracks for ever on a
+hostile body; ``to``: its replacement with ``$1``/``${1}`` group references; both take
+``${...}`` interpolations, literal text in ``from``: a request cannot inject a pattern; an
+empty or missing ``to`` deletes), and goes upstream with the new length. What matched is in
 ``actions.ngrok.request_body_find_replace.replacements`` (``replacement_index``,
 ``matched_content``; ``response_body_find_replace`` for responses).
 
