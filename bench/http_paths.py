@@ -221,10 +221,7 @@ def paths(run: Run, tmp: Path, up: tuple[int, int], args: argparse.Namespace
     out["frp-tcp"], out["frp-http"] = frp(children, tmp, up[0])
     with server.client() as api:
         token = api.post("/credentials", json={"description": "http_paths"}).json()["token"]
-        r = api.post("/ssh_credentials", json={
-            "public_key": (ssh_dir / "id_ed25519.pub").read_text()})
-        if r.status_code != 201:
-            raise BenchError(f"POST /ssh_credentials: {r.status_code} {r.text}")
+        ssh.register(api)
     edge, sdk = server.proc.pid, Agent(children, "sdk", server, token)
     target = f"http://127.0.0.1:{up[0]}"
     tcp = port_of(sdk.bind("tcp", f"tcp://127.0.0.1:{up[0]}")[0])

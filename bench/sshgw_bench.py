@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import httpx  # noqa: E402
+
 from bench.api_bench import BenchError, note  # noqa: E402
 from bench.common import Children, bench_bulk, bench_main, edgeway_run  # noqa: E402
 from bench.common import parse_args as common_args  # noqa: E402
@@ -85,6 +87,13 @@ class OpenSsh:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation directory
         self.sshd = children.start("sshd", [SSHD, "-D", "-e", "-f", str(tmp / "sshd_config")])
         children.wait_port(self.sshd_port, "sshd")
+
+    def register(self, api: httpx.Client) -> None:
+        """The key pair's public key as an SSH credential of the server ``api`` reaches."""
+        r = api.post("/ssh_credentials", json={
+            "public_key": (self.tmp / "id_ed25519.pub").read_text()})
+        if r.status_code != 201:
+            raise BenchError(f"POST /ssh_credentials: {r.status_code} {r.text}")
 
     def command(self, port: int, *args: str) -> list[str]:
         out = ["ssh", "-F", "/dev/null", "-p", str(port), "-i", str(self.key),
@@ -137,10 +146,7 @@ def run(tmp: Path, args: argparse.Namespace, report: Report) -> None:
         ssh = OpenSsh(ssh_dir, children, args.cipher)
         with server.client() as api:
             token = api.post("/credentials", json={"description": "sshgw_bench"}).json()["token"]
-            r = api.post("/ssh_credentials", json={
-                "public_key": (ssh_dir / "id_ed25519.pub").read_text()})
-            if r.status_code != 201:
-                raise BenchError(f"POST /ssh_credentials: {r.status_code} {r.text}")
+            ssh.register(api)
         agent = Agent(children, "agent", server, token)
         edge = server.proc.pid
         # TCP bulk
