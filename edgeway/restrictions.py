@@ -97,12 +97,17 @@ class Restrictions:
             self._cached[kind] = (found, time.monotonic() + self.ttl)
         return True
 
+    def none(self, kind: str) -> bool:
+        """Known without a wait: no restriction of ``kind`` is in force (``refusing`` would
+        find none for any client). For the per-request check, without a coroutine."""
+        restrictions = self._cached.get(kind)
+        return restrictions is not None and not restrictions[0] \
+            and restrictions[1] > time.monotonic()
+
     async def refusing(self, kind: str, client: str | None) -> Restriction | None:
         """The enforced restriction of ``kind`` that refuses ``client``, if any; unenforced
         ones that would refuse it are logged (once a minute per restriction and address)."""
-        restrictions = self._cached.get(kind)
-        if restrictions is not None and not restrictions[0] \
-                and restrictions[1] > time.monotonic():
+        if self.none(kind):
             return None  # (the common case, without a coroutine switch)
         addr = address(client)
         for r in await self.of(kind):

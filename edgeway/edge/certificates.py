@@ -19,6 +19,7 @@ from edgeway.store.db import Database, DatabaseUnavailable
 from edgeway.store.repo import Repo
 
 TLS = catalog.BY_COLLECTION["tls_certificates"]
+CHALLENGES = b"/.well-known/acme-challenge/"  # (the router asks only for targets under it)
 CHALLENGE = re.compile(rb"/\.well-known/acme-challenge/([A-Za-z0-9_-]{16,128})")
 
 

@@ -140,6 +140,11 @@ class ClientWatch:
             parser.feed(data)
             taken += len(data)
 
+    def cancel(self) -> bool:
+        """Stop the timer; whether the watch had started (``await stop()`` then)."""
+        self._timer.cancel()
+        return self.task is not None
+
     async def stop(self) -> None:
         self._timer.cancel()
         task = self.task

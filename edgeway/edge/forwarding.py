@@ -45,7 +45,7 @@ class Forwarder:
 
     def __init__(self, pool: Pool, scheme: str) -> None:
         self.pool, self.scheme = pool, scheme
-
+        self.proto = scheme.encode()
 
     async def open(self, decision: Decision, peer: tuple[str, int]) -> Upstream:
         target = decision.target
@@ -66,18 +66,21 @@ class Forwarder:
 
     def request_head(self, x: Exchange, decision: Decision) -> bytes:
         req = x.req
+        headers = req.headers
+        names = h1.lowered(headers)  # (once: this runs per request)
         forwarded_for = b""
-        for name, value in req.headers:
-            if name.lower() == b"x-forwarded-for":
-                forwarded_for = value + b", "
-        out = [(k, v) for k, v in h1.end_to_end(req.headers) if k.lower() not in FORWARDED]
-        if h1.chunked(req.headers):
+        if b"x-forwarded-for" in names:
+            for (_, value), name in zip(headers, names, strict=True):
+                if name == b"x-forwarded-for":
+                    forwarded_for = value + b", "
+        out = h1.end_to_end(headers, drop=FORWARDED, names=names)
+        if b"transfer-encoding" in names and h1.chunked(headers):
             out.append((b"Transfer-Encoding", b"chunked"))
         if req.upgrade:
-            out += [(b"Connection", b"Upgrade"), (b"Upgrade", header(req.headers, b"upgrade"))]
+            out += [(b"Connection", b"Upgrade"), (b"Upgrade", header(headers, b"upgrade"))]
+        host = headers[names.index(b"host")][1] if b"host" in names else b""
         out += [(b"X-Forwarded-For", forwarded_for + x.ip.encode()),
-                (b"X-Forwarded-Proto", self.scheme.encode()),
-                (b"X-Forwarded-Host", header(req.headers, b"host"))]
+                (b"X-Forwarded-Proto", self.proto), (b"X-Forwarded-Host", host)]
         for hook in decision.plan.upstreams:
             out = hook.upstream(x, out)
         return h1.head(b"%b %b HTTP/1.1\r\n" % (req.method, req.target), out)
@@ -133,7 +136,8 @@ class Forwarder:
         body = watch = None
         try:
             try:
-                await upstream.pipe.write(head)
+                if not upstream.pipe.write_nowait(head):
+                    await upstream.pipe.write(head)
             except UpstreamGone as exc:
                 if retry or reused:
                     raise Retry from None
@@ -151,7 +155,7 @@ class Forwarder:
                                      if isinstance(target, Tunnel) else None).run()
             return keep
         finally:
-            if watch is not None:
+            if watch is not None and watch.cancel():
                 await watch.stop()
             if body is not None and not body.done():
                 body.cancel()

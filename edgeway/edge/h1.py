@@ -38,7 +38,10 @@ _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
 def header(headers: Headers, name: bytes) -> bytes:
     """The first value of header ``name`` (lower case), b"" if absent."""
-    return next((v for k, v in headers if k.lower() == name), b"")
+    for k, v in headers:  # (a loop, not next() over a generator: this runs per request)
+        if k.lower() == name:
+            return v
+    return b""
 
 
 class BadMessage(Exception):
@@ -97,17 +100,36 @@ def with_length(req: Request, length: int) -> Request:
                    body=length > 0)
 
 
-def connection_names(headers: Headers) -> set[bytes]:
-    """The header names the ``Connection`` headers name (lower case)."""
-    return {t.strip().lower() for k, v in headers if k.lower() == b"connection"
-            for t in v.split(b",")} - {b""}
+def connection_names(headers: Headers, names: list[bytes] | None = None) -> set[bytes]:
+    """The header names the ``Connection`` headers name (lower case); ``names``: the
+    headers' names in lower case, when the caller has them."""
+    names = names if names is not None else lowered(headers)
+    if b"connection" not in names:
+        return set()
+    return {t.strip().lower() for (_, v), n in zip(headers, names, strict=True)
+            if n == b"connection" for t in v.split(b",")} - {b""}
 
 
-def end_to_end(headers: Headers, keep: frozenset[bytes] = frozenset()) -> Headers:
+def lowered(headers: Headers) -> list[bytes]:
+    """The names of ``headers`` in lower case (once, for the checks of one message)."""
+    return [k.lower() for k, _ in headers]
+
+
+def end_to_end(headers: Headers, keep: frozenset[bytes] = frozenset(),
+               drop: frozenset[bytes] = frozenset(), names: list[bytes] | None = None
+               ) -> Headers:
     """``headers`` without the hop-by-hop ones (and those ``Connection`` names, but never a
-    framing header or ``Host``), except the names in ``keep``."""
-    drop = (HOP_BY_HOP | (connection_names(headers) - FRAMING)) - keep
-    return [(k, v) for k, v in headers if k.lower() not in drop]
+    framing header or ``Host``), except the names in ``keep``, and without the names in
+    ``drop``; ``names``: theirs in lower case, when the caller has them. A new list, which
+    the caller may change."""
+    names = names if names is not None else lowered(headers)
+    gone = HOP_BY_HOP | drop
+    if b"connection" in names:
+        gone = gone | (connection_names(headers, names) - FRAMING)
+    gone = gone - keep if keep else gone
+    if gone.isdisjoint(names):
+        return headers.copy()
+    return [h for h, n in zip(headers, names, strict=True) if n not in gone]
 
 
 def origin_form(target: bytes, headers: Headers) -> tuple[bytes, Headers]:
@@ -143,7 +165,9 @@ class ParserBase:
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._in_head:
-            self._grow(len(name) + len(value) + 4)
+            self._head_size += len(name) + len(value) + 4
+            if self._head_size > MAX_HEAD:
+                self._grow(0)  # (raises; inline otherwise: this runs per header)
             self._headers.append((name, value))
         else:
             self._trailers.append((name, value))
@@ -261,18 +285,24 @@ class RequestParser(ParserBase):
         self._in_head = False
         p, headers = self._p, self._headers
         http10 = p.get_http_version() == "1.0"
-        hosts = sum(1 for k, _ in headers if k.lower() == b"host")
+        names = lowered(headers)
+        hosts = names.count(b"host")
         if hosts > 1 or (hosts == 0 and not http10):
             raise BadMessage(400, "an HTTP/1.1 request carries exactly one Host header"
                              f" (this one has {hosts})")
-        framing = sorted(n.decode("latin-1") for n in connection_names(headers) & FRAMING)
-        if framing:
-            raise BadMessage(400, f"the Connection header names {', '.join(framing)}, which "
-                             "frames or routes the request and cannot be hop-by-hop")
-        target, headers = origin_form(self._url, headers)
+        if b"connection" in names:
+            framing = sorted(n.decode("latin-1")
+                             for n in connection_names(headers, names) & FRAMING)
+            if framing:
+                raise BadMessage(400, f"the Connection header names {', '.join(framing)}, "
+                                 "which frames or routes the request and cannot be "
+                                 "hop-by-hop")
+        url = self._url
+        target, headers = (url, headers) if url[:1] == b"/" else origin_form(url, headers)
+        body = (b"transfer-encoding" in names and chunked(headers)) or (
+            b"content-length" in names and bool(content_length(headers)))
         self._request = Request(p.get_method(), target, headers, http10,
-                                p.should_keep_alive(), p.should_upgrade(),
-                                chunked(headers) or bool(content_length(headers)))
+                                p.should_keep_alive(), p.should_upgrade(), body)
         self._events.append(self._request)
 
     def on_message_complete(self) -> None:

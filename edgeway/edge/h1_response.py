@@ -16,6 +16,7 @@ from edgeway.edge.h1 import (
     chunked,
     content_length,
     header,
+    lowered,
 )
 
 
@@ -105,8 +106,9 @@ class ResponseParser(ParserBase):
             keep = p.get_http_version() == "1.1" and b"close" not in tokens
         else:
             keep = p.should_keep_alive()
+        length = content_length(headers) if b"content-length" in lowered(headers) else None
         response = Response(status, self._reason, headers, keep and not informational,
-                            content_length(headers))
+                            length)
         if not informational:
             self._open = response
         self._events.append(response)

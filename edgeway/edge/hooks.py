@@ -81,7 +81,7 @@ class Services:
     guarded: Callable[[Any], bool] = lambda _tunnel: False
 
 
-@dataclass
+@dataclass(slots=True)
 class Exchange:
     """One request on its way through the hooks, and what they keep for its response."""
     req: Request

@@ -93,9 +93,11 @@ class HttpEdge:
                     return
                 if not isinstance(event, Request):
                     return  # the client closed, or was too slow
-                if self.restrictions is not None and await self.restrictions.refusing(
-                        "endpoints", peer[0]) is not None:  # (each request: one enforced
-                    # while a kept-alive connection is open applies to its next request)
+                restrictions = self.restrictions
+                if restrictions is not None and not restrictions.none("endpoints") and \
+                        await restrictions.refusing("endpoints", peer[0]) is not None:
+                    # (each request: one enforced while a kept-alive connection is open
+                    # applies to its next request)
                     await fixed(writer, event, page(403, "Forbidden", "Your IP address may "
                                                     "not access this site.", 4003), close=True)
                     return
@@ -126,7 +128,7 @@ class HttpEdge:
         request hooks run in order (``edge/pipeline.py``); the first verdict answers. Its
         traffic event, when subscribed, is queued once it is answered (or given up on)."""
         started = time.monotonic()
-        decision = await self._decide(req, peer, tls_edge)
+        decision = await self.router.http(req, peer[0], self.scheme, self.https_port, tls_edge)
         x = Exchange(req, peer[0], peer[1], self.scheme, self.services,
                      partial(read_body, parser, reader), writer.write)
         try:
@@ -218,7 +220,8 @@ class HttpEdge:
             except Retry:  # that tunnel's agent is gone: ask the router again, and answer
                 # what it says now (another tunnel, or its page when no backend is left:
                 # 4009)
-                decision = replace(await self._decide(x.req, peer, tls_edge), plan=plan)
+                decision = replace(await self.router.http(
+                    x.req, peer[0], self.scheme, self.https_port, tls_edge), plan=plan)
                 if isinstance(decision.target, Fixed) and decision.target.status == 404:
                     # the name's only tunnel vanished under this request: "agent lost", not
                     # "nothing bound"
@@ -226,7 +229,3 @@ class HttpEdge:
                     await bad_gateway(writer, x.req, "the tunnel's agent went away")
                     return False
         return False  # not reached: the last attempt does not retry
-
-    async def _decide(self, req: Request, peer: tuple[str, int], tls_edge: Edge | None
-                      ) -> Decision:
-        return await self.router.http(req, peer[0], self.scheme, self.https_port, tls_edge)

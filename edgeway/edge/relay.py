@@ -69,17 +69,19 @@ class Relay:
                 if len(self.out) >= FLUSH_AT:
                     await self._flush()
             elif isinstance(event, Response):
-                done = await self._head(event)
-                if done is not None:
-                    return done
+                if event.status == 101:
+                    return await self._switched(event)
+                self._head(event)
             elif isinstance(event, End):
                 return await self._end(event)
 
     async def _flush(self) -> None:
-        self.writer.write(self.out)
+        writer = self.writer
+        writer.write(self.out)
         self.out.clear()
         self.started = True
-        await self.writer.drain()
+        if must_drain(writer):
+            await writer.drain()
 
     async def _more(self) -> None:
         """Nothing more parsed: write what is gathered and read from the upstream."""
@@ -122,31 +124,35 @@ class Relay:
         await bad_gateway(writer, req, str(exc))
         return False, FAILED
 
-    async def _head(self, event: Response) -> Result | None:
-        """A response head: interim ones passed on, the final one through the hooks; a
-        result when the relay ends here (a 101)."""
+    async def _switched(self, event: Response) -> Result:
+        """A 101: the relay ends here, with a splice (or a 502 if nobody asked to upgrade)."""
         req = self.x.req
-        if self.observer is not None and (event.status >= 200 or event.status == 101):
+        if self.observer is not None:
             self.observer(req.method, req.target, event.status)
-        if event.status == 101 and req.upgrade:
+        if req.upgrade:
             self.x.status = 101
             await switch(self.parser, self.writer, self.reader, event, self.upstream, self.body)
             return False, DONE
-        if event.status == 101:  # to a request that did not ask to upgrade
-            outcome(self.x, self.plan, 502)
-            self.writer.write(self.out)
-            await bad_gateway(self.writer, req, "the upstream switched protocols unasked")
-            return False, FAILED
+        outcome(self.x, self.plan, 502)  # to a request that did not ask to upgrade
+        self.writer.write(self.out)
+        await bad_gateway(self.writer, req, "the upstream switched protocols unasked")
+        return False, FAILED
+
+    def _head(self, event: Response) -> None:
+        """A response head other than a 101: interim ones passed on, the final one through
+        the hooks."""
+        req = self.x.req
         if event.status < 200:  # 100 Continue, 103 Early Hints: not for HTTP/1.0
             if not req.http10:
                 self.out += h1.head(b"HTTP/1.1 %d %b\r\n" % (event.status, event.reason),
                                     h1.end_to_end(event.headers))
-            return None
+            return
+        if self.observer is not None:
+            self.observer(req.method, req.target, event.status)
         self.final = event
         outcome(self.x, self.plan, event.status)
         self.keep, self.framer, head = response_head(self.x, self.plan, event)
         self.out += head
-        return None
 
     async def _end(self, event: End) -> Result:
         if self.x.rewrite is not None:
@@ -155,8 +161,10 @@ class Relay:
         if self.x.gzip is not None:
             self.out += self.framer.data(self.x.gzip.end())
         self.out += self.framer.end(event.trailers)
-        self.writer.write(self.out)
-        await self.writer.drain()
+        writer = self.writer
+        writer.write(self.out)
+        if must_drain(writer):
+            await writer.drain()
         final, upstream = self.final, self.upstream
         reuse = final is not None and final.keep_alive and not upstream.ended
         if self.body is not None:
@@ -165,6 +173,14 @@ class Relay:
             except (UpstreamGone, TimeoutError, BadMessage):
                 return False, FAILED
         return self.keep, REUSE if reuse and upstream.parser.idle else DONE
+
+
+def must_drain(writer: asyncio.StreamWriter) -> bool:
+    """Whether ``writer.drain()`` has anything to wait for: the transport holds bytes it
+    could not send yet, or is closing (a lost client raises there). Per request, the
+    coroutines of a ``drain`` that returns at once cost more than this check."""
+    transport = writer.transport
+    return bool(transport.get_write_buffer_size()) or transport.is_closing()
 
 
 def response_head(x: Exchange, plan: Plan, resp: Response) -> tuple[bool, Framer, bytes]:

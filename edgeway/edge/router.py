@@ -219,9 +219,9 @@ class EdgeRouter:
         but the one that did is moving to another node (``Registry.moved``), the request
         waits for it to be bound again, as long as it is expected."""
         decision = await self._http(req, ip, scheme, https_port, tls_edge)
-        loop = asyncio.get_running_loop()
         while decision.missing is not None:
-            left = self.registry.until_back(decision.missing) - loop.time()
+            left = self.registry.until_back(decision.missing) - \
+                asyncio.get_running_loop().time()
             if left <= 0:
                 break
             await self.registry.change(left)
@@ -236,10 +236,11 @@ class EdgeRouter:
         if self.bounce is not None and scheme == "https" \
                 and (bounced := self.bounce(req, host)) is not None:
             return Decision(bounced)
-        if scheme == "http" and (acme := await certificates.http01(
-                self.db, req.method, req.target)) is not None:
+        if scheme == "http" and req.target.startswith(certificates.CHALLENGES) and (
+                acme := await certificates.http01(self.db, req.method, req.target)
+        ) is not None:
             return Decision(acme)  # a CA validating a certificate order: before any tunnel
-        snap = await self.current()
+        snap = await self.current() if self._reload.stale else self.snapshot
         if host in snap.banned:
             return Decision(page(403, "Taken down", f"{host} was taken down after a report of "
                                  "abuse.", 4018))

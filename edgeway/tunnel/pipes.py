@@ -36,6 +36,11 @@ class Pipe:
     async def write(self, data: bytes) -> None:
         raise NotImplementedError
 
+    def write_nowait(self, data: bytes) -> bool:
+        """``write`` when it need not wait (no coroutine, for the per-request head): True if
+        ``data`` went; False if nothing was written (``await write(data)`` then)."""
+        return False
+
     async def write_eof(self) -> None:
         raise NotImplementedError
 
@@ -69,6 +74,16 @@ class StreamPipe(Pipe):
             await self.stream.write(data)
         except (StreamClosed, StreamError) as exc:
             raise UpstreamGone(f"the agent closed the stream ({exc})") from None
+
+    def write_nowait(self, data: bytes) -> bool:
+        stream = self.stream
+        if not stream.writable():
+            return False
+        try:
+            stream.send_nowait(data)
+        except (StreamClosed, StreamError) as exc:
+            raise UpstreamGone(f"the agent closed the stream ({exc})") from None
+        return True
 
     async def write_eof(self) -> None:
         with contextlib.suppress(StreamClosed, StreamError):

@@ -1,0 +1,139 @@
+"""Two (or more) source trees of Edgeway side by side on the HTTP path: each tree's ``edgeway
+serve`` (started from that tree, ``subprocess``, as users start it) with an SDK agent forwarding
+a plain-HTTP endpoint to the same 13-byte Node upstream, wrk at ``--connections`` in interleaved
+rounds, and per tree the medians of requests/s, the server's CPU per request and its system
+calls and context switches per request. For weighing a change to the hot path against the
+commit before it on the same machine at the same time, where a lone run's figures drift with
+the host's load.
+
+Run from the repository root:
+    git worktree add /tmp/before HEAD~1
+    python -m bench.http_ab --tree before=/tmp/before --tree after=. [--kind http-modules]
+
+Pinned like ``http_paths`` (server side on the last CPU, wrk on the first). Needs wrk, Node and
+the SDK as ``edge_bench`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+os.environ["EDGEWAY_TEST_FORK"] = "0"  # each tree's own server process, not a fork of ours
+
+from bench.api_bench import parse_wrk, pin  # noqa: E402
+from bench.common import Children  # noqa: E402
+from bench.edge_bench import Agent, upstream  # noqa: E402
+from tests.server import Server, start  # noqa: E402
+
+
+def _proc(pid: int) -> tuple[float, int, int, int]:
+    """(CPU seconds, read and write system calls, context switches) of process ``pid``."""
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    status = dict(line.split(":\t") for line in
+                  Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    switches = int(status["voluntary_ctxt_switches"]) + int(
+        status["nonvoluntary_ctxt_switches"])
+    return cpu, int(io["syscr"]), int(io["syscw"]), switches
+
+
+@dataclass
+class Tree:
+    name: str
+    path: Path
+    server: Server | None = None
+    host: str = ""
+    rows: list[tuple[float, float, float, float, float]] = field(default_factory=list)
+
+
+def serve(tree: Tree, tmp: Path, children: Children, up: int, kind: str,
+          cpus: set[int] | None) -> None:
+    here = Path.cwd()
+    os.chdir(tmp)  # (``python -m edgeway`` must not find the repository's package first)
+    try:
+        tree.server = start(tmp / tree.name, env={"PYTHONPATH": str(tree.path.resolve())})
+    finally:
+        os.chdir(here)
+    pin(tree.server.proc.pid, cpus)
+    with tree.server.client() as api:
+        token = api.post("/credentials", json={"description": tree.name}).json()["token"]
+    agent = Agent(children, f"agent-{tree.name}", tree.server, token)
+    url = agent.bind(kind, f"http://127.0.0.1:{up}")[0]
+    tree.host = url.split("://", 1)[1].split("/", 1)[0]
+
+
+def measure(tree: Tree, args: argparse.Namespace, warm: bool) -> None:
+    assert tree.server is not None
+    pid, port = tree.server.proc.pid, tree.server.http_port
+    seconds = args.warmup if warm else args.duration
+    cmd = ["wrk", f"-t{1 if args.connections == 1 else 2}", f"-c{args.connections}",
+           f"-d{seconds}s", "--latency", "-H", f"Host: {tree.host}",
+           f"http://127.0.0.1:{port}/"]
+    before = _proc(pid)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                         preexec_fn=(lambda: os.sched_setaffinity(0, args.wrk_cpus))
+                         if args.wrk_cpus else None).stdout
+    after = _proc(pid)
+    if warm:
+        return
+    result, n = parse_wrk(out)
+    cpu, reads, writes, switches = (b - a for a, b in zip(before, after, strict=True))
+    tree.rows.append((result.rps, cpu / n * 1e6, reads / n, writes / n, switches / n))
+    print(f"  {tree.name}: {result.rps:,.0f} req/s, {cpu / n * 1e6:.1f} µs/req, "
+          f"{reads / n:.2f} reads + {writes / n:.2f} writes, {switches / n:.2f} switches "
+          f"per request", flush=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tree", action="append", required=True, help="NAME=PATH, two or more")
+    p.add_argument("--kind", default="http", help="http or http-modules (edge_bench's AGENT)")
+    p.add_argument("--connections", type=int, default=64)
+    p.add_argument("--duration", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=5)
+    args = p.parse_args()
+    trees = [Tree(n, Path(v)) for n, _, v in (t.partition("=") for t in args.tree)]
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpus = {cpus[-1]} if len(cpus) > 1 else None
+    args.wrk_cpus = {cpus[0]} if len(cpus) > 1 else None
+    with tempfile.TemporaryDirectory(prefix="edgeway-http-ab-") as name:
+        tmp = Path(name)
+        children = Children(tmp, server_cpus)
+        try:
+            up, _ = upstream(children, "http")
+            for tree in trees:
+                serve(tree, tmp, children, up, args.kind, server_cpus)
+                measure(tree, args, warm=True)
+            for r in range(args.rounds):
+                print(f"round {r + 1}", flush=True)
+                for tree in trees if r % 2 == 0 else trees[::-1]:
+                    measure(tree, args, warm=False)
+        finally:
+            children.stop_all()
+            for tree in trees:
+                if tree.server is not None:
+                    tree.server.stop()
+    print(f"\nmedians of {args.rounds} rounds, -c{args.connections}, {args.kind}:\n")
+    print("| tree | req/s | server µs/req | reads/req | writes/req | switches/req |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for tree in trees:
+        cols = [statistics.median(c) for c in zip(*tree.rows, strict=True)]
+        print(f"| {tree.name} | {cols[0]:,.0f} | {cols[1]:.1f} | {cols[2]:.2f} | "
+              f"{cols[3]:.2f} | {cols[4]:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
