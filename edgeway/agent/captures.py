@@ -9,6 +9,7 @@ request and when its response end. Bodies are kept up to ``BODY_CAP`` bytes per 
 from __future__ import annotations
 
 import base64
+import functools
 import re
 import secrets
 import time
@@ -26,6 +27,7 @@ OVERHEAD = 512  # what an exchange weighs beyond its raw bytes (id, parsed heade
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
+@functools.lru_cache(maxsize=1024)  # (names repeat: this runs for every header the tap sees)
 def canonical(name: str) -> str:
     """Go's canonical header case (content-type: Content-Type); odd names as they are."""
     if not _TOKEN.fullmatch(name):
@@ -53,6 +55,23 @@ class Message:
                 "raw": base64.b64encode(self.raw).decode(), "truncated": self.truncated}
 
 
+class _Ids:
+    """Request ids (``req_`` and 20 random hex digits), drawn from the system's randomness
+    256 at a time rather than with a system call each."""
+
+    def __init__(self) -> None:
+        self._pool, self._at = b"", 0
+
+    def __call__(self) -> str:
+        if self._at >= len(self._pool):
+            self._pool, self._at = secrets.token_bytes(10 * 256), 0
+        at, self._at = self._at, self._at + 10
+        return "req_" + self._pool[at:at + 10].hex()
+
+
+new_id = _Ids()
+
+
 @dataclass
 class Exchange:
     tunnel_name: str
@@ -60,7 +79,7 @@ class Exchange:
     request: Message
     start: float = field(default_factory=time.time)  # wall clock, first byte of the request
     began: int = field(default_factory=time.monotonic_ns)  # the same instant, for duration
-    id: str = field(default_factory=lambda: "req_" + secrets.token_hex(10))
+    id: str = field(default_factory=new_id)
     response: Message | None = None  # None while pending
     duration: int = 0  # ns, request start to response end
     size: int = 0  # the weight the store counted

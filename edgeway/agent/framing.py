@@ -14,9 +14,9 @@ head is complete, then the body as it passes.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import httptools
@@ -33,6 +33,10 @@ HEAD_MAX = 64 * 1024  # a longer head (or more bytes held during an upgrade) sto
 LINE_MAX = 4096  # chunk-size and trailer lines
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
 HEAD, LENGTH, SIZE, DATA, TRAILER, CLOSE, HOLD = range(7)
+# what the tap itself reads of a head: all a side keeps when nothing is captured, read from
+# the head's bytes (llhttp checked its syntax) rather than through a callback per header
+_FRAMING = re.compile(rb"\r\n(content-length|transfer-encoding|connection|upgrade)[ \t]*:"
+                      rb"[ \t]*([^\r\n]*?)[ \t]*(?=\r\n)", re.IGNORECASE)
 
 
 def with_host(head: bytes, host: str) -> bytes:
@@ -61,6 +65,12 @@ class Side:
         self.began = (0.0, 0)
         self.host = tap.host if request else ""  # the Host to send, when the agent sets it
         self.out = bytearray()  # with ``host``: the bytes to forward
+        # nothing is captured nor rewritten: no raw bytes kept, only the framing headers
+        self.light = tap.store is None and not self.host
+        self._calls: object = self if not self.light else SimpleNamespace(
+            on_url=self.on_url, on_status=self.on_status,  # (no on_header: none is called)
+            on_headers_complete=self.on_headers_complete,
+            on_message_complete=self.on_message_complete)
 
     def on_url(self, url: bytes) -> None:
         self.msg.uri += url.decode("latin-1")
@@ -99,9 +109,9 @@ class Side:
                 self._body(view[pos:])
                 return
             else:
-                pos = self._line(view, pos)
+                pos = self._line(data, view, pos)
 
-    def _line(self, view: memoryview, pos: int) -> int:
+    def _line(self, data: bytes, view: memoryview, pos: int) -> int:
         """The head, chunk-size and trailer states: read up to the end mark."""
         if self.state == HEAD and not self.buf:
             while pos < len(view) and view[pos] in b"\r\n":  # empty lines between messages
@@ -111,17 +121,22 @@ class Side:
             self._begin()
         mark, limit = (b"\r\n\r\n", HEAD_MAX) if self.state == HEAD else (b"\r\n", LINE_MAX)
         old = len(self.buf)
-        self.buf += view[pos:pos + limit + len(mark) - old]
-        at = self.buf.find(mark, max(0, old - len(mark) + 1))
-        if self.state == HEAD and at < 0:
-            self.parser.feed_data(self.buf[old:])  # so that garbage shows at once
-        if at < 0:
-            if len(self.buf) > limit:
-                raise Stop("head or line too long")
-            return len(view)
-        stop = at + len(mark)
-        line = bytes(self.buf[:stop])
-        self.buf.clear()
+        at = data.find(mark, pos, pos + limit + len(mark)) if not old else -1
+        if at >= 0:  # the whole of it in this piece (the common case): no copy through buf
+            stop = at + len(mark) - pos
+            line = data[pos:at + len(mark)]
+        else:
+            self.buf += view[pos:pos + limit + len(mark) - old]
+            at = self.buf.find(mark, max(0, old - len(mark) + 1))
+            if self.state == HEAD and at < 0:
+                self.parser.feed_data(self.buf[old:])  # so that garbage shows at once
+            if at < 0:
+                if len(self.buf) > limit:
+                    raise Stop("head or line too long")
+                return len(view)
+            stop = at + len(mark)
+            line = bytes(self.buf[:stop])
+            self.buf.clear()
         if self.state == HEAD:
             self._head(line, line[old:])
         else:
@@ -139,7 +154,7 @@ class Side:
 
     def _body(self, piece: memoryview | bytes) -> None:
         msg = self.msg
-        if msg.body < BODY_CAP:
+        if msg.body < BODY_CAP and not self.light:
             msg.raw += piece[:BODY_CAP - msg.body]
         msg.body += len(piece)
         if self.host:
@@ -152,16 +167,23 @@ class Side:
         self.msg = Message(bytearray())
         self.headers_done = self.complete = False
         self.parser = (httptools.HttpRequestParser if self.request
-                       else httptools.HttpResponseParser)(self)
+                       else httptools.HttpResponseParser)(self._calls)
 
     def _head(self, head: bytes, rest: bytes) -> None:
         """The head is complete: ``rest`` is the part of it the parser has not seen."""
         msg, parser = self.msg, self.parser
-        msg.raw += with_host(head, self.host) if self.host else head
-        with contextlib.suppress(httptools.HttpParserError, httptools.HttpParserUpgrade):
+        if not self.light:
+            msg.raw += with_host(head, self.host) if self.host else head
+        try:  # noqa: SIM105 (contextlib.suppress: a context manager per message costs more)
             parser.feed_data(rest)  # (past the head's end, llhttp only pauses)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            pass
         if not self.headers_done:
             raise Stop("not an HTTP head")
+        if self.light:
+            for name, value in _FRAMING.findall(head):
+                msg.headers.setdefault(canonical(name.decode("latin-1")), []).append(
+                    value.decode("latin-1"))
         if self.host:
             self.out += msg.raw
         msg.proto = "HTTP/" + parser.get_http_version()
@@ -173,8 +195,11 @@ class Side:
             if self.tap.response_head(msg):  # no body
                 self._end()
                 return
-        coding = ",".join(msg.headers.get("Transfer-Encoding", ())).lower()
-        lengths = {v.strip() for v in ",".join(msg.headers.get("Content-Length", ())).split(",")}
+        headers = msg.headers
+        coding = ",".join(headers["Transfer-Encoding"]).lower() \
+            if "Transfer-Encoding" in headers else ""
+        lengths = {v.strip() for v in ",".join(headers["Content-Length"]).split(",")} \
+            if "Content-Length" in headers else {""}
         if coding:
             if coding.rsplit(",", 1)[-1].strip() == "chunked":
                 self.state = SIZE

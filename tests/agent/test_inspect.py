@@ -171,6 +171,39 @@ def test_bodies_are_kept_up_to_the_cap() -> None:
     assert raw(got[1]["request"]) == GET  # the count went on past the cap
 
 
+HEAD_ = b"HEAD /h HTTP/1.1\r\nHost: h\r\n\r\n"
+HEAD_OK = b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n"  # no body follows
+
+
+@pytest.mark.parametrize("seed", [None, *range(20)])
+def test_without_captures_the_tap_frames_the_same_and_keeps_no_bytes(seed: int | None) -> None:
+    """Inspection off (no store, no Host rewrite): the tap only frames exchanges for the
+    request metrics and the console. It keeps no raw bytes and no header but the framing
+    ones, and sees the same exchanges, in order, as with captures."""
+    script = [(">", CHUNKED + GET + POST), ("<", CHUNKED_OK + OK + GONE), (">", HEAD_),
+              ("<", HEAD_OK), (">", WS + GET), ("<", b"HTTP/1.1 426 No\r\nContent-Length:"
+                                                    b" 0\r\n\r\n" + OK)]
+    rng = None if seed is None else random.Random(seed)
+    done: list[Exchange] = []
+    light = Tap(None, "web", "203.0.113.7:4321", done=done.append)
+    for way, data in script:
+        for piece in pieces(data, rng):
+            (light.request if way == ">" else light.response)(piece)
+    _, captured = play(script)
+    assert not light.stopped
+    seen = [(ex.request.method, ex.request.uri, ex.response.status_code if ex.response else 0)
+            for ex in done]
+    assert seen == [(c["request"]["method"], c["request"]["uri"],
+                     c["response"]["status_code"]) for c in captured]
+    assert seen[:4] == [("POST", "/up", 200), ("GET", "/a?x=1", 200), ("POST", "/b", 404),
+                        ("HEAD", "/h", 200)]
+    assert all(not ex.request.raw and ex.response is not None and not ex.response.raw
+               for ex in done)
+    assert set(done[1].request.headers) == set() and set(done[1].response.headers) == {
+        "Content-Length"}
+    assert done[-2].request.headers == {"Connection": ["Upgrade"], "Upgrade": ["websocket"]}
+
+
 def exchange(size: int, tunnel: str = "t") -> Exchange:
     return Exchange(tunnel, "", Message(bytearray(size)))
 
