@@ -31,6 +31,7 @@ from edgeway.tunnel.muxado.core import WINDOW
 from edgeway.tunnel.muxado.events import ConnectionLost, StreamOpened
 from edgeway.tunnel.muxado.frames import ErrorCode
 from edgeway.tunnel.muxado.session import Session
+from edgeway.tunnel.muxado.transport import abort
 from edgeway.tunnel.server import TunnelServer
 from tests.edge.tls_upstream import localhost_contexts
 from tests.server import Server
@@ -98,7 +99,7 @@ def test_an_ended_connection_is_freed_without_the_cycle_collector(tmp_path: Path
             # A failure must not leave a TLS transport open: closing a uvloop loop that
             # still has one can block for good (a stress run hung there).
             for writer in writers:
-                writer.transport.abort()
+                abort(writer.transport)
             server.close()
     run(main, loop)
 

@@ -39,7 +39,7 @@ from edgeway.tunnel.muxado.events import (
 from edgeway.tunnel.muxado.frames import ErrorCode
 from edgeway.tunnel.muxado.session import Session
 from edgeway.tunnel.muxado.stream import MuxStream
-from edgeway.tunnel.muxado.transport import adopt, quickack, records, tcp_fd
+from edgeway.tunnel.muxado.transport import abort, adopt, quickack, records, tcp_fd
 
 BACKLOG = 1 << 20  # data queued for one write of the connection, beyond which writers wait
 LINGER = 5.0  # seconds a reset stream is counted as open (the peer may still hold it)
@@ -350,4 +350,4 @@ class MuxConnection:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._gone), 1)
         finally:
-            self._transport.abort()
+            abort(self._transport)

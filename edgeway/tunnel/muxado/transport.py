@@ -5,6 +5,7 @@ quick-acks on the descriptor itself (``quickack``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import socket
@@ -26,6 +27,14 @@ def tcp_fd(writer: asyncio.StreamWriter) -> int:
             or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return -1
     return int(sock.fileno())
+
+
+def abort(transport: asyncio.WriteTransport) -> None:
+    """``transport.abort()``, also on a TLS transport of the standard event loop whose
+    connection is already lost: CPython 3.11.2 (Debian 12's) then raises ``AttributeError``
+    (its TLS transport has dropped its protocol; later 3.11 releases check for that)."""
+    with contextlib.suppress(AttributeError):
+        transport.abort()
 
 
 def quickack(fd: int) -> None:
