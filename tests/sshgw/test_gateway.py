@@ -206,3 +206,24 @@ def test_a_tunnel_group_route_reaches_an_ssh_tunnel_by_label(server: Server, use
         assert len(shown["tunnels"]) == 1
         wrong = user.start(f"0:localhost:{service}", command=["http", "--label=app=other"])
         assert wrong.exited() == 1 and "does not allow the labels" in wrong.stderr()
+
+
+def test_ciphers_cheap_per_packet_are_negotiated_and_chacha20_is_not_offered(
+        server: Server, user: SshUser, service: int) -> None:
+    """OpenSSH's default order (chacha20-poly1305 first) meets a gateway that does not offer
+    it: AES-CTR with HMAC-SHA2-256-ETM; a client asking for AES-GCM gets it; a client that
+    only takes chacha20-poly1305 (its per-packet cost here is six times AES-GCM's) is
+    refused in the key exchange, with OpenSSH's own message."""
+    with server.client() as api:
+        user.credential(api)
+    for options, cipher in (((), "aes128-ctr MAC: hmac-sha2-256-etm@openssh.com"),
+                            (("-c", "aes128-gcm@openssh.com"), "aes128-gcm@openssh.com")):
+        ssh = user.start(f"0:localhost:{service}", command=["http"], options=("-v", *options))
+        [url] = ssh.urls()
+        r = _public(server, url, "/cipher")
+        assert (r.status_code, r.text) == (200, "svc /cipher")
+        assert f"kex: server->client cipher: {cipher}" in ssh.stderr()
+        ssh.stop()
+    refused = user.start("0:localhost:1", command=["http"],
+                         options=("-c", "chacha20-poly1305@openssh.com"))
+    assert refused.exited() == 255 and "no matching cipher found" in refused.stderr()
