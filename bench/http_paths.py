@@ -18,6 +18,8 @@ other, medians of ``--rounds`` interleaved rounds (each round runs every path on
 For each: requests/s at 1 and 64 connections, p50 and p99, and at 64 connections the CPU
 time per request of the path's own processes (its server, and its agent or client: ``serve``
 + SDK, sshd's session + ``ssh``, ``frps`` + ``frpc``, nginx), then the ratios and targets.
+Then TCP bulk each way (``--bulk-mib``, best of ``--repeat``) to a Node bulk upstream:
+direct, through frp's tcp proxy and through an Edgeway TCP tunnel with the SDK agent.
 
 Run from the repository root:  python -m bench.http_paths [--quick] [--rounds N] [--duration S]
 Needs wrk, nginx (``apt-get install wrk nginx-light``), Node, ``ssh`` and ``/usr/sbin/sshd``,
@@ -48,7 +50,7 @@ if str(ROOT) not in sys.path:
 import httpx  # noqa: E402
 
 from bench.api_bench import BenchError, note, parse_wrk, pin  # noqa: E402
-from bench.common import Children, Run, edgeway_run  # noqa: E402
+from bench.common import Bulk, Children, Run, bench_bulk, edgeway_run  # noqa: E402
 from bench.edge_bench import Agent, cpu_split, port_of, probe, upstream  # noqa: E402
 from bench.sshgw_bench import SSHD, OpenSsh, gateway_tunnel, openssh_forward, session_pid  # noqa: E402
 from tests.server import free_port  # noqa: E402
@@ -82,6 +84,7 @@ class Row:
 class Report:
     rows: dict[tuple[str, int], list[Row]] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
+    bulk: Bulk = field(default_factory=dict)  # (path, up|down) -> (MB/s, front busy)
 
     def median(self, path: str, conns: int) -> Row | None:
         runs = self.rows.get((path, conns))
@@ -121,10 +124,11 @@ def frp_binaries() -> tuple[Path, Path]:
     return frps, frpc
 
 
-def frp(children: Children, tmp: Path, up: int) -> tuple[Way, Way]:
-    """frps and one frpc with a tcp and an http proxy to ``up``."""
+def frp(children: Children, tmp: Path, up: int, bulk: int) -> tuple[Way, Way, int]:
+    """frps and one frpc with a tcp and an http proxy to ``up`` and a tcp proxy to ``bulk``
+    (its public port is the third value)."""
     frps, frpc = frp_binaries()
-    control, vhost, remote = free_port(), free_port(), free_port()
+    control, vhost, remote, bulk_remote = free_port(), free_port(), free_port(), free_port()
     (tmp / "frps.toml").write_text(f'bindAddr = "127.0.0.1"\nbindPort = {control}\n'
                                    f"vhostHTTPPort = {vhost}\n")
     (tmp / "frpc.toml").write_text(
@@ -132,14 +136,18 @@ def frp(children: Children, tmp: Path, up: int) -> tuple[Way, Way]:
         f'[[proxies]]\nname = "tcp"\ntype = "tcp"\nlocalIP = "127.0.0.1"\nlocalPort = {up}\n'
         f"remotePort = {remote}\n"
         f'[[proxies]]\nname = "web"\ntype = "http"\nlocalIP = "127.0.0.1"\nlocalPort = {up}\n'
-        f'customDomains = ["{HOST}"]\n')
+        f'customDomains = ["{HOST}"]\n'
+        f'[[proxies]]\nname = "bulk"\ntype = "tcp"\nlocalIP = "127.0.0.1"\n'
+        f"localPort = {bulk}\nremotePort = {bulk_remote}\n")
     server = children.start("frps", [str(frps), "-c", str(tmp / "frps.toml")])
     children.wait_port(control, "frps", "frps")
     client = children.start("frpc", [str(frpc), "-c", str(tmp / "frpc.toml")])
     children.wait_port(remote, "frpc's tcp proxy", "frpc")
     web = Way(f"http://127.0.0.1:{vhost}/", HOST, [server.pid], [client.pid])
     wait_ok(web, "frp's http proxy")
-    return Way(f"http://127.0.0.1:{remote}/", None, [server.pid], [client.pid]), web
+    children.wait_port(bulk_remote, "frpc's bulk tcp proxy", "frpc")
+    return Way(f"http://127.0.0.1:{remote}/", None, [server.pid], [client.pid]), web, \
+        bulk_remote
 
 
 def nginx(children: Children, tmp: Path, up: int) -> Way:
@@ -207,8 +215,11 @@ def wait_ok(path: Way, what: str, timeout: float = 30) -> None:
 
 
 def paths(run: Run, tmp: Path, up: tuple[int, int], args: argparse.Namespace
-          ) -> dict[str, Way]:
+          ) -> tuple[dict[str, Way], dict[str, tuple[int, int]]]:
+    """The ways to the HTTP upstream ``up`` (port, pid); and to a bulk upstream: path ->
+    (port, the process in front of it)."""
     children = run.children
+    bulk_up, bulk_pid = upstream(children, "bulk")
     server = run.serve()
     out = {"direct": Way(f"http://127.0.0.1:{up[0]}/", None, [up[1]])}
     out["nginx"] = nginx(children, tmp, up[0])
@@ -218,7 +229,7 @@ def paths(run: Run, tmp: Path, up: tuple[int, int], args: argparse.Namespace
     port = openssh_forward(children, ssh, "ssh-openssh", up[0])
     client = children.procs["ssh-openssh"].pid
     out["openssh"] = Way(f"http://127.0.0.1:{port}/", None, [session_pid(ssh)], [client])
-    out["frp-tcp"], out["frp-http"] = frp(children, tmp, up[0])
+    out["frp-tcp"], out["frp-http"], frp_bulk = frp(children, tmp, up[0], bulk_up)
     with server.client() as api:
         token = api.post("/credentials", json={"description": "http_paths"}).json()["token"]
         ssh.register(api)
@@ -226,6 +237,8 @@ def paths(run: Run, tmp: Path, up: tuple[int, int], args: argparse.Namespace
     target = f"http://127.0.0.1:{up[0]}"
     tcp = port_of(sdk.bind("tcp", f"tcp://127.0.0.1:{up[0]}")[0])
     out["edgeway-tcp"] = Way(f"http://127.0.0.1:{tcp}/", None, [edge], [sdk.proc.pid])
+    bulk = {"direct": (bulk_up, bulk_pid), "frp-tcp": (frp_bulk, out["frp-tcp"].server[0]),
+            "edgeway-tcp": (port_of(sdk.bind("tcp", f"tcp://127.0.0.1:{bulk_up}")[0]), edge)}
     for kind, name in (("http", "edgeway-http"), ("http-modules", "edgeway-http-modules")):
         url = sdk.bind(kind, target)[0]
         out[name] = Way(f"http://127.0.0.1:{server.http_port}/", urlsplit(url).netloc,
@@ -239,7 +252,8 @@ def paths(run: Run, tmp: Path, up: tuple[int, int], args: argparse.Namespace
         wait_ok(path, name)
         for pid in path.server + path.agent:
             pin(pid, args.server_cpus)
-    return out
+    pin(bulk_pid, args.server_cpus)
+    return out, bulk
 
 
 # --- measuring --------------------------------------------------------------------------------
@@ -297,7 +311,15 @@ def print_report(report: Report) -> None:
               f"{many.agent_us:.0f}) |")
     print("\n'server' is the path's server process (edgeway serve, frps, sshd's session "
           "process, nginx; the upstream for direct),\n'agent' its client (the SDK agent, the "
-          "Edgeway agent, frpc, ssh).\n\nTargets:")
+          "Edgeway agent, frpc, ssh).")
+    if report.bulk:
+        print("\n| TCP bulk | direction | MB/s | x frp | front process busy |\n"
+              "|---|---|---:|---:|---:|")
+        for (path, way), (rate, busy) in report.bulk.items():
+            frp_rate = report.bulk.get(("frp-tcp", way), (0.0, 0.0))[0]
+            print(f"| {path} | {way} | {rate:,.0f} | "
+                  f"{rate / frp_rate if frp_rate else 0:.2f} | {busy:.0%} |")
+    print("\nTargets:")
     for line in targets(report):
         print(f"- {line}")
 
@@ -334,9 +356,15 @@ def targets(report: Report) -> list[str]:
         r = row.agent_us / sdk.agent_us if row and sdk and sdk.agent_us else None
         check(f"{name}: its agent's CPU per request <= {limit}x the SDK's", r,
               r <= limit if r is not None else None, f"{r:.2f}x" if r is not None else "")
-    r = ratio(m("edgeway-ssh", 64), m("edgeway-agent", 64))
-    check("the SSH gateway's HTTP path at 64 connections >= 0.8x the agent path", r,
+    r = ratio(m("edgeway-ssh", 64), m("edgeway-http", 64))
+    check("the SSH gateway's HTTP path at 64 connections >= 0.8x the SDK agent's path", r,
           r >= 0.8 if r is not None else None, f"{r:.2f}x" if r is not None else "")
+    for way in ("up", "down"):
+        ours, theirs = (report.bulk.get((p, way), (None, 0.0))[0]
+                        for p in ("edgeway-tcp", "frp-tcp"))
+        r = ours / theirs if ours and theirs else None
+        check(f"TCP bulk {way} through an SDK tunnel >= 1.0x frp's tcp proxy", r,
+              r >= 1.0 if r is not None else None, f"{r:.2f}x" if r is not None else "")
     return out
 
 
@@ -347,10 +375,12 @@ def main() -> int:
     p.add_argument("--duration", type=int, default=5, help="seconds per measured wrk run")
     p.add_argument("--warmup", type=int, default=2, help="seconds of warm-up per path")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
+    p.add_argument("--bulk-mib", type=int, default=512, help="MiB per TCP bulk run each way")
+    p.add_argument("--repeat", type=int, default=2, help="TCP bulk runs each way (the best)")
     p.add_argument("--quick", action="store_true", help="a smoke run: 1 round of 2 s")
     args = p.parse_args()
     if args.quick:
-        args.duration, args.warmup, args.rounds = 2, 1, 1
+        args.duration, args.warmup, args.rounds, args.bulk_mib = 2, 1, 1, 128
     missing = [t for t in ("wrk", "nginx", "node", "ssh") if shutil.which(t) is None]
     missing += [SSHD] if not Path(SSHD).exists() else []
     if missing:
@@ -368,7 +398,9 @@ def main() -> int:
             os.environ["XDG_STATE_HOME"] = str(tmp / "state")
             with edgeway_run(tmp, args) as run:
                 up = upstream(run.children, "http")
-                measure(report, paths(run, tmp, up, args), tmp, args)
+                ways, bulk = paths(run, tmp, up, args)
+                measure(report, ways, tmp, args)
+                bench_bulk(bulk, args, out=report.bulk)
     except (BenchError, httpx.HTTPError, OSError, subprocess.TimeoutExpired) as exc:
         print_report(report)
         note(f"\nBENCHMARK FAILED: {exc}")
