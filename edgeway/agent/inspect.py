@@ -30,6 +30,7 @@ from edgeway.agent.captures import Exchange, Message, Store
 from edgeway.agent.framing import CLOSE, HEAD, HOLD, Side, Stop
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
+from edgeway.tunnel.pipes import must_drain
 
 log = structlog.get_logger()
 
@@ -139,7 +140,8 @@ async def splice_tapped(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
 
     async def outbound() -> None:  # the service's answer, to the public client
         while data := await reader.read(65536):
-            await stream.write(data)
+            if not stream.send_nowait(data):  # (a coroutine only when it must wait)
+                await stream.drain()
             tap.response(data)
             if tap.host and (held := tap.take()):  # requests held for an upgrade's answer
                 writer.write(held)
@@ -163,7 +165,8 @@ async def splice_tapped(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
             else:
                 writer.write(data)
                 tap.request(data)
-            await writer.drain()
+            if must_drain(writer):
+                await writer.drain()
         if writer.can_write_eof():
             writer.write_eof()
         await pump

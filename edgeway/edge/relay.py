@@ -22,7 +22,7 @@ from edgeway.edge.hooks import Exchange
 from edgeway.edge.pages import page
 from edgeway.edge.pipeline import Plan
 from edgeway.edge.pool import Upstream
-from edgeway.tunnel.pipes import UpstreamGone, splice
+from edgeway.tunnel.pipes import UpstreamGone, must_drain, splice
 
 FLUSH_AT = 256 * 1024  # response bytes gathered before a write, when more are already here
 Result = tuple[bool, Fate]  # (keep the public connection, what became of the upstream)
@@ -173,14 +173,6 @@ class Relay:
             except (UpstreamGone, TimeoutError, BadMessage):
                 return False, FAILED
         return self.keep, REUSE if reuse and upstream.parser.idle else DONE
-
-
-def must_drain(writer: asyncio.StreamWriter) -> bool:
-    """Whether ``writer.drain()`` has anything to wait for: the transport holds bytes it
-    could not send yet, or is closing (a lost client raises there). Per request, the
-    coroutines of a ``drain`` that returns at once cost more than this check."""
-    transport = writer.transport
-    return bool(transport.get_write_buffer_size()) or transport.is_closing()
 
 
 def response_head(x: Exchange, plan: Plan, resp: Response) -> tuple[bool, Framer, bytes]:

@@ -29,6 +29,14 @@ class UpstreamGone(Exception):
     """The agent or the static backend went away."""
 
 
+def must_drain(writer: asyncio.StreamWriter) -> bool:
+    """Whether ``writer.drain()`` has anything to wait for: the transport holds bytes it
+    could not send yet, or is closing (a lost peer raises there). Per request, the
+    coroutines of a ``drain`` that returns at once cost more than this check."""
+    transport = writer.transport
+    return bool(transport.get_write_buffer_size()) or transport.is_closing()
+
+
 class Pipe:
     async def read(self) -> bytes:
         raise NotImplementedError

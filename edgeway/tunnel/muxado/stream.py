@@ -101,11 +101,16 @@ class MuxStream:
 
     async def write(self, data: bytes, *, eof: bool = False) -> None:
         if not self.send_nowait(data, eof=eof):
-            conn = self._conn
-            while conn.session.pending(self.id) > HIGH_WATER or conn.backlogged:
-                if self._error is not None:
-                    raise StreamClosed(self._error)
-                await self._wait(False)
+            await self.drain()
+
+    async def drain(self) -> None:
+        """Until no more than ``HIGH_WATER`` bytes wait for the peer's window and the
+        transport takes more (``write`` is ``send_nowait``, then this when it said so)."""
+        conn = self._conn
+        while conn.session.pending(self.id) > HIGH_WATER or conn.backlogged:
+            if self._error is not None:
+                raise StreamClosed(self._error)
+            await self._wait(False)
 
     def send_nowait(self, data: bytes, *, eof: bool = False) -> bool:
         """``write`` without waiting: False if more than ``HIGH_WATER`` bytes now wait for the
