@@ -9,6 +9,7 @@ the host's load.
 Run from the repository root:
     git worktree add /tmp/before HEAD~1
     python -m bench.http_ab --tree before=/tmp/before --tree after=. [--kind http-modules]
+    python -m bench.http_ab --tree pure=. --tree compiled=. --pure pure
 
 Pinned like ``http_paths`` (server side on the last CPU, wrk on the first). Needs wrk, Node and
 the SDK as ``edge_bench`` does.
@@ -52,6 +53,7 @@ def _proc(pid: int) -> tuple[float, int, int, int]:
 class Tree:
     name: str
     path: Path
+    pure: bool = False  # EDGEWAY_PURE=1: its protocol cores from source, not compiled
     server: Server | None = None
     host: str = ""
     rows: list[tuple[float, float, float, float, float]] = field(default_factory=list)
@@ -62,7 +64,8 @@ def serve(tree: Tree, tmp: Path, children: Children, up: int, kind: str,
     here = Path.cwd()
     os.chdir(tmp)  # (``python -m edgeway`` must not find the repository's package first)
     try:
-        tree.server = start(tmp / tree.name, env={"PYTHONPATH": str(tree.path.resolve())})
+        tree.server = start(tmp / tree.name, env={"PYTHONPATH": str(tree.path.resolve()),
+                                                  "EDGEWAY_PURE": "1" if tree.pure else ""})
     finally:
         os.chdir(here)
     pin(tree.server.proc.pid, cpus)
@@ -98,13 +101,16 @@ def measure(tree: Tree, args: argparse.Namespace, warm: bool) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tree", action="append", required=True, help="NAME=PATH, two or more")
+    p.add_argument("--pure", action="append", default=[],
+                   help="NAME of a tree to run with EDGEWAY_PURE=1 (its cores from source)")
     p.add_argument("--kind", default="http", help="http or http-modules (edge_bench's AGENT)")
     p.add_argument("--connections", type=int, default=64)
     p.add_argument("--duration", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
-    trees = [Tree(n, Path(v)) for n, _, v in (t.partition("=") for t in args.tree)]
+    trees = [Tree(n, Path(v), n in args.pure)
+             for n, _, v in (t.partition("=") for t in args.tree)]
     cpus = sorted(os.sched_getaffinity(0))
     server_cpus = {cpus[-1]} if len(cpus) > 1 else None
     args.wrk_cpus = {cpus[0]} if len(cpus) > 1 else None
