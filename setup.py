@@ -13,7 +13,9 @@ from typing import Any
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-MODULES: tuple[str, ...] = runpy.run_path("edgeway/native.py")["MODULES"]
+NATIVE = runpy.run_path("edgeway/native.py")
+MODULES: tuple[str, ...] = NATIVE["MODULES"]
+LIBRARY: str = NATIVE["LIBRARY"]
 
 
 def note(text: str) -> None:
@@ -43,7 +45,10 @@ def extensions() -> list[Any]:
         from mypyc.build import mypycify
         # (the build environment has none of the runtime dependencies: their types are
         # taken as unknown there, which compiles to plain Python calls into them)
-        return list(mypycify(["--ignore-missing-imports", *MODULES], opt_level="3"))
+        # (the shared library of the compiled modules inside the package, where the package's
+        # own path finds it, rather than a top-level module beside it)
+        return list(mypycify(["--ignore-missing-imports", *MODULES], opt_level="3",
+                             group_name=LIBRARY))
     except (Exception, SystemExit) as exc:  # (mypy missing, or a module it cannot check:
         note(f"mypyc cannot compile the modules ({type(exc).__name__}: {exc})")  # it exits)
         return []

@@ -35,6 +35,7 @@ MODULES = (
     "edgeway/tunnel/muxado/session.py",
     "edgeway/agent/framing.py",
 )
+LIBRARY = "edgeway.cores"  # mypyc's group: the shared library is edgeway/cores__mypyc.*.so
 SLACK = 2.0  # seconds a source may be newer than its extension (both written by one install)
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,7 +59,8 @@ def reason() -> str | None:
     if os.environ.get("EDGEWAY_PURE") == "1":
         return "EDGEWAY_PURE=1"
     built = [(path, extension(path)) for path in MODULES]
-    if not all(ext is not None for _, ext in built):
+    if not all(ext is not None for _, ext in built) or extension(
+            LIBRARY.replace(".", "/") + "__mypyc.py") is None:
         return "not compiled (no C compiler at install, or a partial build)"
     for path, ext in built:
         assert ext is not None

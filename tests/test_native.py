@@ -30,24 +30,30 @@ print("\\n".join(files))
 """
 
 
-def probe(cwd: Path, **env: str) -> tuple[str, list[str]]:
-    """(why the sources are used, or "None"; the files the cores were loaded from)."""
+def probe(cwd: Path, installed: bool = False, **env: str) -> tuple[str, list[str]]:
+    """(why the sources are used, or "None"; the files the cores were loaded from), in a
+    process importing edgeway from ``cwd``, or (``installed``) as installed, from anywhere."""
+    path = {} if installed else {"PYTHONPATH": str(cwd)}
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([sys.executable, "-c", PROBE], cwd=cwd, capture_output=True,
-                          text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(cwd), **env})
+                          text=True, timeout=60, env={**base, **path, **env})
     assert done.returncode == 0, done.stderr
     why, *files = done.stdout.splitlines()
     return why, files
 
 
-def test_an_install_with_a_compiler_compiles_every_core() -> None:
+def test_an_install_with_a_compiler_compiles_every_core(tmp_path: Path) -> None:
+    """As installed (the ``edgeway`` command runs from anywhere, not from the repository),
+    every core is the compiled one, their shared library found inside the package."""
     if os.environ.get("EDGEWAY_PURE") == "1" or shutil.which("cc") is None:
-        why, files = probe(ROOT)
+        why, files = probe(tmp_path, installed=True)
         assert all(f.endswith(".py") for f in files) and why != "None"
         return
     assert all(native.extension(p) is not None for p in native.MODULES), \
         "scripts/test installs edgeway with its compiled cores: some are missing"
-    why, files = probe(ROOT)
+    library = native.LIBRARY.replace(".", "/") + "__mypyc.py"
+    assert native.extension(library) is not None, "their shared library is in the package"
+    why, files = probe(tmp_path, installed=True)
     assert why == "None" and not any(f.endswith(".py") for f in files), (why, files)
 
 
@@ -60,8 +66,6 @@ def test_edgeway_pure_loads_the_sources() -> None:
 def test_a_source_edited_after_the_build_loads_every_core_from_source(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "edgeway", tmp_path / "edgeway",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    for extra in ROOT.glob("*__mypyc*"):  # (the compiled cores' shared library)
-        shutil.copy2(extra, tmp_path)
     edited = tmp_path / native.MODULES[-1]
     later = time.time() + 60
     os.utime(edited, (later, later))
