@@ -33,14 +33,13 @@ os.environ["EDGEWAY_TEST_FORK"] = "0"  # each tree's own server process, not a f
 
 from bench.api_bench import parse_wrk, pin  # noqa: E402
 from bench.common import Children  # noqa: E402
-from bench.edge_bench import Agent, upstream  # noqa: E402
+from bench.edge_bench import Agent, cpu_split, upstream  # noqa: E402
 from tests.server import Server, start  # noqa: E402
 
 
 def _proc(pid: int) -> tuple[float, int, int, int]:
     """(CPU seconds, read and write system calls, context switches) of process ``pid``."""
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    cpu = sum(cpu_split(pid))
     io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
     status = dict(line.split(":\t") for line in
                   Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)

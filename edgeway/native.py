@@ -94,9 +94,3 @@ def choose() -> None:
     PURE = reason()
     if PURE is not None and not any(isinstance(f, _Sources) for f in sys.meta_path):
         sys.meta_path.insert(0, _Sources())
-
-
-def compiled() -> bool:
-    """Whether the compiled modules are the ones in use."""
-    module = sys.modules.get(_name(MODULES[0]))
-    return module is not None and not str(module.__file__).endswith(".py")

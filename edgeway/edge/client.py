@@ -146,7 +146,7 @@ class ClientWatch:
         return self.task is not None
 
     async def stop(self) -> None:
-        self._timer.cancel()
+        """End the watch that had started (after ``cancel``)."""
         task = self.task
         if task is not None and not task.done():
             task.cancel()

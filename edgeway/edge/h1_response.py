@@ -16,7 +16,6 @@ from edgeway.edge.h1 import (
     chunked,
     content_length,
     header,
-    lowered,
 )
 
 
@@ -106,9 +105,8 @@ class ResponseParser(ParserBase):
             keep = p.get_http_version() == "1.1" and b"close" not in tokens
         else:
             keep = p.should_keep_alive()
-        length = content_length(headers) if b"content-length" in lowered(headers) else None
         response = Response(status, self._reason, headers, keep and not informational,
-                            length)
+                            content_length(headers))
         if not informational:
             self._open = response
         self._events.append(response)
