@@ -171,7 +171,7 @@ async def serve(cfg: ServerConfig) -> None:
         binder = tunnels.binder
         binder.edge_host, binder.tcp.edge_port = router.edge_host, router.edge_port
         binder.banned = binder.tcp.banned = router.banned
-        binder.check_bind, binder.tcp.admits = router.bind_refusal, router.tcp_admits
+        binder.check_bind, binder.tcp.connecting = router.bind_refusal, router.tcp_connection
         router.oauth_apps = cfg.settings.oauth_apps
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,
                                http_port, https_port, _logins(cfg, platform, https_port),

@@ -41,6 +41,28 @@ async def _reserved(repo: Repo, member: str, values: list[str],
     return out
 
 
+async def _tcp_cloud(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any]
+                     ) -> list[tuple[str, str]]:
+    """A TCP cloud endpoint's URL: a reserved address bound by no tunnel now, claimed as a
+    TCP edge claims it (an address is served by a TCP edge, a cloud endpoint or a tunnel, one
+    of them); the endpoint then refers to the address (which cannot be deleted under it)."""
+    hostport, port = str(doc.get("hostport", "")), str(doc.get("port", ""))
+    found = await repo.docs_where(catalog.BY_COLLECTION["reserved_addrs"], "addr", [hostport])
+    if not found:
+        raise Invalid("url", f"'{hostport}' is not a reserved address: reserve one (POST "
+                      "/reserved_addrs) and use its addr", 7105)
+    for tunnel_id, tunnel in await repo.all_docs(catalog.BY_COLLECTION["tunnels"]):
+        if tunnel.get("public_url") == f"tcp://{hostport}":
+            raise Conflict(f"The address '{hostport}' is bound by the tunnel '{tunnel_id}' "
+                           "now; stop that tunnel first.", 7122)
+    try:
+        await repo.claim(kind, id_, [f"hostport:{hostport}", f"{TCP_PORT}:{port}"])
+    except Claimed as c:
+        raise Conflict(f"The address '{hostport}' is already served by '{c.holder}'.",
+                       7122) from None
+    return [("tcp_addr_id", found[0][0])]
+
+
 async def _cloud(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any]) -> None:
     """A cloud endpoint's URL: on a reserved domain (or under a reserved wildcard one; an
     internal one, ``.internal``, needs none), held
@@ -67,8 +89,16 @@ async def bind(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any],
     domains and reserved addresses they name."""
     out: list[tuple[str, str]] = []
     if kind.collection == "endpoints":
-        if doc.get("type") == "cloud":
+        if doc.get("type") != "cloud":
+            return out
+        if doc.get("scheme") == "tcp":
+            out = await _tcp_cloud(repo, kind, id_, doc)
+        else:
             await _cloud(repo, kind, id_, doc)
+        addr = out[0][1] if out else None
+        if doc.get("tcp_addr_id") != addr:  # (shown as tcp_addr)
+            doc["tcp_addr_id"] = addr
+            await repo.replace(kind, id_, doc)
         return out
     for f in kind.fields:
         if f.claim is None:
@@ -93,7 +123,8 @@ async def bind(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any],
         except Claimed as c:
             what, _, value = c.claim.partition(":")
             if what == TCP_PORT:
-                raise Conflict(f"The port {value} is already served by the TCP edge "
+                holder = "cloud endpoint" if c.holder.startswith("ep_") else "TCP edge"
+                raise Conflict(f"The port {value} is already served by the {holder} "
                                f"'{c.holder}'.", 7122) from None
             raise Conflict(f"The {f.claim} '{value}' is already used by '{c.holder}'.",
                            7122) from None

@@ -8,8 +8,9 @@ from urllib.parse import urlsplit
 
 from edgeway.catalog import checks
 from edgeway.catalog.checks import internal
-from edgeway.catalog.model import Context, Field, Kind, Ref
-from edgeway.catalog.modules.policy import check_policy, modern
+from edgeway.catalog.model import Context, Field, Kind, Link, Ref
+from edgeway.catalog.modules import On
+from edgeway.catalog.modules.policy import check_policy, modern, parse
 from edgeway.errors import Invalid
 
 READ_ONLY = frozenset({"get", "list"})
@@ -57,15 +58,28 @@ TUNNELS = Kind(
 
 def _url(value: str, ctx: Context) -> str:
     """A cloud endpoint's URL: ``https://`` or ``http://`` and a host name, nothing else (an
-    internal one: one name ending in ``.internal``)."""
+    internal one: one name ending in ``.internal``); or ``tcp://`` and a reserved address's
+    host and port."""
     parts = urlsplit(value.strip())
-    if parts.scheme not in ("http", "https"):
-        raise Invalid("url", f"'{value}' must be an http:// or https:// URL: cloud endpoints "
-                      "serve HTTP here (TCP and TLS ones are not served)", 215)
+    if parts.scheme not in ("http", "https", "tcp"):
+        raise Invalid("url", f"'{value}' must be an http://, https:// or tcp:// URL (TLS cloud "
+                      "endpoints are not served here)", 215)
+    try:
+        port = parts.port
+    except ValueError:
+        raise Invalid("url", f"'{value}': its port is not a number from 1 to 65535",
+                      215) from None
     if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username \
-            or parts.port is not None:
-        raise Invalid("url", f"'{value}' must be a scheme and a host name only (no port, "
-                      "path, query or user)", 215)
+            or (port is not None) != (parts.scheme == "tcp"):
+        raise Invalid("url", f"'{value}' must be a scheme and a host name only (no port, path, "
+                      "query or user); a tcp:// one a reserved address, host and port "
+                      "(tcp://1.tcp.example.com:20001)", 215)
+    if parts.scheme == "tcp":
+        host = checks.host("url", parts.hostname or "")
+        if internal(host):
+            raise Invalid("url", f"'{value}': internal TCP endpoints are agents' binds here "
+                          "(tcp://db.internal:5432), not cloud endpoints", 215)
+        return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
     host = checks.domain_name("url", parts.hostname or "")  # (no wildcard)
     return f"{parts.scheme}://{host}"
 
@@ -74,8 +88,7 @@ def _policy(value: str, _ctx: Context) -> str:
     if not value.strip():
         raise Invalid("traffic_policy", "is required: the policy document, JSON or YAML (a "
                       "cloud endpoint does only what its policy says)", 215)
-    text = modern("traffic_policy", value, "route")
-    check_policy("traffic_policy", text, "route")
+    parse("traffic_policy", value)  # (its phases are checked with the URL: ``_check``)
     return value
 
 
@@ -91,6 +104,10 @@ def _check(doc: dict[str, Any], _ctx: Context) -> None:
         raise Invalid("type", "only cloud endpoints are created through the API; agent "
                       "endpoints come from agents' binds", 215)
     url = str(doc.get("url", ""))
+    on: On = "tcp_edge" if url.startswith("tcp://") else "route"
+    if "traffic_policy" in doc:
+        text = modern("traffic_policy", str(doc["traffic_policy"]), on)
+        check_policy("traffic_policy", text, on)
     want = ["internal"] if internal(urlsplit(url).hostname or "") else ["public"]
     if list(doc.get("bindings") or ["public"]) != want:
         raise Invalid("bindings", f"must be {want} for {url}: an internal endpoint's URL ends "
@@ -102,10 +119,15 @@ def _derive(doc: dict[str, Any], ctx: Context, old: dict[str, Any] | None) -> di
     """The members a cloud endpoint's URL gives; `updated_at` moves only when a member
     does (an empty update changes nothing)."""
     scheme, _, host = str(doc["url"]).partition("://")
-    port = 443 if scheme == "https" else 80  # (nominal, as edges' hostports: one claim)
+    if scheme == "tcp":
+        hostport = host
+        host, port = host.rpartition(":")[0].strip("[]"), int(host.rpartition(":")[2])
+    else:
+        port = 443 if scheme == "https" else 80  # (nominal, as edges' hostports: one claim)
+        hostport = f"{host}:{port}"
     out: dict[str, Any] = {
         "scheme": scheme, "proto": scheme, "host": host, "port": port,
-        "hostport": f"{host}:{port}", "public_url": doc["url"], "type": "cloud",
+        "hostport": hostport, "public_url": doc["url"], "type": "cloud",
         "region": ctx.settings.region}
     same = old is not None and all(doc.get(k) == old.get(k) for k in doc.keys() | old.keys()
                                    if k != "updated_at" and k not in out)
@@ -145,13 +167,19 @@ ENDPOINTS = Kind(
         Field("description", str, "description", update=True, default="", max_bytes=255),
         _out("domain", Ref | None, "reserved domain served"),
         _out("tcp_addr", Ref | None, "reserved address served"),
+        # (a TCP cloud endpoint's reserved address, set when its URL is claimed: shown as
+        # tcp_addr; the address cannot be deleted while the endpoint serves it)
+        Field("tcp_addr_id", str | None, "the reserved address a TCP cloud endpoint serves",
+              create="no", response=False, refs=lambda _v: [],
+              link=Link(("reserved_addrs",), "restrict", render_as="tcp_addr", code=7105)),
         _out("tunnel", Ref | None, "tunnel behind the endpoint"),
         _out("edge", Ref | None, "edge behind the endpoint"),
         _out("upstream_url", str, "where traffic is forwarded", ""),
         _out("upstream_protocol", str, "protocol towards the upstream", ""),
         Field("url", str, "the endpoint URL; a cloud endpoint's is https:// or http:// and a "
               "reserved domain (or a name under a reserved wildcard domain), or an internal "
-              "name (api.internal)", create="required",
+              "name (api.internal); or tcp:// and a reserved address (host:port)",
+              create="required",
               update=True, check=_url),
         _out("principal", Ref | None, "identity that created the endpoint"),
         Field("traffic_policy", str, "the traffic policy document (JSON or YAML) of a cloud "

@@ -59,6 +59,26 @@ class Takeover:
 Verdict = Fixed | Close | Takeover | None
 
 
+@dataclass(frozen=True)
+class Diverted:
+    """A TCP or TLS connection's verdict: a traffic policy's forward-internal sends it to the
+    internal TCP endpoint ``addr`` (``db.internal:5432``), whose live tunnel is ``target``
+    (None: nobody serves it, the connection is closed)."""
+    addr: str
+    target: Any
+
+
+# an internal TCP endpoint's address -> a live tunnel of it, or None (the router's registry)
+Inner = Callable[[str], Any]
+# a connection hook's verdict: refused (False), go on (True), or sent elsewhere
+Connect = bool | Diverted
+
+
+def nobody(_addr: str) -> None:
+    """``Inner`` where no internal endpoint is reachable."""
+    return None
+
+
 class Login(Protocol):
     """The gate that runs end-user logins (``edge.login.gate``), as a login hook calls it:
     its answer (a redirect to log in, a refusal) or the request to forward."""
@@ -130,7 +150,7 @@ class Hook:
         """Hooks it runs itself (a traffic policy's actions), for ``Plan.find``."""
         return ()
 
-    def connect(self, ip: str, port: int) -> bool:
+    def connect(self, ip: str, port: int, inner: Inner = nobody) -> Connect:
         return True
 
     def check(self, ip: str, headers: Headers) -> Fixed | None:
@@ -168,7 +188,7 @@ class Unenforced(Hook):
     name = "unenforced"
     what: str
 
-    def connect(self, ip: str, port: int) -> bool:
+    def connect(self, ip: str, port: int, inner: Inner = nobody) -> Connect:
         return False
 
     def check(self, ip: str, headers: Headers) -> Fixed | None:

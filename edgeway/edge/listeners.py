@@ -40,7 +40,7 @@ from edgeway.edge.modules.terminate_tls import TerminateTls
 from edgeway.edge.pool import Pool
 from edgeway.edge.router import EdgeRouter
 from edgeway.edge.snapshot import Edge, Snapshot
-from edgeway.edge.tcp_edges import TcpEdges, admits, forward
+from edgeway.edge.tcp_edges import TcpEdges, forward
 from edgeway.pki.platform_ca import EdgeCerts
 from edgeway.restrictions import Restrictions
 from edgeway.tunnel.registry import Tunnel
@@ -241,11 +241,15 @@ class PublicListeners:
         """A TLS tunnel's connection: passed through, or terminated here with the agent's
         certificate (and its client certificate check) when it asked for that."""
         tunnel = self.router.registry.pick(bound)
-        if tunnel is None or not self.router.tcp_admits(tunnel, peer[0], peer[1]):
+        target = self.router.tcp_connection(tunnel, peer[0], peer[1]) if tunnel else None
+        if tunnel is None or target is None:
             sock.close()  # (its traffic policy's on_tcp_connect refused it)
             return
         context = self._terminating(tunnel)
         reader, writer = await open_streams(sock, context)
+        if target is not tunnel:  # (forwarded to an internal TCP endpoint: its bytes)
+            await forward(reader, writer, peer, target, "tcp", "", False)
+            return
         await forward(reader, writer, peer, tunnel, "tls", "", context is None)
 
     def _terminating(self, tunnel: Tunnel) -> ssl.SSLContext | None:
@@ -279,10 +283,11 @@ class PublicListeners:
     async def _tls_edge(self, sock: socket.socket, peer: tuple[str, int], edge: Edge,
                         name: str) -> None:
         snap = self.router.snapshot
-        if not admits(edge, peer):
+        verdict = self.router.connection(edge.plan, *peer)
+        if verdict is False:
             sock.close()
             return
-        target = self.router.target(snap, edge.plan)
+        target = self.router.target(snap, edge.plan) if verdict is True else verdict
         terminate = (edge.doc.get("tls_termination") or {}).get("terminate_at") == "edge"
         options = edge.tls
         if options is None or (options.client_cas and not terminate):
@@ -292,4 +297,7 @@ class PublicListeners:
         context = self.certs.context(cert_name, False, options.client_cas,
                                      options.min_version) if terminate else None
         reader, writer = await open_streams(sock, context)
+        if verdict is not True:  # (forwarded to an internal TCP endpoint: its bytes)
+            await forward(reader, writer, peer, target, "tcp", "", False)
+            return
         await forward(reader, writer, peer, target, "tls", "tls", not terminate)

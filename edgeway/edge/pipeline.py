@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from edgeway.catalog.modules.policy import check_policy
 from edgeway.edge.h1 import Headers
-from edgeway.edge.hooks import Compiling, Hook, Rules, Unenforced, overrides
+from edgeway.edge.hooks import Compiling, Connect, Hook, Inner, Rules, Unenforced, nobody, overrides
 from edgeway.edge.login.providers import BY_SDK_NAME, PROVIDERS
 from edgeway.edge.modules import (
     basic_auth,
@@ -123,9 +123,14 @@ class Plan:
                 return refusal
         return None
 
-    def admits(self, ip: str, port: int) -> bool:
-        """A TCP or TLS connection from ``ip``:``port`` may go on."""
-        return all(hook.connect(ip, port) for hook in self.connects)
+    def connect(self, ip: str, port: int, inner: Inner = nobody) -> Connect:
+        """Whether a TCP or TLS connection from ``ip``:``port`` may go on, or where a traffic
+        policy's forward-internal sends it (``inner`` finds internal TCP endpoints)."""
+        for hook in self.connects:
+            verdict = hook.connect(ip, port, inner)
+            if verdict is not True:
+                return verdict
+        return True
 
 
 def compile_doc(doc: dict[str, Any], ctx: Compiling | None = None) -> Plan:

@@ -73,6 +73,7 @@ class Snapshot:
     cloud: dict[str, Cloud] = field(default_factory=dict)  # host -> cloud endpoint
     # internal (.internal) cloud endpoints, by host: reached through forward-internal only
     internal: dict[str, Cloud] = field(default_factory=dict)
+    tcp_cloud: dict[int, Cloud] = field(default_factory=dict)  # port -> TCP cloud endpoint
     backends: dict[str, Backend] = field(default_factory=dict)  # compiled, by id
     rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
     domains: set[str] = field(default_factory=set)  # reserved domain names
@@ -155,12 +156,16 @@ async def load(db: Database, breakers: Breakers | None = None,
                                                                        snap.secrets, own))))
     for id_, doc in await repo.claimants(catalog.BY_COLLECTION["endpoints"]):
         if doc.get("type") == "cloud":
-            text = modern("traffic_policy", str(doc.get("traffic_policy", "")), "route")
-            host = str(doc.get("host", ""))
-            where = snap.internal if internal(host) else snap.cloud
-            where[host] = Cloud(id_, str(doc.get("scheme", "")), pipeline.compile_doc(
+            scheme, host = str(doc.get("scheme", "")), str(doc.get("host", ""))
+            text = modern("traffic_policy", str(doc.get("traffic_policy", "")),
+                          "tcp_edge" if scheme == "tcp" else "route")
+            cloud = Cloud(id_, scheme, pipeline.compile_doc(
                 {"traffic_policy": {"value": text}},
                 Compiling(snap.rules, id_, snap.breakers, snap.secrets)))
+            if scheme == "tcp":
+                snap.tcp_cloud[int(doc.get("port") or 0)] = cloud
+            else:
+                (snap.internal if internal(host) else snap.cloud)[host] = cloud
     for collection in BACKEND_COLLECTIONS:
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
             snap.backends[id_] = compile_backend(collection, doc)

@@ -17,7 +17,7 @@ from edgeway.edge.backends import Static, Target
 from edgeway.edge.handover import behind
 from edgeway.edge.pages import Fixed
 from edgeway.edge.router import EdgeRouter
-from edgeway.edge.snapshot import Edge
+from edgeway.edge.snapshot import Cloud, Edge, Snapshot
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import StreamClosed
 from edgeway.tunnel.pipes import Pipe, SocketPipe, UpstreamGone, splice
@@ -27,10 +27,15 @@ from edgeway.tunnel.tcp import Closed, Offer, TcpListener, client_addr
 log = structlog.get_logger()
 
 
-def admits(edge: Edge, peer: tuple[str, int]) -> bool:
-    """TCP and TLS edges: the IP restriction, the traffic policy's on_tcp_connect, and no
-    module this edge cannot enforce."""
-    return edge.plan.admits(*peer)
+def edge_target(router: EdgeRouter, snap: Snapshot, edge: Edge,
+                peer: tuple[str, int]) -> Target | None:
+    """Where a connection to a TCP or TLS edge goes: refused (None) by the IP restriction,
+    the traffic policy's on_tcp_connect or a module this edge cannot enforce; else the
+    internal endpoint the policy forwards it to, or what the edge's backend picks."""
+    verdict = router.connection(edge.plan, *peer)
+    if verdict is True:
+        return router.target(snap, edge.plan)
+    return verdict or None
 
 
 async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -61,7 +66,8 @@ class TcpEdges:
         self.offer: Offer | None = None  # set by ``edgeway serve --workers``
 
     async def sync(self) -> None:
-        wanted = set(self.router.snapshot.tcp)
+        snap = self.router.snapshot
+        wanted = set(snap.tcp) | set(snap.tcp_cloud)
         for port in set(self.listeners) - wanted:
             await self.listeners.pop(port).close()
         for port in wanted - set(self.listeners):
@@ -88,7 +94,7 @@ class TcpEdges:
 
     async def _offer(self, port: int, sock: socket.socket, peer: Peer) -> bool:
         snap = self.router.snapshot
-        edge = snap.tcp.get(port)
+        edge = snap.tcp.get(port)  # (a cloud endpoint's reach is decided per connection)
         reach = behind(snap, self.router.registry, edge) if edge is not None else None
         return self.offer is not None and bool(reach) \
             and await self.offer(sock, "tcp_edge", peer, str(port), reach or ())
@@ -96,11 +102,27 @@ class TcpEdges:
     async def _client(self, port: int, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, peer: Peer) -> None:
         snap = self.router.snapshot
+        cloud = snap.tcp_cloud.get(port)
+        if cloud is not None:
+            await self._cloud(cloud, reader, writer, peer)
+            return
         edge = snap.tcp.get(port)
-        if edge is None or not admits(edge, peer) or await self.refused(peer) \
+        if edge is None or await self.refused(peer) \
                 or any(hp in snap.banned for hp in edge.doc.get("hostports") or ()):
             return
-        target = self.router.target(snap, edge.plan)
-        if isinstance(target, Fixed):
+        target = edge_target(self.router, snap, edge, peer)
+        if target is None or isinstance(target, Fixed):
             return
-        await forward(reader, writer, peer, target, "tcp", "tcp", False)
+        internal = isinstance(target, Tunnel) and bool(target.inner)
+        await forward(reader, writer, peer, target, "tcp", "" if internal else "tcp", False)
+
+    async def _cloud(self, cloud: Cloud, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter, peer: Peer) -> None:
+        """A TCP cloud endpoint's connection: its traffic policy closes it or forwards it to
+        an internal TCP endpoint; one it does neither with is closed too (nothing else
+        serves the address)."""
+        verdict = self.router.connection(cloud.plan, *peer)
+        if isinstance(verdict, Tunnel) and not await self.refused(peer):
+            await forward(reader, writer, peer, verdict, "tcp", "", False)
+        elif verdict is True:
+            log.info("tcp_cloud_endpoint_unanswered", endpoint=cloud.id, client=peer[0])

@@ -114,6 +114,19 @@ class Binder:
         names.check_free(host, tunnel_id, req, self.registry.by_host.get(host, []), session.id)
         return host, domain_id
 
+    def _inner(self, session: Holder, req: binds.BindRequest, tunnel: Tunnel,
+               addr: str) -> None:
+        """An internal TCP endpoint (``db.internal:5432``): no listener, no reserved address;
+        reached only through a traffic policy's forward-internal, claimed as a name is (one
+        tunnel, or pooled ones)."""
+        acl.require(session.acl, addr)
+        for other in self.registry.by_inner.get(addr, []):
+            if other.id != tunnel.id and not (req.pooled and other.req.pooled):
+                raise BindRefused(f"the internal address '{addr}' is already bound by another "
+                                  "tunnel; bind it with pooling enabled from every agent to "
+                                  "share it")
+        tunnel.url = f"tcp://{addr}"
+
     def _twin(self, session: Holder, req: binds.BindRequest, tunnel_id: str) -> str:
         """The generated name of this bind's twin: the classic ngrok 2 agent (a session with
         ``twins``) binds ``https`` and ``http`` with the same options and no name, and ngrok
@@ -169,7 +182,10 @@ class Binder:
         tunnel = Tunnel(tunnel_id, session.conn, req, credential=session.credential,
                         session_id=session.id, observer=observer)
         if not req.labels and req.proto == "tcp":
-            await self.tcp.listen(session.acl, tunnel, self._stable(session, tunnel_id))
+            if (inner := names.internal_tcp(req.addr)) is not None:
+                self._inner(session, req, tunnel, inner)
+            else:
+                await self.tcp.listen(session.acl, tunnel, self._stable(session, tunnel_id))
         elif not req.labels:
             tunnel.host, domain_id = await self._domain(session, req, tunnel_id)
             tunnel.url = names.url(req.proto, tunnel.host, self.http_port, self.https_port)
@@ -283,7 +299,8 @@ class Binder:
             if tunnel.labels:
                 allowed = acl.allows_labels(rules, tunnel.labels)
             else:
-                allowed = acl.allows(rules, tunnel.host or f"{self.tcp.name}:{tunnel.port}")
+                allowed = acl.allows(rules, tunnel.host or tunnel.inner
+                                     or f"{self.tcp.name}:{tunnel.port}")
             if not allowed:
                 await self.stop_tunnel(tunnel.id, "the credential's ACL no longer allows "
                                        "this tunnel", 8002)

@@ -5,7 +5,9 @@ tunnels of a name are one claim). Each refusal says what to do."""
 
 from __future__ import annotations
 
+from edgeway.catalog import checks
 from edgeway.catalog.checks import INTERNAL, internal
+from edgeway.errors import Invalid
 from edgeway.store import domains
 from edgeway.store.repo import Repo
 from edgeway.tunnel.binds import BindRefused, BindRequest
@@ -20,8 +22,28 @@ def check_internal(host: str, proto: str) -> None:
         raise BindRefused(f"'{host}': an internal endpoint is one name ending in .internal "
                           "(api.internal), not a wildcard")
     if proto not in _FAMILY:
-        raise BindRefused(f"'{host}': internal endpoints are HTTP or HTTPS here (a {proto} one "
-                          "would have nothing to forward to it)")
+        raise BindRefused(f"'{host}': internal endpoints are HTTP, HTTPS or TCP here (a "
+                          f"{proto} one would have nothing to forward to it)")
+
+
+def internal_tcp(addr: str) -> str | None:
+    """The address of a TCP bind of an internal endpoint (``db.internal:5432``, lower case),
+    or None when ``addr`` names no internal host; BindRefused when it names one badly."""
+    host, sep, port = addr.strip().rpartition(":")
+    if not internal(host if sep else addr):
+        return None
+    if not sep or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        raise BindRefused(f"'{addr}': an internal TCP endpoint's address is a .internal name "
+                          "and a port (db.internal:5432)")
+    host = host.rstrip(".").lower()
+    if host.startswith("*.") or host == INTERNAL[1:]:
+        raise BindRefused(f"'{addr}': an internal endpoint is one name ending in .internal "
+                          "(db.internal:5432), not a wildcard")
+    try:
+        checks.domain_name("Addr", host)
+    except Invalid as exc:
+        raise BindRefused(exc.msg) from None
+    return f"{host}:{int(port)}"
 
 
 def generated(host: str, base: str) -> bool:

@@ -90,6 +90,15 @@ class Tunnel:
         return self.req.labels
 
     @property
+    def inner(self) -> str:
+        """An internal TCP endpoint's address (``db.internal:5432``, no listener serves it);
+        "" for any other tunnel."""
+        if self.proto != "tcp" or self.port or not self.url.startswith("tcp://"):
+            return ""
+        addr = self.url[6:]
+        return addr if internal(addr.rpartition(":")[0]) else ""
+
+    @property
     def alive(self) -> bool:
         return not self.conn.closed.is_set()
 
@@ -118,6 +127,8 @@ class Registry:
 
     by_id: dict[str, Tunnel] = field(default_factory=dict)
     by_host: dict[str, list[Tunnel]] = field(default_factory=dict)
+    # internal TCP endpoints (``db.internal:5432``) -> their tunnels: forward-internal's only
+    by_inner: dict[str, list[Tunnel]] = field(default_factory=dict)
     labeled: list[Tunnel] = field(default_factory=list)
     version: int = 0  # bumped on every change; the router's caches key on it
     # the binds (``Tunnel.key``) of HTTPS tunnels that require client certificates: while
@@ -142,6 +153,8 @@ class Registry:
             self._moving.pop(tunnel.host, None)
             if tunnel.proto == "tls":
                 self._moving_tls.pop(tunnel.host, None)
+        if inner := tunnel.inner:
+            self.by_inner.setdefault(inner, []).append(tunnel)
         if tunnel.labels:
             self.labeled.append(tunnel)
         if tunnel.proto == "https" and tunnel.req.client_cas:
@@ -194,6 +207,11 @@ class Registry:
             peers.remove(tunnel)
             if not peers:
                 del self.by_host[tunnel.host]
+        inner = self.by_inner.get(tunnel.inner) if tunnel.inner else None
+        if inner is not None and tunnel in inner:
+            inner.remove(tunnel)
+            if not inner:
+                del self.by_inner[tunnel.inner]
         if tunnel in self.labeled:
             self.labeled.remove(tunnel)
         self.mutual.discard(tunnel.key)
@@ -216,6 +234,11 @@ class Registry:
         tunnels = self.by_host.get(host.rstrip(".").lower(), []) if internal(host) else []
         same = [t for t in tunnels if t.proto == scheme and t.alive]
         return self.pick(same or tunnels)
+
+    def internal_tcp(self, addr: str) -> Tunnel | None:
+        """A live tunnel of the internal TCP endpoint ``addr`` (``db.internal:5432``; round
+        robin), for a traffic policy's forward-internal on a TCP connection."""
+        return self.pick(self.by_inner.get(addr, []))
 
     def with_labels(self, labels: dict[str, str]) -> list[Tunnel]:
         """Live labeled tunnels carrying every one of ``labels``."""

@@ -44,8 +44,11 @@ class TcpBinds:
         # tunnel id -> set when it is back: a tunnel moving to another node, whose listener
         # stays (``park``) and whose connections wait for it
         self.parked: dict[str, asyncio.Event] = {}
-        # Set by the edge: whether a TCP tunnel's traffic policy admits (ip, port).
-        self.admits: Callable[[Tunnel, str, int], bool] = lambda _t, _ip, _port: True
+        # Set by the edge: the tunnel a connection from (ip, port) to a TCP tunnel's address
+        # goes to (the tunnel's traffic policy may refuse it, or forward it to an internal
+        # endpoint's), None when refused.
+        self.connecting: Callable[[Tunnel, str, int], Tunnel | None] = \
+            lambda tunnel, _ip, _port: tunnel
         # Set by the edge: the TCP edge serving a port (a reserved address put on an edge).
         self.edge_port: Callable[[int], str | None] = lambda _port: None
         # Set by the edge: why an address is taken down (an abuse report), or None
@@ -81,8 +84,12 @@ class TcpBinds:
             if (why := self.banned(target)) is not None:
                 raise BindRefused(why)
             if (edge := self.edge_port(asked)) is not None:
-                raise BindRefused(f"the address {target} is served by the TCP edge '{edge}': "
-                                  "bind the tunnel with labels that edge's backend follows")
+                raise BindRefused(
+                    f"the address {target} is served by the cloud endpoint '{edge}': bind an "
+                    "internal endpoint (tcp://NAME.internal:PORT) for its policy to forward to"
+                    if edge.startswith("ep_") else
+                    f"the address {target} is served by the TCP edge '{edge}': bind the "
+                    "tunnel with labels that edge's backend follows")
             if not pool.take(tunnel.id, asked, now, tunnel.credential):
                 raise BindRefused(f"the address {target} is already bound" + (
                     " (held for the reconnect of the agent that bound it, up to "
@@ -153,7 +160,10 @@ class TcpBinds:
 
     async def mirror(self, tunnel: Tunnel) -> None:
         """Serve another node's TCP tunnel on its port here too (a cluster: any node serves
-        any tunnel); when this node cannot listen there, it says so and serves the rest."""
+        any tunnel); when this node cannot listen there, it says so and serves the rest.
+        An internal TCP endpoint has no port: nothing to listen on."""
+        if not tunnel.port:
+            return
         if not self.pool.take(tunnel.id, tunnel.port, self._now(), tunnel.credential):
             log.warning("tcp_mirror_port_taken", tunnel=tunnel.id, port=tunnel.port)
             return
@@ -204,12 +214,12 @@ class TcpBinds:
         tunnel = await self._serving(tunnel_id)
         if tunnel is None:
             return  # (it did not come back)
-        if not restrict.allowed(tunnel.req, peer[0]) \
-                or not self.admits(tunnel, peer[0], peer[1]) \
-                or await self.platform.restrictions.refusing("endpoints", peer[0]):
+        target = self.connecting(tunnel, peer[0], peer[1]) \
+            if restrict.allowed(tunnel.req, peer[0]) else None
+        if target is None or await self.platform.restrictions.refusing("endpoints", peer[0]):
             return  # closed: a TCP client gets no page
         try:
-            pipe = await tunnel.open(client_addr(peer), "tcp")
+            pipe = await target.open(client_addr(peer), "tcp")
         except (StreamError, StreamClosed, UpstreamGone):
             return  # the agent is going away: a closed connection, not a hang
         await splice(reader, writer, pipe)

@@ -57,6 +57,8 @@ SCRIPT = textwrap.dedent("""
                     b = b.termination(*(bytearray(p.encode()) for p in ln["termination"]))
             else:
                 b = s.tcp_endpoint()
+                if ln.get("remote_addr"):
+                    b = b.remote_addr(ln["remote_addr"])
             if ln.get("mtls_ca"):
                 b = b.mutual_tlsca(bytearray(ln["mtls_ca"].encode()))
             for cidr in ln.get("allow_cidrs", []):

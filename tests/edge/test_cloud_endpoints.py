@@ -30,6 +30,8 @@ HELLO = rule("req.url.path == '/hello'", {"type": "custom-response", "config": {
     "headers": {"Content-Type": "text/plain"}}})
 GO = rule("req.url.path.startsWith('/go')", {"type": "redirect", "config": {
     "to": "https://docs.example.org/", "status_code": 301}})
+TCP = json.dumps({"on_tcp_connect": [{"actions": [{"type": "forward-internal", "config": {
+    "url": "tcp://db.internal:5432"}}]}]})
 API = rule("req.url.path.startsWith('/headers')", {"type": "forward-internal", "config": {
     "url": "https://cloud-api.internal"}})
 
@@ -129,7 +131,15 @@ def test_what_a_cloud_endpoint_cannot_be_is_refused_by_member(srv: Server) -> No
             ({"url": "https://unreserved.example.net"}, "url", "not a reserved domain"),
             ({"url": "https://c4.example.com/path"}, "url", "no port, path"),
             ({"url": "https://c4.example.com:8443"}, "url", "no port, path"),
-            ({"url": "tcp://c4.example.com:5432"}, "url", "http:// or https://"),
+            ({"url": "tcp://c4.example.com:5432"}, "traffic_policy.on_http_request",
+             "not a phase here; phases: on_tcp_connect"),
+            ({"url": "tcp://c4.example.com:5432", "traffic_policy": TCP}, "url",
+             "not a reserved address"),
+            ({"url": "tcp://c4.example.com", "traffic_policy": TCP}, "url", "host and port"),
+            ({"url": "tcp://c4.example.com:70000", "traffic_policy": TCP}, "url", "port"),
+            ({"url": "tcp://db.internal:5432", "traffic_policy": TCP}, "url",
+             "internal TCP endpoints are agents' binds"),
+            ({"url": "tls://c4.example.com"}, "url", "TLS cloud endpoints are not served"),
             ({"url": "https://api.internal"}, "bindings", "['internal'] for"),
             ({"bindings": ["internal"]}, "bindings", "['public'] for"),
             ({"url": "https://*.svc.internal", "bindings": ["internal"]}, "url",

@@ -126,3 +126,12 @@ def test_forward_internal_configurations_it_cannot_honour_are_refused() -> None:
         compiled = tp.compile({"value": json.dumps({"on_http_request": [{"actions": [
             {"type": "forward-internal", "config": cfg}]}]})}, "r")
         assert isinstance(compiled, Unenforced) and said in compiled.what, cfg
+    for cfg, said in (({"url": "https://db.internal"}, "tcp://db.internal:5432"),
+                      ({"url": "tcp://db.internal"}, "and a port"),
+                      ({"url": "tcp://db.example.com:5432"}, "name ending in .internal"),
+                      ({"url": "tcp://db.internal:5432/x"}, "tcp://db.internal:5432"),
+                      ({"url": "tcp://db.internal:5432", "binding": "public"}, "binding"),
+                      ({"url": "tcp://db.internal:5432", "on_error": "retry"}, "on_error")):
+        compiled = tp.compile({"value": json.dumps({"on_tcp_connect": [{"actions": [
+            {"type": "forward-internal", "config": cfg}]}]})}, "r")
+        assert isinstance(compiled, Unenforced) and said in compiled.what, cfg

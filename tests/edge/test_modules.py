@@ -75,7 +75,7 @@ def test_ip_and_user_agent_rules() -> None:
     assert plan.check("10.1.3.4", ua("Firefox")).status == 403  # type: ignore[union-attr]
     assert plan.check("192.0.2.1", ua("Firefox")) is not None  # not allowed
     assert plan.check("10.2.3.4", ua("GoodBot/1")) is not None
-    assert plan.admits("10.2.3.4", 1) and not plan.admits("10.1.3.4", 1)
+    assert plan.connect("10.2.3.4", 1) is True and plan.connect("10.1.3.4", 1) is False
     nothing = compile_doc({"ip_restriction": {"ip_policy_ids": ["ipp_empty"]}}, ctx)
     assert nothing.check("10.2.3.4", []) is not None  # no rules: nothing allowed
     deny_only = compile_doc({"ip_restriction": {"ip_policy_ids": ["ipp_deny"]}}, ctx)
@@ -90,7 +90,7 @@ def test_unenforced_modules_refuse_and_headers_change() -> None:
         "add": {"X-A": "1"}, "remove": ["X-Secret"]}})
     refusal = plan.check("127.0.0.1", [])
     assert refusal is not None and refusal.status == 503 and b"saml" in refusal.body
-    assert not plan.admits("127.0.0.1", 1)
+    assert plan.connect("127.0.0.1", 1) is False
     airship = compile_doc({"webhook_verification": {"provider": "airship", "secret": "s"}})
     refusal = airship.check("127.0.0.1", [])
     assert refusal is not None and b"provider &#x27;airship&#x27;" in refusal.body

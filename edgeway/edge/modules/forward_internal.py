@@ -7,6 +7,12 @@ or ``continue`` (the policy's next actions run as if it were not there). It ends
 policy's request phase; the route's later modules still run, then the internal endpoint's
 own modules and policy (its ``check`` and request hooks), and its response comes back through
 both. A request forwarded more than ``MAX_HOPS`` times is a loop: 508 ``ERR_EDGEWAY_4020``.
+
+On a TCP or TLS connection (``on_tcp_connect``) the URL is an internal TCP endpoint's
+(``tcp://db.internal:5432``, an agent's TCP bind of that address): the connection's bytes go
+to it (``TcpForward``; the router follows it, that endpoint's own on_tcp_connect included,
+at most ``MAX_HOPS`` times). With nobody serving it, ``halt`` closes the connection and
+``continue`` runs the policy on.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from edgeway.edge.hooks import Exchange, Hook, Verdict
-from edgeway.edge.modules.policy_values import Unsupported
+from edgeway.edge.modules.policy_values import Env, Scope, Unsupported
 from edgeway.edge.pages import page
 
 MAX_HOPS = 5
@@ -45,6 +51,45 @@ class Forward(Hook):
         return None
 
 
+@dataclass(frozen=True)
+class TcpForward:
+    """forward-internal in on_tcp_connect (``Policy.on_tcp_connect`` stops at it)."""
+    addr: str  # db.internal:5432
+    halt: bool
+
+    def __call__(self, _env: Env) -> bool:
+        return True
+
+
+def _options(cfg: dict[str, Any]) -> bool:
+    """Whether the action halts (its ``binding`` and ``on_error`` checked)."""
+    binding = cfg.get("binding", "internal")
+    if binding != "internal":
+        raise Unsupported(f"binding {binding!r} (internal endpoints only)")
+    on_error = cfg.get("on_error", "halt")
+    if on_error not in ("halt", "continue"):
+        raise Unsupported(f"on_error {on_error!r} (halt or continue)")
+    return bool(on_error == "halt")
+
+
+def compile_tcp(cfg: dict[str, Any], _at: Scope) -> TcpForward:
+    """The action on TCP and TLS connections; ``Unsupported`` naming what it cannot
+    honour."""
+    url = str(cfg.get("url") or "")
+    parts = urlsplit(url)
+    host = (parts.hostname or "").rstrip(".")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "tcp" or not host.endswith(".internal") or host == "internal" \
+            or not port or parts.path not in ("", "/") or parts.query:
+        raise Unsupported(f"url {url!r}: on a connection, an internal TCP endpoint's URL: "
+                          "tcp://, a name ending in .internal and a port "
+                          "(tcp://db.internal:5432)")
+    return TcpForward(f"{host.lower()}:{port}", _options(cfg))
+
+
 def compile(cfg: dict[str, Any]) -> Forward:
     """The action; ``Unsupported`` naming what it cannot honour."""
     url = str(cfg.get("url") or "")
@@ -56,10 +101,4 @@ def compile(cfg: dict[str, Any]) -> Forward:
                           "a name ending in .internal (https://api.internal)")
     if parts.port is not None or parts.path not in ("", "/") or parts.query:
         raise Unsupported(f"url {url!r}: the endpoint's scheme and name only (no port or path)")
-    binding = cfg.get("binding", "internal")
-    if binding != "internal":
-        raise Unsupported(f"binding {binding!r} (internal endpoints only)")
-    on_error = cfg.get("on_error", "halt")
-    if on_error not in ("halt", "continue"):
-        raise Unsupported(f"on_error {on_error!r} (halt or continue)")
-    return Forward(parts.scheme, host, on_error == "halt")
+    return Forward(parts.scheme, host, _options(cfg))

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from edgeway.catalog.modules.policy import REQ, RES, TCP
-from edgeway.edge.modules import basic_auth, body_replace, terminate_tls
+from edgeway.edge.modules import basic_auth, body_replace, forward_internal, terminate_tls
 from edgeway.edge.modules.policy_values import (
     Env,
     Headers,
@@ -300,7 +300,8 @@ ACTIONS: dict[str, dict[str, Callable[[dict[str, Any], Scope], Any]]] = {
           "compress-response": _on_response(compressor),
           "response-body-find-replace": body_replace.response_action},
     TCP: {"deny": _tcp_refuse, "restrict-ips": _tcp_restrict, "close-connection": _tcp_refuse,
-          "log": _tcp_log, "set-vars": _on_tcp(setter), "terminate-tls": terminate_tls.compile},
+          "log": _tcp_log, "set-vars": _on_tcp(setter), "terminate-tls": terminate_tls.compile,
+          "forward-internal": forward_internal.compile_tcp},
 }
 
 

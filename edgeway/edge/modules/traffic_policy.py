@@ -24,7 +24,18 @@ from edgeway.catalog.modules.policy import REQ, RES, TCP, parse
 from edgeway.celpkg import cel
 from edgeway.edge import h1
 from edgeway.edge.h1 import header
-from edgeway.edge.hooks import CLOSE, Compiling, Exchange, Hook, Unenforced, Verdict
+from edgeway.edge.hooks import (
+    CLOSE,
+    Compiling,
+    Connect,
+    Diverted,
+    Exchange,
+    Hook,
+    Inner,
+    Unenforced,
+    Verdict,
+    nobody,
+)
 from edgeway.edge.login import base as login
 from edgeway.edge.modules import (
     body_replace,
@@ -131,15 +142,25 @@ class Policy(Hook):
                 out = action(env, out)
         return out
 
-    def on_tcp_connect(self, ip: str, port: int) -> bool:
-        """Whether the connection may go on."""
+    def on_tcp_connect(self, ip: str, port: int, inner: Inner = nobody) -> Connect:
+        """Whether the connection may go on, or the internal TCP endpoint a forward-internal
+        sends it to (``inner`` finds its live tunnel; one nobody serves ends the phase when
+        the action halts, and is passed over when it continues)."""
         env: dict[str, Any] = {"conn": {"client_ip": ip, "client_port": port}, "vars": {}}
-        return all(action(env) for rule in self._matching(TCP, env) for action in rule.actions)
+        for rule in self._matching(TCP, env):
+            for action in rule.actions:
+                if isinstance(action, forward_internal.TcpForward):
+                    target = inner(action.addr)
+                    if target is not None or action.halt:
+                        return Diverted(action.addr, target)
+                elif not action(env):
+                    return False
+        return True
 
     # -- as a hook -------------------------------------------------------------------------
 
-    def connect(self, ip: str, port: int) -> bool:
-        return self.on_tcp_connect(ip, port)
+    def connect(self, ip: str, port: int, inner: Inner = nobody) -> Connect:
+        return self.on_tcp_connect(ip, port, inner)
 
     async def request(self, x: Exchange) -> Verdict:
         req = x.req

@@ -1,0 +1,210 @@
+"""TCP in ngrok's endpoint model: agents bind internal TCP endpoints (``tcp://db.internal:5432``:
+the official SDK's ``remote_addr``, the Edgeway agent's ``--url``), which no listener serves;
+a TCP cloud endpoint on a reserved address (``POST /endpoints`` with a ``tcp://`` URL) and the
+``on_tcp_connect`` phase of agents' TCP and TLS endpoints forward connections to them with
+``forward-internal``; the address is served by the cloud endpoint alone while it exists."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent.test_oneliners import only_tunnel, spawn
+from tests.edge.agents import agent
+from tests.edge.upstream import accept_in_threads
+from tests.server import Server, free_block, free_port, start
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Iterator[tuple[Server, list[int]]]:
+    """A server whose agent TCP range is four free ports."""
+    ports = free_block(4)
+    srv = start(tmp_path / "srv", None, "--tcp-ports", f"{ports[0]}-{ports[-1]}")
+    try:
+        yield srv, ports
+    finally:
+        assert srv.stop() == 0
+
+
+@contextmanager
+def tagged(tag: bytes) -> Iterator[int]:
+    """A TCP service on a free loopback port answering each read with ``tag`` + the bytes."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(tag + data)
+
+    accept_in_threads(listener, answer)
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+
+
+def ask(port: int, source: str = "127.0.0.1") -> bytes:
+    """What a connection to ``port`` gets back for ``ping`` (b"" when it is closed)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10,
+                                      source_address=(source, 0)) as s:
+            s.sendall(b"ping")
+            return s.recv(100)
+    except (ConnectionResetError, ConnectionRefusedError, BrokenPipeError):
+        return b""
+
+
+def until(check: Callable[[], bool], what: str, seconds: float = 15) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def forward(url: str, on_error: str = "halt") -> dict[str, Any]:
+    return {"type": "forward-internal", "config": {"url": url, "on_error": on_error}}
+
+
+def tcp_policy(*rules: dict[str, Any]) -> str:
+    return json.dumps({"on_tcp_connect": list(rules)})
+
+
+def test_a_tcp_cloud_endpoint_forwards_to_internal_tcp_endpoints(
+        small: tuple[Server, list[int]]) -> None:
+    srv, _ports = small
+    with srv.client() as api, tagged(b"A:") as up_a, tagged(b"B:") as up_b:
+        token = api.post("/credentials", json={}).json()["token"]
+        ra = api.post("/reserved_addrs", json={"description": "db"}).json()
+        addr, port = ra["addr"], int(ra["addr"].rsplit(":", 1)[1])
+        sdk = agent(srv, token, {"kind": "tcp", "forward": f"tcp://127.0.0.1:{up_a}",
+                                 "remote_addr": "DB.internal:5432"},
+                    {"kind": "tcp", "forward": f"tcp://127.0.0.1:{up_a}",
+                     "remote_addr": "db.internal:5432"},
+                    {"kind": "tcp", "forward": f"tcp://127.0.0.1:{up_a}",
+                     "remote_addr": "db.internal"})
+        ours = spawn("tcp", str(up_b), "--url", "tcp://cache.internal:6379", "--authtoken",
+                     token, "--server-addr", f"localhost:{srv.tunnel_port}", "--root-cas",
+                     str(srv.data_dir / "ca.pem"), web=free_port())
+        try:
+            assert sdk.urls[0] == "tcp://db.internal:5432", sdk.listeners
+            assert "already bound" in sdk.listeners[1]["error"]  # one address, one claim
+            assert "and a port" in sdk.listeners[2]["error"]
+            assert only_tunnel(ours)["public_url"] == "tcp://cache.internal:6379"
+            listed = {e["url"]: e for e in api.get("/endpoints").json()["endpoints"]}
+            inner = listed["tcp://db.internal:5432"]
+            assert (inner["bindings"], inner["proto"], inner["port"]) == \
+                (["internal"], "tcp", 5432)
+
+            deny_other = {"expressions": ["conn.client_ip == '127.0.0.2'"],
+                          "actions": [{"type": "deny"}]}
+            body = {"type": "cloud", "url": f"tcp://{addr}", "description": "db front",
+                    "traffic_policy": tcp_policy(deny_other,
+                                                 {"actions": [forward("tcp://db.internal:5432")]})}
+            r = api.post("/endpoints", json=body)
+            assert r.status_code == 201, r.text
+            ep = r.json()
+            assert (ep["type"], ep["url"], ep["proto"], ep["host"], ep["port"],
+                    ep["bindings"]) == ("cloud", f"tcp://{addr}", "tcp",
+                                        addr.rsplit(":", 1)[0], port, ["public"])
+            assert ep["tcp_addr"]["id"] == ra["id"]
+            until(lambda: ask(port) == b"A:ping", "the cloud endpoint forwards to db.internal")
+            assert ask(port, "127.0.0.2") == b""  # its policy's deny: closed
+            # a name is served by one of them: the cloud endpoint holds the address
+            r = api.post("/endpoints", json=body)
+            assert r.status_code == 400 and ep["id"] in r.text, r.text
+            assert r.json()["error_code"] == "ERR_EDGEWAY_7122"
+            group = api.post("/backends/tunnel_group", json={"labels": {"x": "y"}}).json()
+            r = api.post("/edges/tcp", json={"hostports": [addr],
+                                             "backend": {"backend_id": group["id"]}})
+            assert r.status_code == 400 and ep["id"] in r.text, r.text
+            r = api.delete(f"/reserved_addrs/{ra['id']}")
+            assert r.status_code == 400 and ep["id"] in r.text, r.text
+            taker = agent(srv, token, {"kind": "tcp", "forward": f"tcp://127.0.0.1:{up_a}",
+                                       "remote_addr": addr})
+            try:
+                assert f"served by the cloud endpoint '{ep['id']}'" in \
+                    taker.listeners[0]["error"], taker.listeners
+            finally:
+                taker.stop()
+            # the policy changed: the next connections follow it
+            r = api.patch(f"/endpoints/{ep['id']}", json={"traffic_policy": tcp_policy(
+                {"actions": [forward("tcp://cache.internal:6379")]})})
+            assert r.status_code == 200, r.text
+            until(lambda: ask(port) == b"B:ping", "the new policy forwards to cache.internal")
+            assert ask(port, "127.0.0.2") == b"B:ping"
+            # nobody serves it: closed
+            ours.stop()
+            until(lambda: ask(port) == b"", "closed once the internal endpoint is gone")
+            assert api.delete(f"/endpoints/{ep['id']}").status_code == 204
+            until(lambda: _refused(port), "the listener goes with the endpoint")
+            assert api.delete(f"/reserved_addrs/{ra['id']}").status_code == 204
+        finally:
+            sdk.stop()
+            if ours.proc.poll() is None:
+                ours.stop()
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_forward_internal_on_agents_tcp_and_tls_endpoints(
+        small: tuple[Server, list[int]]) -> None:
+    """An agent's TCP endpoint whose policy forwards to an internal one (whose own policy
+    runs too); one nobody serves: halt closes, continue goes on to the endpoint's own
+    upstream; a forwarding loop is closed; a TLS endpoint terminating TLS forwards the plain
+    bytes."""
+    srv, _ports = small
+    with srv.client() as api, tagged(b"A:") as up_a, tagged(b"B:") as up_b:
+        token = api.post("/credentials", json={}).json()["token"]
+        own = f"tcp://127.0.0.1:{up_b}"
+        only_local = {"type": "restrict-ips", "config": {"allow": ["127.0.0.1/32"]}}
+        sdk = agent(
+            srv, token,
+            {"kind": "tcp", "forward": f"tcp://127.0.0.1:{up_a}",
+             "remote_addr": "db.internal:5432", "policy": tcp_policy({"actions": [only_local]})},
+            {"kind": "tcp", "forward": own, "remote_addr": "loop.internal:1",
+             "policy": tcp_policy({"actions": [forward("tcp://loop.internal:1")]})},
+            {"kind": "tcp", "forward": own,
+             "policy": tcp_policy({"actions": [forward("tcp://db.internal:5432")]})},
+            {"kind": "tcp", "forward": own,
+             "policy": tcp_policy({"actions": [forward("tcp://gone.internal:9")]})},
+            {"kind": "tcp", "forward": own,
+             "policy": tcp_policy({"actions": [forward("tcp://gone.internal:9", "continue")]})},
+            {"kind": "tcp", "forward": own,
+             "policy": tcp_policy({"actions": [forward("tcp://loop.internal:1")]})},
+            {"kind": "tls", "forward": own, "policy": tcp_policy(
+                {"actions": [{"type": "terminate-tls", "config": {}}]},
+                {"actions": [forward("tcp://db.internal:5432")]})},
+            {"kind": "tcp", "forward": own,
+             "policy": tcp_policy({"actions": [forward("https://db.internal")]})})
+        try:
+            errors = [ln.get("error", "") for ln in sdk.listeners]
+            assert not any(errors[:7]), errors
+            assert "tcp://db.internal:5432" in errors[7], errors  # (an HTTP URL on TCP)
+            ports = [int(u.rsplit(":", 1)[1]) for u in sdk.urls[2:6]]
+            assert ask(ports[0]) == b"A:ping"  # forwarded, db.internal's policy admits us
+            assert ask(ports[0], "127.0.0.2") == b""  # ...and refuses another address
+            assert ask(ports[1]) == b""  # nobody serves gone.internal: halt closes
+            assert ask(ports[2]) == b"B:ping"  # continue: its own upstream
+            assert ask(ports[3]) == b""  # a loop
+            import ssl
+            name = sdk.urls[6].split("://", 1)[1].rsplit(":", 1)[0]
+            ctx = ssl.create_default_context(cafile=str(srv.data_dir / "ca.pem"))
+            with socket.create_connection(("127.0.0.1", srv.https_port), timeout=10) as raw, \
+                    ctx.wrap_socket(raw, server_hostname=name) as s:
+                s.sendall(b"plain")
+                assert s.recv(100) == b"A:plain"
+        finally:
+            sdk.stop()
