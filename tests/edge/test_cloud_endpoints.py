@@ -140,6 +140,16 @@ def test_what_a_cloud_endpoint_cannot_be_is_refused_by_member(srv: Server) -> No
             ({"url": "tcp://db.internal:5432", "traffic_policy": TCP}, "url",
              "internal TCP endpoints are agents' binds"),
             ({"url": "tls://c4.example.com"}, "url", "TLS cloud endpoints are not served"),
+            # actions of ngrok's reference it does not run: refused by name, with the reason
+            ({"traffic_policy": policy(rule("true", {"type": "owasp-crs-request"}))},
+             "on_http_request[0].actions[0].type", "web application firewall engine"),
+            ({"traffic_policy": json.dumps({"on_http_response": [{"actions": [
+                {"type": "owasp-crs-response"}]}]})}, ".type", "web application firewall"),
+            ({"traffic_policy": json.dumps({"on_http_response": [{"actions": [
+                {"type": "http-request", "config": {"url": "https://a.internal/"}}]}]})},
+             ".type", "'http-request' in on_http_response is not served"),
+            ({"traffic_policy": json.dumps({"on_http_response": [{"actions": [
+                {"type": "sse-find-replace"}]}]})}, ".type", "server-sent events"),
             ({"url": "https://api.internal"}, "bindings", "['internal'] for"),
             ({"bindings": ["internal"]}, "bindings", "['public'] for"),
             ({"url": "https://*.svc.internal", "bindings": ["internal"]}, "url",

@@ -348,3 +348,35 @@ def test_cloud_endpoints_through_the_client(server: Server) -> None:
     assert out["listed"]
     assert out["again"] == ["ERR_NGROK_7122", 400]
     assert out["gone"] == 404
+
+
+TCP_CLOUD = r'''
+addr = c.reserved_addrs.create(description="tcp cloud")
+policy = ('{"on_tcp_connect": [{"actions": [{"type": "forward-internal", "config": '
+          '{"url": "tcp://db.internal:5432"}}]}]}')
+ep = c.endpoints.create(url="tcp://" + addr.addr, type="cloud", traffic_policy=policy)
+out = {"created": [ep.type, ep.url, ep.proto, ep.port, ep.tcp_addr.id if ep.tcp_addr else None],
+       "addr": [addr.id, addr.addr]}
+try:
+    c.reserved_addrs.delete(addr.id)
+except ngrok.Error as e:
+    out["delete"] = [e.error_code, e.http_status_code]
+try:
+    c.edges.tcp.create(hostports=[addr.addr])
+except ngrok.Error as e:
+    out["edge"] = [e.error_code, e.http_status_code]
+c.endpoints.delete(ep.id)
+c.reserved_addrs.delete(addr.id)
+return out
+'''
+
+
+def test_a_tcp_cloud_endpoint_through_the_client(server: Server) -> None:
+    """A TCP cloud endpoint on a reserved address through ngrok's own client: it refers to
+    the address, which then cannot be deleted under it nor taken by an edge."""
+    out: Any = drive_api(server, TCP_CLOUD)
+    addr_id, addr = out["addr"]
+    assert out["created"] == ["cloud", f"tcp://{addr}", "tcp", int(addr.rsplit(":", 1)[1]),
+                              addr_id]
+    assert out["delete"] == ["ERR_NGROK_446", 400]
+    assert out["edge"] == ["ERR_NGROK_7122", 400]

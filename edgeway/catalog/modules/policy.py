@@ -30,8 +30,21 @@ ACTIONS: dict[str, frozenset[str]] = {
     "rate-limit": frozenset({REQ}), "redirect": frozenset({REQ}),
     "remove-headers": frozenset({REQ, RES}), "request-body-find-replace": frozenset({REQ}),
     "response-body-find-replace": frozenset({RES}), "restrict-ips": frozenset({REQ, TCP}),
-    "set-vars": frozenset({REQ, RES, TCP}), "terminate-tls": frozenset({TCP}),
-    "url-rewrite": frozenset({REQ}), "verify-webhook": frozenset({REQ}),
+    "set-vars": frozenset({REQ, RES, TCP}), "sse-find-replace": frozenset({RES}),
+    "terminate-tls": frozenset({TCP}), "url-rewrite": frozenset({REQ}),
+    "verify-webhook": frozenset({REQ}),
+}
+_WAF = ("the OWASP Core Rule Set needs a web application firewall engine (Coraza or "
+        "ModSecurity), which this edge does not embed: its traffic would go unchecked")
+# Actions of ngrok's reference this edge does not run (in a phase, or at all), and why: a
+# policy naming one is refused when it is written, never stored to be skipped.
+NOT_SERVED: dict[tuple[str, str], str] = {
+    ("owasp-crs-request", REQ): _WAF, ("owasp-crs-response", RES): _WAF,
+    ("http-request", RES): "runs in on_http_request only here (the response phase does not "
+                           "wait on another call); call it there and read its result in "
+                           "on_http_response's rules",
+    ("sse-find-replace", RES): "server-sent events are not rewritten as they stream here; "
+                               "response-body-find-replace rewrites whole bodies",
 }
 PHASES: dict[On, tuple[str, ...]] = {
     "route": (REQ, RES), "tcp_edge": (TCP,), "tls_edge": (TCP,), "https_edge": (REQ, RES),
@@ -116,6 +129,9 @@ def _action(member: str, phase: str, action: Any) -> None:
     if phase not in ACTIONS[kind]:
         raise Invalid(member + ".type", f"'{kind}' cannot run in {phase}; it runs in "
                       + ", ".join(sorted(ACTIONS[kind])), 215)
+    if (why := NOT_SERVED.get((kind, phase))) is not None:
+        raise Invalid(member + ".type", f"'{kind}' in {phase} is not served by this edge: {why}",
+                      215)
     config = action.get("config", {})
     if not isinstance(config, dict):
         raise Invalid(member + ".config", "must be an object", 215)
