@@ -7,6 +7,7 @@ import contextlib
 import signal
 import socket
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from edgeway.config import LETS_ENCRYPT, DomainsConfig, ServerConfig, listen_soc
 from edgeway.dashboard.agentfile import AgentDial
 from edgeway.dns.server import DnsServer
 from edgeway.early import release as release_prebound
+from edgeway.edge import connections
 from edgeway.edge.listeners import PublicListeners
 from edgeway.edge.login import gate as login_gate
 from edgeway.edge.login.gate import LoginGate
@@ -171,7 +173,8 @@ async def serve(cfg: ServerConfig) -> None:
         binder = tunnels.binder
         binder.edge_host, binder.tcp.edge_port = router.edge_host, router.edge_port
         binder.banned = binder.tcp.banned = router.banned
-        binder.check_bind, binder.tcp.connecting = router.bind_refusal, router.tcp_connection
+        binder.check_bind = router.bind_refusal
+        binder.tcp.connecting = partial(connections.to_tunnel, router)
         router.oauth_apps = cfg.settings.oauth_apps
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,
                                http_port, https_port, _logins(cfg, platform, https_port),

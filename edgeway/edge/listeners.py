@@ -30,7 +30,7 @@ from edgeway import caps, proxied
 from edgeway.accept import Acceptor, Peer, open_streams
 from edgeway.caps import Door
 from edgeway.config import listen_socket
-from edgeway.edge import handover
+from edgeway.edge import connections, handover
 from edgeway.edge.handover import agents, behind, head_host, peek_head, peek_hello
 from edgeway.edge.http import HttpEdge
 from edgeway.edge.login.gate import LoginGate
@@ -241,7 +241,7 @@ class PublicListeners:
         """A TLS tunnel's connection: passed through, or terminated here with the agent's
         certificate (and its client certificate check) when it asked for that."""
         tunnel = self.router.registry.pick(bound)
-        target = self.router.tcp_connection(tunnel, peer[0], peer[1]) if tunnel else None
+        target = connections.to_tunnel(self.router, tunnel, *peer) if tunnel else None
         if tunnel is None or target is None:
             sock.close()  # (its traffic policy's on_tcp_connect refused it)
             return
@@ -283,7 +283,7 @@ class PublicListeners:
     async def _tls_edge(self, sock: socket.socket, peer: tuple[str, int], edge: Edge,
                         name: str) -> None:
         snap = self.router.snapshot
-        verdict = self.router.connection(edge.plan, *peer)
+        verdict = connections.decide(self.router, edge.plan, *peer)
         if verdict is False:
             sock.close()
             return

@@ -23,10 +23,9 @@ from edgeway.catalog.runtime import CLOUD_CHANGED
 from edgeway.edge import backends, certificates, pipeline
 from edgeway.edge.backends import Target
 from edgeway.edge.h1 import Request
-from edgeway.edge.hooks import Diverted, Rules
+from edgeway.edge.hooks import Rules
 from edgeway.edge.hosts import request_host
 from edgeway.edge.login import base as login
-from edgeway.edge.modules.forward_internal import MAX_HOPS
 from edgeway.edge.modules.secrets import Secrets
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pipeline import Plan
@@ -319,35 +318,6 @@ class EdgeRouter:
         """Why the edge cannot enforce a bind (with the secrets there are now), or None."""
         snap = await self.current()
         return pipeline.bind_refusal(req, snap.secrets, self.oauth_apps, snap.rules)
-
-    def connection(self, plan: Plan, ip: str, port: int) -> bool | Tunnel:
-        """A TCP or TLS connection from ``ip``:``port`` through ``plan``'s hooks: refused
-        (False), on to the plan's own target (True), or the tunnel of the internal TCP
-        endpoint a traffic policy's forward-internal sends it to, once that endpoint's own
-        hooks admitted it (its policy may forward it on: at most ``MAX_HOPS`` times)."""
-        verdict = plan.connect(ip, port, self.registry.internal_tcp)
-        target: Tunnel | None = None
-        hops = 0
-        while isinstance(verdict, Diverted):
-            if hops == MAX_HOPS:
-                log.info("tcp_forward_loop", addr=verdict.addr, hops=hops)
-                return False
-            hops += 1
-            target = verdict.target if isinstance(verdict.target, Tunnel) else None
-            if target is None:  # (nobody serves it, and the action halts)
-                log.info("tcp_forward_offline", addr=verdict.addr)
-                return False
-            verdict = self.bind_plan(target).connect(ip, port, self.registry.internal_tcp)
-        return (target or True) if verdict is True else False
-
-    def tcp_connection(self, tunnel: Tunnel, ip: str, port: int) -> Tunnel | None:
-        """The tunnel a connection to a TCP tunnel's address goes to (its own, or an internal
-        endpoint's its traffic policy forwards to), None when refused; none for a banned
-        address."""
-        if tunnel.url.removeprefix("tcp://") in self.snapshot.banned:
-            return None
-        verdict = self.connection(self.bind_plan(tunnel), ip, port)
-        return tunnel if verdict is True else verdict or None
 
     def agent_tunnel(self, host: str, scheme: str = "") -> Tunnel | None:
         """A live tunnel bound to ``host``, over ``scheme`` when one is (a name bound over

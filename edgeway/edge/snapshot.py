@@ -63,6 +63,7 @@ class Cloud:
     id: str
     scheme: str
     plan: Plan
+    hostport: str = ""  # a TCP one's address (host:port)
 
 
 @dataclass
@@ -161,7 +162,8 @@ async def load(db: Database, breakers: Breakers | None = None,
                           "tcp_edge" if scheme == "tcp" else "route")
             cloud = Cloud(id_, scheme, pipeline.compile_doc(
                 {"traffic_policy": {"value": text}},
-                Compiling(snap.rules, id_, snap.breakers, snap.secrets)))
+                Compiling(snap.rules, id_, snap.breakers, snap.secrets)),
+                str(doc.get("hostport", "")))
             if scheme == "tcp":
                 snap.tcp_cloud[int(doc.get("port") or 0)] = cloud
             else:

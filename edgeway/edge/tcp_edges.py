@@ -13,6 +13,7 @@ from functools import partial
 import structlog
 
 from edgeway.accept import Peer
+from edgeway.edge import connections
 from edgeway.edge.backends import Static, Target
 from edgeway.edge.handover import behind
 from edgeway.edge.pages import Fixed
@@ -32,7 +33,7 @@ def edge_target(router: EdgeRouter, snap: Snapshot, edge: Edge,
     """Where a connection to a TCP or TLS edge goes: refused (None) by the IP restriction,
     the traffic policy's on_tcp_connect or a module this edge cannot enforce; else the
     internal endpoint the policy forwards it to, or what the edge's backend picks."""
-    verdict = router.connection(edge.plan, *peer)
+    verdict = connections.decide(router, edge.plan, *peer)
     if verdict is True:
         return router.target(snap, edge.plan)
     return verdict or None
@@ -104,7 +105,8 @@ class TcpEdges:
         snap = self.router.snapshot
         cloud = snap.tcp_cloud.get(port)
         if cloud is not None:
-            await self._cloud(cloud, reader, writer, peer)
+            if cloud.hostport not in snap.banned:  # (taken down after an abuse report)
+                await self._cloud(cloud, reader, writer, peer)
             return
         edge = snap.tcp.get(port)
         if edge is None or await self.refused(peer) \
@@ -121,7 +123,7 @@ class TcpEdges:
         """A TCP cloud endpoint's connection: its traffic policy closes it or forwards it to
         an internal TCP endpoint; one it does neither with is closed too (nothing else
         serves the address)."""
-        verdict = self.router.connection(cloud.plan, *peer)
+        verdict = connections.decide(self.router, cloud.plan, *peer)
         if isinstance(verdict, Tunnel) and not await self.refused(peer):
             await forward(reader, writer, peer, verdict, "tcp", "", False)
         elif verdict is True:
