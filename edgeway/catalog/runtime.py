@@ -58,12 +58,12 @@ TUNNELS = Kind(
 
 def _url(value: str, ctx: Context) -> str:
     """A cloud endpoint's URL: ``https://`` or ``http://`` and a host name, nothing else (an
-    internal one: one name ending in ``.internal``); or ``tcp://`` and a reserved address's
-    host and port."""
+    internal one: one name ending in ``.internal``); ``tls://`` and a host name (not an
+    internal one); or ``tcp://`` and a reserved address's host and port."""
     parts = urlsplit(value.strip())
-    if parts.scheme not in ("http", "https", "tcp"):
-        raise Invalid("url", f"'{value}' must be an http://, https:// or tcp:// URL (TLS cloud "
-                      "endpoints are not served here)", 215)
+    if parts.scheme not in ("http", "https", "tls", "tcp"):
+        raise Invalid("url", f"'{value}' must be an http://, https://, tls:// or tcp:// URL",
+                      215)
     try:
         port = parts.port
     except ValueError:
@@ -81,6 +81,10 @@ def _url(value: str, ctx: Context) -> str:
                           "(tcp://db.internal:5432), not cloud endpoints", 215)
         return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
     host = checks.domain_name("url", parts.hostname or "")  # (no wildcard)
+    if parts.scheme == "tls" and internal(host):
+        raise Invalid("url", f"'{value}': internal TLS endpoints are not served here; an "
+                      "internal TCP endpoint (an agent's tcp://NAME.internal:PORT) takes "
+                      "the bytes a policy forwards", 215)
     return f"{parts.scheme}://{host}"
 
 
@@ -104,7 +108,8 @@ def _check(doc: dict[str, Any], _ctx: Context) -> None:
         raise Invalid("type", "only cloud endpoints are created through the API; agent "
                       "endpoints come from agents' binds", 215)
     url = str(doc.get("url", ""))
-    on: On = "tcp_edge" if url.startswith("tcp://") else "route"
+    on: On = "tcp_edge" if url.startswith("tcp://") else "tls_edge" \
+        if url.startswith("tls://") else "route"
     if "traffic_policy" in doc:
         text = modern("traffic_policy", str(doc["traffic_policy"]), on)
         check_policy("traffic_policy", text, on)
@@ -123,7 +128,7 @@ def _derive(doc: dict[str, Any], ctx: Context, old: dict[str, Any] | None) -> di
         hostport = host
         host, port = host.rpartition(":")[0].strip("[]"), int(host.rpartition(":")[2])
     else:
-        port = 443 if scheme == "https" else 80  # (nominal, as edges' hostports: one claim)
+        port = 80 if scheme == "http" else 443  # (nominal, as edges' hostports: one claim)
         hostport = f"{host}:{port}"
     out: dict[str, Any] = {
         "scheme": scheme, "proto": scheme, "host": host, "port": port,
@@ -178,7 +183,8 @@ ENDPOINTS = Kind(
         _out("upstream_protocol", str, "protocol towards the upstream", ""),
         Field("url", str, "the endpoint URL; a cloud endpoint's is https:// or http:// and a "
               "reserved domain (or a name under a reserved wildcard domain), or an internal "
-              "name (api.internal); or tcp:// and a reserved address (host:port)",
+              "name (api.internal); tls:// and a reserved domain; or tcp:// and a reserved "
+              "address (host:port)",
               create="required",
               update=True, check=_url),
         _out("principal", Ref | None, "identity that created the endpoint"),

@@ -39,7 +39,7 @@ from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.modules.terminate_tls import TerminateTls
 from edgeway.edge.pool import Pool
 from edgeway.edge.router import EdgeRouter
-from edgeway.edge.snapshot import Edge, Snapshot
+from edgeway.edge.snapshot import Cloud, Edge, Snapshot
 from edgeway.edge.tcp_edges import TcpEdges, forward
 from edgeway.pki.platform_ca import EdgeCerts
 from edgeway.restrictions import Restrictions
@@ -203,6 +203,13 @@ class PublicListeners:
             if name in snap.banned:  # (taken down: closed, as a refused TLS connection is)
                 sock.close()
                 return
+            cloud = snap.tls_cloud.get(name)
+            if cloud is not None:
+                if await self._refused(peer):
+                    sock.close()
+                else:
+                    await self._tls_cloud(sock, peer, cloud, name)
+                return
             edge = snap.tls.get(name)
             bound = [t for t in self.router.registry.for_host(name) if t.proto == "tls"] \
                 if edge is not None else await self.router.registry.tls_back(name)
@@ -258,15 +265,36 @@ class PublicListeners:
         certificate and key (the SDKs' ``termination``); None: passed through."""
         term = self.router.bind_plan(tunnel).find(TerminateTls)
         if term is not None:
-            if term.certificate:
-                return self.certs.agents(term.certificate, term.key, term.client_cas,
-                                         term.min_version, term.max_version)
-            name = self.router.certificate_name(tunnel.host, self.base_domain) or tunnel.host
-            return self.certs.context(name, False, term.client_cas, term.min_version,
-                                      max_version=term.max_version)
+            return self._terminate(term, tunnel.host)
         termination = tunnel.req.termination
         return self.certs.agents(*termination, tunnel.req.client_cas) \
             if termination is not None else None
+
+    def _terminate(self, term: TerminateTls, host: str) -> ssl.SSLContext:
+        """The context of a traffic policy's terminate-tls for ``host``: its certificate, or
+        the name's own (the one its HTTPS would get)."""
+        if term.certificate:
+            return self.certs.agents(term.certificate, term.key, term.client_cas,
+                                     term.min_version, term.max_version)
+        name = self.router.certificate_name(host, self.base_domain) or host
+        return self.certs.context(name, False, term.client_cas, term.min_version,
+                                  max_version=term.max_version)
+
+    async def _tls_cloud(self, sock: socket.socket, peer: tuple[str, int], cloud: Cloud,
+                         name: str) -> None:
+        """A TLS cloud endpoint's connection: its traffic policy closes it or forwards it to
+        an internal TCP endpoint, after terminating TLS when it has terminate-tls (else the
+        TLS bytes themselves); one it does neither with is closed (nothing else serves the
+        name)."""
+        target = connections.decide(self.router, cloud.plan, *peer)
+        if not isinstance(target, Tunnel):
+            if target is True:
+                log.info("tls_cloud_endpoint_unanswered", endpoint=cloud.id, client=peer[0])
+            sock.close()
+            return
+        term = cloud.plan.find(TerminateTls)
+        reader, writer = await open_streams(sock, self._terminate(term, name) if term else None)
+        await forward(reader, writer, peer, target, "tcp", "", False)
 
     def _reach(self, snap: Snapshot, name: str, edge: Edge | None, bound: list[Tunnel]
                ) -> Sequence[Tunnel] | None:

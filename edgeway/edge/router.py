@@ -145,7 +145,8 @@ class EdgeRouter:
     def edge_host(self, host: str) -> str | None:
         """The edge serving ``host`` (from the last snapshot), if any."""
         edge = self.snapshot.https.get(host) or self.snapshot.tls.get(host)
-        cloud = self.snapshot.cloud.get(host) or self.snapshot.internal.get(host)
+        cloud = self.snapshot.cloud.get(host) or self.snapshot.internal.get(host) \
+            or self.snapshot.tls_cloud.get(host)
         return edge.id if edge else cloud.id if cloud else None
 
     def internal(self, host: str, scheme: str) -> Tunnel | Cloud | None:

@@ -75,6 +75,7 @@ class Snapshot:
     # internal (.internal) cloud endpoints, by host: reached through forward-internal only
     internal: dict[str, Cloud] = field(default_factory=dict)
     tcp_cloud: dict[int, Cloud] = field(default_factory=dict)  # port -> TCP cloud endpoint
+    tls_cloud: dict[str, Cloud] = field(default_factory=dict)  # host -> TLS cloud endpoint
     backends: dict[str, Backend] = field(default_factory=dict)  # compiled, by id
     rules: dict[str, list[tuple[str, Network]]] = field(default_factory=dict)
     domains: set[str] = field(default_factory=set)  # reserved domain names
@@ -159,13 +160,17 @@ async def load(db: Database, breakers: Breakers | None = None,
         if doc.get("type") == "cloud":
             scheme, host = str(doc.get("scheme", "")), str(doc.get("host", ""))
             text = modern("traffic_policy", str(doc.get("traffic_policy", "")),
-                          "tcp_edge" if scheme == "tcp" else "route")
+                          "tcp_edge" if scheme == "tcp" else "tls_edge" if scheme == "tls"
+                          else "route")
             cloud = Cloud(id_, scheme, pipeline.compile_doc(
                 {"traffic_policy": {"value": text}},
-                Compiling(snap.rules, id_, snap.breakers, snap.secrets)),
+                Compiling(snap.rules, id_, snap.breakers, snap.secrets,
+                          terminates=scheme == "tls")),
                 str(doc.get("hostport", "")))
             if scheme == "tcp":
                 snap.tcp_cloud[int(doc.get("port") or 0)] = cloud
+            elif scheme == "tls":
+                snap.tls_cloud[host] = cloud
             else:
                 (snap.internal if internal(host) else snap.cloud)[host] = cloud
     for collection in BACKEND_COLLECTIONS:

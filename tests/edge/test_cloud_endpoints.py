@@ -139,7 +139,12 @@ def test_what_a_cloud_endpoint_cannot_be_is_refused_by_member(srv: Server) -> No
             ({"url": "tcp://c4.example.com:70000", "traffic_policy": TCP}, "url", "port"),
             ({"url": "tcp://db.internal:5432", "traffic_policy": TCP}, "url",
              "internal TCP endpoints are agents' binds"),
-            ({"url": "tls://c4.example.com"}, "url", "TLS cloud endpoints are not served"),
+            ({"url": "tls://c4.example.com"}, "traffic_policy.on_http_request",
+             "phases: on_tcp_connect"),
+            ({"url": "tls://db.internal", "traffic_policy": TCP}, "url",
+             "internal TLS endpoints are not served"),
+            ({"url": "tls://c4.example.com:8443", "traffic_policy": TCP}, "url", "no port"),
+            ({"url": "ftp://c4.example.com"}, "url", "tls:// or tcp://"),
             # actions of ngrok's reference it does not run: refused by name, with the reason
             ({"traffic_policy": policy(rule("true", {"type": "owasp-crs-request"}))},
              "on_http_request[0].actions[0].type", "web application firewall engine"),

@@ -208,3 +208,77 @@ def test_forward_internal_on_agents_tcp_and_tls_endpoints(
                 assert s.recv(100) == b"A:plain"
         finally:
             sdk.stop()
+
+
+def test_a_tls_cloud_endpoint_terminates_or_passes_tls_through_to_internal_endpoints(
+        small: tuple[Server, list[int]]) -> None:
+    """``tls://NAME`` on a reserved domain, its policy's on_tcp_connect: with terminate-tls
+    the edge completes the handshake with the name's own certificate and the internal TCP
+    endpoint gets the plain bytes; without it the handshake goes through to the endpoint's
+    service. The name is then the endpoint's alone; unanswered connections are closed."""
+    import ssl
+
+    from tests.agent.test_oneliners import tls_echo
+    srv, _ports = small
+    terminated, passed = "tls-cloud.example.com", "tls-pass.example.com"
+    with srv.client() as api, tagged(b"A:") as up_a, tls_echo(srv) as up_tls:
+        token = api.post("/credentials", json={}).json()["token"]
+        for name in (terminated, passed):
+            assert api.post("/reserved_domains", json={"domain": name}).status_code == 201
+        sdk = agent(srv, token, {"kind": "tcp", "forward": f"tcp://127.0.0.1:{up_a}",
+                                 "remote_addr": "plain.internal:1"},
+                    {"kind": "tcp", "forward": f"tcp://127.0.0.1:{up_tls}",
+                     "remote_addr": "secure.internal:443"})
+        try:
+            assert not any(ln.get("error") for ln in sdk.listeners), sdk.listeners
+            r = api.post("/endpoints", json={
+                "type": "cloud", "url": f"tls://{terminated}", "traffic_policy": tcp_policy(
+                    {"actions": [{"type": "terminate-tls", "config": {"min_version": "1.3"}}]},
+                    {"actions": [forward("tcp://plain.internal:1")]})})
+            assert r.status_code == 201, r.text
+            ep = r.json()
+            assert (ep["url"], ep["proto"], ep["host"]) == (f"tls://{terminated}", "tls",
+                                                            terminated)
+            r = api.post("/endpoints", json={
+                "type": "cloud", "url": f"tls://{passed}",
+                "traffic_policy": tcp_policy({"actions": [forward("tcp://secure.internal:443")]})})
+            assert r.status_code == 201, r.text
+            # the name is the endpoint's: an agent's bind of it and an HTTPS cloud endpoint
+            # on it are refused
+            r = api.post("/endpoints", json={"type": "cloud", "url": f"https://{terminated}",
+                                             "traffic_policy": json.dumps({})})
+            assert r.status_code == 400 and ep["id"] in r.text, r.text
+            taker = agent(srv, token, {"kind": "tls", "forward": f"tcp://127.0.0.1:{up_a}",
+                                       "domain": terminated})
+            try:
+                assert f"cloud endpoint {ep['id']}" in taker.listeners[0]["error"]
+            finally:
+                taker.stop()
+
+            def talk(name: str, ctx: ssl.SSLContext) -> tuple[bytes, str]:
+                with socket.create_connection(("127.0.0.1", srv.https_port),
+                                              timeout=10) as raw, \
+                        ctx.wrap_socket(raw, server_hostname=name) as s:
+                    s.sendall(b"plain")
+                    return s.recv(100), s.version() or ""
+
+            edge_ca = ssl.create_default_context(cafile=str(srv.data_dir / "ca.pem"))
+            until(lambda: _answers(talk, terminated, edge_ca), "the TLS cloud endpoint serves")
+            assert talk(terminated, edge_ca) == (b"A:plain", "TLSv1.3")
+            theirs = ssl.create_default_context(cafile=str(srv.data_dir / "ca.pem"))
+            theirs.check_hostname = False  # (the upstream's own certificate, not the name's)
+            assert talk(passed, theirs)[0] == b"echo:plain"
+            # a policy that neither forwards nor closes: closed
+            r = api.patch(f"/endpoints/{ep['id']}", json={"traffic_policy": tcp_policy(
+                {"actions": [{"type": "log"}]})})
+            assert r.status_code == 200, r.text
+            until(lambda: not _answers(talk, terminated, edge_ca), "closed when unanswered")
+        finally:
+            sdk.stop()
+
+
+def _answers(talk: Callable[[str, Any], tuple[bytes, str]], name: str, ctx: Any) -> bool:
+    try:
+        return talk(name, ctx)[0] != b""
+    except (OSError, ConnectionError):
+        return False

@@ -6,7 +6,8 @@ or neither: neither serves the name's own certificate, the one its HTTPS would g
 (PEM certificates: the handshake then requires a client certificate issued by one of them;
 ``mutual_tls_verification_strategy`` ``require-and-verify``, the only one).
 
-Refused where it cannot be honoured: on any endpoint but an agent's TLS endpoint (HTTPS is
+Refused where it cannot be honoured: on any endpoint but a TLS one, an agent's or a cloud
+endpoint's (HTTPS is
 terminated by the edge already; TCP endpoints and edges name no certificate), in a rule with
 expressions (the handshake comes before anything a rule could test), with interpolated
 certificates, certificate authority ids, or another verification strategy.
@@ -53,7 +54,7 @@ def _pem(cfg: dict[str, Any], name: str) -> str:
 def compile(cfg: dict[str, Any], at: Scope) -> TerminateTls:
     """The action; ``Unsupported`` naming what it cannot honour."""
     if not at.terminates:
-        raise Unsupported("on TLS endpoints only (an agent's tls:// endpoint): HTTPS is "
+        raise Unsupported("on TLS endpoints only (an agent's or a cloud tls:// endpoint): HTTPS is "
                           "terminated by the edge already, and TCP endpoints and edges name "
                           "no certificate to terminate with")
     low, high = str(cfg.get("min_version", "1.2")), str(cfg.get("max_version", "1.3"))
