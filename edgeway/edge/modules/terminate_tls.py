@@ -7,10 +7,10 @@ or neither: neither serves the name's own certificate, the one its HTTPS would g
 ``mutual_tls_verification_strategy`` ``require-and-verify``, the only one).
 
 Refused where it cannot be honoured: on any endpoint but a TLS one, an agent's or a cloud
-endpoint's (HTTPS is
-terminated by the edge already; TCP endpoints and edges name no certificate), in a rule with
-expressions (the handshake comes before anything a rule could test), with interpolated
-certificates, certificate authority ids, or another verification strategy.
+endpoint's (HTTPS is terminated by the edge already; TCP endpoints and edges name no
+certificate), in a rule with expressions (the handshake comes before anything a rule could
+test), with interpolated certificates, certificate authority ids, or another verification
+strategy.
 """
 
 from __future__ import annotations
