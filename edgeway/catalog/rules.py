@@ -54,17 +54,20 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
     (7105, ("hostports[*]",), "TCP edges: a reserved address, or a port outside the agent TCP "
                               "range that is none of this server's listeners nor privileged"),
     (7122, ("",), "a hostport (for TCP edges: a port) is served by one edge only; a reserved "
-                  "address by an edge or a tunnel, not both at once"),
-    (215, ("url",), "cloud endpoints: an http:// or https:// URL of a host name only (no port, "
-                    "path or query)"),
+                  "address by an edge, a cloud endpoint or a tunnel, one at a time"),
+    (215, ("url",), "cloud endpoints: an http://, https:// or tls:// URL of a host name only "
+                    "(no port, path or query), or tcp:// and a reserved address"),
+    (7105, ("url",), "TCP cloud endpoints: the address is a reserved address"),
     (215, ("bindings",), "cloud endpoints: ['internal'] for a URL ending in .internal, "
                          "['public'] for any other"),
     (448, ("url",), "a host name: labels of at most 63 characters, at most 253 in all"),
     (7121, ("url",), "cloud endpoints: the host is a reserved domain, or covered by a reserved "
                      "wildcard domain one label up"),
     (215, ("traffic_policy", "traffic_policy.*"), "a traffic policy document, JSON or YAML, "
-                                                  "whose keys are on_http_request and "
-                                                  "on_http_response"),
+                                                  "whose keys are on_http_request, "
+                                                  "on_http_response and "
+                                                  "on_event_stream_message (on_tcp_connect "
+                                                  "for TCP and TLS endpoints)"),
     (215, ("pooling_enabled",), "false: a cloud endpoint's URL is served by it alone"),
     (7027, ("*webhook_verification.secret",), "required (the provider's signing secret or "
                                               "verification key), but for sns"),

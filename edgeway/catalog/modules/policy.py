@@ -18,6 +18,7 @@ from edgeway.celpkg import cel
 from edgeway.errors import Invalid
 
 REQ, RES, TCP = "on_http_request", "on_http_response", "on_tcp_connect"
+SSE = "on_event_stream_message"  # each message of a server-sent event stream
 ACTIONS: dict[str, frozenset[str]] = {
     "add-headers": frozenset({REQ, RES}), "basic-auth": frozenset({REQ}),
     "circuit-breaker": frozenset({REQ}), "close-connection": frozenset({TCP, REQ}),
@@ -30,7 +31,7 @@ ACTIONS: dict[str, frozenset[str]] = {
     "rate-limit": frozenset({REQ}), "redirect": frozenset({REQ}),
     "remove-headers": frozenset({REQ, RES}), "request-body-find-replace": frozenset({REQ}),
     "response-body-find-replace": frozenset({RES}), "restrict-ips": frozenset({REQ, TCP}),
-    "set-vars": frozenset({REQ, RES, TCP}), "sse-find-replace": frozenset({RES}),
+    "set-vars": frozenset({REQ, RES, TCP}), "sse-find-replace": frozenset({SSE}),
     "terminate-tls": frozenset({TCP}), "url-rewrite": frozenset({REQ}),
     "verify-webhook": frozenset({REQ}),
 }
@@ -43,11 +44,10 @@ NOT_SERVED: dict[tuple[str, str], str] = {
     ("http-request", RES): "runs in on_http_request only here (the response phase does not "
                            "wait on another call); call it there and read its result in "
                            "on_http_response's rules",
-    ("sse-find-replace", RES): "server-sent events are not rewritten as they stream here; "
-                               "response-body-find-replace rewrites whole bodies",
 }
 PHASES: dict[On, tuple[str, ...]] = {
-    "route": (REQ, RES), "tcp_edge": (TCP,), "tls_edge": (TCP,), "https_edge": (REQ, RES),
+    "route": (REQ, RES, SSE), "tcp_edge": (TCP,), "tls_edge": (TCP,),
+    "https_edge": (REQ, RES, SSE),
 }
 _INTERPOLATION = re.compile(r"\$\{(.*?)\}")
 

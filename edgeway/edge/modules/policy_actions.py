@@ -15,8 +15,14 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from edgeway.catalog.modules.policy import REQ, RES, TCP
-from edgeway.edge.modules import basic_auth, body_replace, forward_internal, terminate_tls
+from edgeway.catalog.modules.policy import REQ, RES, SSE, TCP
+from edgeway.edge.modules import (
+    basic_auth,
+    body_replace,
+    forward_internal,
+    sse_replace,
+    terminate_tls,
+)
 from edgeway.edge.modules.policy_values import (
     Env,
     Headers,
@@ -302,6 +308,7 @@ ACTIONS: dict[str, dict[str, Callable[[dict[str, Any], Scope], Any]]] = {
     TCP: {"deny": _tcp_refuse, "restrict-ips": _tcp_restrict, "close-connection": _tcp_refuse,
           "log": _tcp_log, "set-vars": _on_tcp(setter), "terminate-tls": terminate_tls.compile,
           "forward-internal": forward_internal.compile_tcp},
+    SSE: {"sse-find-replace": sse_replace.compile},
 }
 
 

@@ -16,11 +16,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import parse_qs
 
 import structlog
 
-from edgeway.catalog.modules.policy import REQ, RES, TCP, parse
+from edgeway.catalog.modules.policy import REQ, RES, SSE, TCP, parse
 from edgeway.celpkg import cel
 from edgeway.edge import h1
 from edgeway.edge.h1 import header
@@ -46,13 +45,14 @@ from edgeway.edge.modules import (
     jwt_validation,
     policy_logins,
     secrets,
+    sse_replace,
     terminate_tls,
     webhook_verification,
 )
 from edgeway.edge.modules.policy_actions import compile_action
+from edgeway.edge.modules.policy_env import request_env, response_env
 from edgeway.edge.modules.policy_values import (
     COMPRESS,
-    LOGS,
     REWRITE,
     Headers,
     Outcome,
@@ -210,20 +210,48 @@ class Policy(Hook):
         if x.env is None:
             return headers
         env = x.env
-        if self.has(RES):
+        if self.has(RES) or self.has(SSE):
             env = response_env(x.env, status, headers)
+        bodied = not h1.bodiless(status, x.req.method)
+        if self.has(RES):
             headers = self.on_response(env, headers)
-            if (rewrite := env.get(REWRITE)) is not None and x.rewrite is None \
-                    and not h1.bodiless(status, x.req.method):
-                encoded = header(headers, b"content-encoding").strip().lower()
-                x.rewrite = body_replace.Rewriter(rewrite, env, encoded not in (b"", b"identity"))
-                headers = [(k, v) for k, v in headers  # (its length and tag change)
-                           if k.lower() not in (b"content-length", b"etag")]
-        if env.get(COMPRESS) and x.gzip is None and not h1.bodiless(status, x.req.method) \
+            if (rewrite := env.get(REWRITE)) is not None and x.rewrite is None and bodied:
+                x.rewrite = body_replace.Rewriter(rewrite, env, _encoded(headers))
+                headers = _unsized(headers)
+        if self.has(SSE) and bodied and header(headers, b"content-type").split(b";")[0] \
+                .strip().lower() == b"text/event-stream":
+            stream = sse_replace.Stream(lambda e: self._actions(SSE, e), env, _encoded(headers))
+            x.rewrite = stream if x.rewrite is None else Chain(x.rewrite, stream)
+            headers = _unsized(headers)
+        if env.get(COMPRESS) and x.gzip is None and bodied \
                 and compression.wanted(x.req.headers, status, headers, False):
             x.gzip = compression.Gzip()  # (compress-response: as the compression module)
             headers = compression.rewrite(headers)
         return headers
+
+
+def _encoded(headers: Headers) -> bool:
+    """Whether a response body is compressed (a rewrite cannot read it)."""
+    return header(headers, b"content-encoding").strip().lower() not in (b"", b"identity")
+
+
+def _unsized(headers: Headers) -> Headers:
+    """A rewritten response's headers: its length and tag change."""
+    return [(k, v) for k, v in headers if k.lower() not in (b"content-length", b"etag")]
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Two body filters, one after the other (a whole-body rewrite, then an event stream's
+    messages)."""
+    first: Any
+    second: Any
+
+    def data(self, data: bytes) -> bytes:
+        return bytes(self.second.data(self.first.data(data)))
+
+    def end(self) -> bytes:
+        return bytes(self.second.data(self.first.end())) + bytes(self.second.end())
 
 
 def _breaker(cfg: dict[str, Any], at: Scope) -> Hook:
@@ -246,42 +274,6 @@ def _identity(env: dict[str, Any], kind: str, headers: Headers) -> None:
     result(env, policy_logins.RESULT[kind], {"identity": {
         name: got.get(b"edgeway-auth-user-" + part, "")
         for name, part in (("id", b"id"), ("email", b"email"), ("name", b"name"))}})
-
-
-def _header_map(headers: Headers) -> dict[str, list[str]]:
-    """``req.headers``/``res.headers``: lower-case names to their values."""
-    names: dict[str, list[str]] = {}
-    for k, v in headers:
-        names.setdefault(k.decode("latin-1").lower(), []).append(v.decode("latin-1"))
-    return names
-
-
-def request_env(method: bytes, target: bytes, headers: Headers, host: str, scheme: str,
-                ip: str, port: int, http10: bool) -> dict[str, Any]:
-    """The CEL variables of a request."""
-    raw = target.decode("latin-1")
-    path, _, query = raw.partition("?")
-    names = _header_map(headers)
-    length = names.get("content-length", ["-1"])[0]
-    hostname = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    return {
-        "conn": {"client_ip": ip, "client_port": port},
-        "req": {"method": method.decode("latin-1"), "host": host, "headers": names,
-                "version": "HTTP/1.0" if http10 else "HTTP/1.1",
-                "content_length": int(length) if length.isdigit() else -1,
-                "url": {"path": path, "raw_path": path, "query": query, "host": hostname,
-                        "scheme": scheme, "authority": host,
-                        "raw": f"{scheme}://{host}{raw}", "query_params": parse_qs(query)}},
-        "vars": {},
-        LOGS: [],
-    }
-
-
-def response_env(env: dict[str, Any], status: int, headers: Headers) -> dict[str, Any]:
-    """The request's variables (its ``vars`` the same object: set-vars in the response phase
-    adds to them) and the response's."""
-    return {**env, "vars": env.setdefault("vars", {}),
-            "res": {"status_code": status, "headers": _header_map(headers)}}
 
 
 def compile(module: dict[str, Any], ctx: Compiling | str) -> Policy | Unenforced:
@@ -319,7 +311,7 @@ def _compile(doc: Any, at: Scope, values: secrets.Secrets) -> Policy | Unenforce
                 return Unenforced("traffic_policy (action 'terminate-tls' in a rule with "
                                   "expressions: TLS is terminated, or not, before a byte of "
                                   "the connection is read; put it in a rule of its own)")
-            rewrites = rewrites or (phase == RES and any(
+            rewrites = rewrites or phase == SSE or (phase == RES and any(
                 a.get("type") == "response-body-find-replace" for a in rule.get("actions") or []))
             compiled.append(Rule(str(rule.get("name") or f"rule {i}"),
                                  tuple(cel.compile(secrets.in_expression(e, values))
