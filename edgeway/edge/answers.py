@@ -66,14 +66,23 @@ async def bad_gateway(writer: asyncio.StreamWriter, req: Request, why: str) -> N
         "answering this request.", 4502, (("Connection", "close"),)))
 
 
-def local_answer(x: Exchange, plan: Plan, answer: Fixed) -> Fixed:
+async def local_answer(x: Exchange, plan: Plan, answer: Fixed) -> Fixed:
     """A backend's fixed answer (http_response) through the response hooks, like an
-    upstream's."""
-    outcome(x, plan, answer.status)
-    x.sent = len(answer.body)
+    upstream's (a hook that waits may answer instead)."""
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
-    for hook in plan.responses:
-        headers = hook.response(x, answer.status, headers)
+    if plan.awaits:
+        for hook in plan.responses:
+            got = await hook.response_awaiting(x, answer.status, headers)
+            if isinstance(got, Fixed):
+                outcome(x, plan, got.status)
+                return got
+            headers = got
+        outcome(x, plan, answer.status)
+    else:
+        outcome(x, plan, answer.status)
+        for hook in plan.responses:
+            headers = hook.response(x, answer.status, headers)
+    x.sent = len(answer.body)
     body = x.gzip.data(answer.body) + x.gzip.end() if x.gzip is not None else answer.body
     return replace(answer, body=body, headers=tuple(
         (k.decode("latin-1"), v.decode("latin-1")) for k, v in headers))

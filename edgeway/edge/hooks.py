@@ -165,6 +165,17 @@ class Hook:
     def response(self, x: Exchange, status: int, headers: Headers) -> Headers:
         return headers
 
+    @property
+    def awaits(self) -> bool:
+        """Its response phase waits on something (``response_awaiting``, not ``response``)."""
+        return False
+
+    async def response_awaiting(self, x: Exchange, status: int,
+                                headers: Headers) -> Headers | Fixed:
+        """The response phase of a hook that ``awaits``: the headers, or an answer of the
+        edge's own instead of the response (the upstream's is dropped)."""
+        return self.response(x, status, headers)
+
     def outcome(self, x: Exchange, failed: bool) -> None:
         return None
 

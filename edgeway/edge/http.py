@@ -207,7 +207,7 @@ class HttpEdge:
         taken = x.body is not None  # the request's End was read (its body whole, or none)
         for attempt in range(RETRIES + 1):
             if isinstance(decision.target, Fixed):
-                keep = await fixed(writer, x.req, local_answer(x, plan, decision.target))
+                keep = await fixed(writer, x.req, await local_answer(x, plan, decision.target))
                 return keep and (taken or await drain(parser, reader, deadline, HEAD_TIMEOUT))
             if not taken and not x.req.body:  # once: a retry must not read the next request
                 if not isinstance(parser.next_event(), End):

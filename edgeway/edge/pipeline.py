@@ -96,6 +96,7 @@ class Plan:
     upstreams: tuple[Hook, ...] = field(init=False)
     responses: tuple[Hook, ...] = field(init=False)  # in reverse order
     outcomes: tuple[Hook, ...] = field(init=False)
+    awaits: bool = field(init=False)  # a response hook waits on something
 
     def __post_init__(self) -> None:
         for name, phase in (("connects", "connect"), ("checks", "check"),
@@ -103,6 +104,7 @@ class Plan:
                             ("outcomes", "outcome")):
             object.__setattr__(self, name, _phase(self.hooks, phase))
         object.__setattr__(self, "responses", _phase(self.hooks, "response")[::-1])
+        object.__setattr__(self, "awaits", any(h.awaits for h in self.responses))
 
     def find(self, kind: type[H]) -> H | None:
         """The first hook of ``kind``, a traffic policy's actions that are hooks included."""

@@ -19,7 +19,7 @@ from edgeway.edge.answers import DONE, FAILED, REUSE, Fate, Retry, bad_gateway, 
 from edgeway.edge.client import ClientWatch
 from edgeway.edge.h1 import BadMessage, End, Framer, RequestParser, Response, header
 from edgeway.edge.hooks import Exchange
-from edgeway.edge.pages import page
+from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pipeline import Plan
 from edgeway.edge.pool import Upstream
 from edgeway.tunnel.pipes import UpstreamGone, must_drain, splice
@@ -71,7 +71,11 @@ class Relay:
             elif isinstance(event, Response):
                 if event.status == 101:
                     return await self._switched(event)
-                self._head(event)
+                if self.plan.awaits and event.status >= 200:
+                    if (refused := await self._awaited(event)) is not None:
+                        return refused
+                else:
+                    self._head(event)
             elif isinstance(event, End):
                 return await self._end(event)
 
@@ -154,6 +158,29 @@ class Relay:
         self.keep, self.framer, head = response_head(self.x, self.plan, event)
         self.out += head
 
+    async def _awaited(self, event: Response) -> Result | None:
+        """The final head through response hooks that wait (a traffic policy calling out in
+        on_http_response); one that answers instead ends the exchange with that answer and
+        drops the upstream's (None: the head went on)."""
+        x, req = self.x, self.x.req
+        if self.observer is not None:
+            self.observer(req.method, req.target, event.status)
+        headers = h1.end_to_end(event.headers)
+        for hook in self.plan.responses:
+            got = await hook.response_awaiting(x, event.status, headers)
+            if isinstance(got, Fixed):
+                self.upstream.pipe.abort()
+                outcome(x, self.plan, got.status)
+                self.writer.write(self.out)  # (interim heads)
+                await fixed(self.writer, req, got, close=True)
+                return False, FAILED
+            headers = got
+        self.final = event
+        outcome(x, self.plan, event.status)
+        self.keep, self.framer, head = framed(x, event, headers)
+        self.out += head
+        return None
+
     async def _end(self, event: End) -> Result:
         if self.x.rewrite is not None:
             rest = self.x.rewrite.end()
@@ -178,10 +205,15 @@ class Relay:
 def response_head(x: Exchange, plan: Plan, resp: Response) -> tuple[bool, Framer, bytes]:
     """The client's response head for ``resp``, through the response hooks: (keep the
     connection, the body's framer, the head); ``x.gzip`` is set if compressing."""
-    req = x.req
     headers = h1.end_to_end(resp.headers)
     for hook in plan.responses:
         headers = hook.response(x, resp.status, headers)
+    return framed(x, resp, headers)
+
+
+def framed(x: Exchange, resp: Response, headers: h1.Headers) -> tuple[bool, Framer, bytes]:
+    """The client's response head with ``headers`` (the hooks'), and how its body is framed."""
+    req = x.req
     keep = req.keep_alive and not req.http10
     chunked = False
     if not h1.bodiless(resp.status, req.method) and (

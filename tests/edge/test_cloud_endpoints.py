@@ -151,9 +151,6 @@ def test_what_a_cloud_endpoint_cannot_be_is_refused_by_member(srv: Server) -> No
             ({"traffic_policy": json.dumps({"on_http_response": [{"actions": [
                 {"type": "owasp-crs-response"}]}]})}, ".type", "web application firewall"),
             ({"traffic_policy": json.dumps({"on_http_response": [{"actions": [
-                {"type": "http-request", "config": {"url": "https://a.internal/"}}]}]})},
-             ".type", "'http-request' in on_http_response is not served"),
-            ({"traffic_policy": json.dumps({"on_http_response": [{"actions": [
                 {"type": "sse-find-replace"}]}]})}, ".type",
              "it runs in on_event_stream_message"),
             ({"url": "https://api.internal"}, "bindings", "['internal'] for"),

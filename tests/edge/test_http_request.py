@@ -156,7 +156,7 @@ def test_a_policy_calls_an_internal_endpoint_and_reads_its_answer(
      "retry_condition"),
     ("on_http_request", {"url": "https://api.internal/", "headers": {"Bad Name": "x"}},
      "not a header name"),
-    ("on_http_response", {"url": "https://api.internal/"}, "http-request"),
+    ("on_http_response", {"url": "https://api.example.com/"}, "internal endpoints only"),
 ])
 def test_what_http_request_cannot_honour_is_refused(phase: str, config: dict[str, Any],
                                                     said: str) -> None:
@@ -176,3 +176,52 @@ def test_an_interpolated_url_or_header_cannot_break_the_request_it_makes() -> No
                 "https://svc.internal.example.com/", "file:///etc/passwd"):
         with pytest.raises(Failed):
             internal(url)
+
+
+RESPONSE_POLICY = {"on_http_response": [
+    # an audit call per response: its answer goes into the response's headers
+    {"expressions": ["req.url.path == '/headers'"], "actions": [
+        call("https://svc.internal/headers", headers={"X-Status": "${res.status_code}"}),
+        {"type": "add-headers", "config": {"headers": {
+            "X-Audit": f"${{{RES}.status_code}} ${{{RES}.header['x-upstream'][0]}}",
+            "X-Audit-Asked": f"${{{RES}.body.contains('x-status')}}"}}}]},
+    on("/down", call("https://gone.internal/", on_error="halt")),
+    on("/soft", call("https://gone.internal/"),  # (continues: the default)
+       {"type": "add-headers", "config": {"headers": {"X-Err": f"${{{ERR}.code}}"}}}),
+]}
+
+
+def test_a_policy_calls_an_internal_endpoint_in_the_response_phase(
+        srv: Server, token: str, service: int) -> None:
+    """http-request in on_http_response, on an agent's endpoint (the upstream's answer) and
+    on an edge route whose backend answers itself: later rules read the call's answer with
+    the response's variables; a failed call that halts answers 502 instead of the upstream;
+    one that continues leaves its error to the later rules."""
+    forward = f"http://127.0.0.1:{service}"
+    policy = json.dumps(RESPONSE_POLICY)
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": "audit.example.com"})
+        edge = made(api, "/edges/https", {"hostports": ["audit.example.com:443"]})
+        fixed = made(api, "/backends/http_response", {"status_code": 201, "body": "local"})
+        made(api, f"/edges/https/{edge['id']}/routes", {
+            "match_type": "path_prefix", "match": "/", "backend": {"backend_id": fixed["id"]},
+            "traffic_policy": {"value": policy}})
+    inner = agent(srv, token,
+                  {"kind": "https", "forward": forward, "domain": "svc.internal"},
+                  {"kind": "https", "forward": forward, "policy": policy})
+    try:
+        assert not any(ln.get("error") for ln in inner.listeners), inner.listeners
+        with EdgeClient(srv) as web:
+            for base, status in ((inner.urls[1], 200), ("https://audit.example.com", 201)):
+                r = web.get(f"{base}/headers")
+                assert r.status_code == status, (base, r.text)
+                assert r.headers["x-audit"] == "200 yes", (base, r.headers)
+                assert r.headers["x-audit-asked"] == "true"  # (its header reached svc)
+                r = web.get(f"{base}/down")
+                assert r.status_code == 502, (base, r.text)
+                assert r.headers["edgeway-error-code"] == "ERR_EDGEWAY_4022"
+                r = web.get(f"{base}/soft")
+                assert (r.status_code, r.headers["x-err"]) == (status, "offline"), base
+                assert web.get(f"{base}/headers").status_code == status  # and on it goes
+    finally:
+        inner.stop()

@@ -41,9 +41,6 @@ _WAF = ("the OWASP Core Rule Set needs a web application firewall engine (Coraza
 # policy naming one is refused when it is written, never stored to be skipped.
 NOT_SERVED: dict[tuple[str, str], str] = {
     ("owasp-crs-request", REQ): _WAF, ("owasp-crs-response", RES): _WAF,
-    ("http-request", RES): "runs in on_http_request only here (the response phase does not "
-                           "wait on another call); call it there and read its result in "
-                           "on_http_response's rules",
 }
 PHASES: dict[On, tuple[str, ...]] = {
     "route": (REQ, RES, SSE), "tcp_edge": (TCP,), "tls_edge": (TCP,),

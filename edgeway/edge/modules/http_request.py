@@ -31,7 +31,7 @@ from edgeway.edge.h1 import End, Response
 from edgeway.edge.h1_response import ResponseParser
 from edgeway.edge.hooks import Exchange, Hook, Verdict
 from edgeway.edge.modules.policy_values import Unsupported, interpolate, result, seconds
-from edgeway.edge.pages import page
+from edgeway.edge.pages import Fixed, page
 
 METHODS = ("GET", "PUT", "POST", "PATCH", "DELETE", "OPTIONS")
 MAX_BODY = 1 << 20  # response bytes read at most
@@ -65,7 +65,11 @@ class Call(Hook):
     halt: bool
 
     async def request(self, x: Exchange) -> Verdict:
-        env = x.env if x.env is not None else {}
+        return await self.call(x, x.env if x.env is not None else {})
+
+    async def call(self, x: Exchange, env: dict[str, Any]) -> Fixed | None:
+        """Make the call with the variables ``env`` (a request's, or in on_http_response the
+        response's too), its result there; a 502 page when it failed and halts."""
         url = interpolate(self.url, env)
         if self.query:
             url += ("&" if "?" in url else "?") + urlencode(

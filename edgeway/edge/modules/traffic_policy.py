@@ -21,7 +21,6 @@ import structlog
 
 from edgeway.catalog.modules.policy import REQ, RES, SSE, TCP, parse
 from edgeway.celpkg import cel
-from edgeway.edge import h1
 from edgeway.edge.h1 import header
 from edgeway.edge.hooks import (
     CLOSE,
@@ -39,21 +38,18 @@ from edgeway.edge.login import base as login
 from edgeway.edge.modules import (
     body_replace,
     circuit_breaker,
-    compression,
     forward_internal,
     http_request,
     jwt_validation,
+    policy_bodies,
     policy_logins,
     secrets,
-    sse_replace,
     terminate_tls,
     webhook_verification,
 )
 from edgeway.edge.modules.policy_actions import compile_action
 from edgeway.edge.modules.policy_env import request_env, response_env
 from edgeway.edge.modules.policy_values import (
-    COMPRESS,
-    REWRITE,
     Headers,
     Outcome,
     Scope,
@@ -67,6 +63,7 @@ log = structlog.get_logger()
 # The actions that run as hooks (``Policy.request`` awaits them): they read the request's body,
 # fetch keys or call an internal endpoint; the others are ``policy_actions``' closures.
 HOOKS: dict[str, dict[str, Callable[[dict[str, Any], Scope], Hook]]] = {
+    RES: {"http-request": lambda cfg, _at: http_request.compile(cfg)},
     REQ: {"jwt-validation": lambda cfg, _at: jwt_validation.compile(cfg),
           "verify-webhook": lambda cfg, _at: webhook_verification.policy_action(cfg),
           "forward-internal": lambda cfg, _at: forward_internal.compile(cfg),
@@ -136,9 +133,13 @@ class Policy(Hook):
         return out
 
     def on_response(self, env: dict[str, Any], headers: Headers) -> Headers:
+        """The response phase of a policy whose actions do not wait (``awaits``: see
+        ``response_awaiting``)."""
         out = list(headers)
         for rule in self._matching(RES, env):
             for action in rule.actions:
+                if isinstance(action, Hook):
+                    raise TypeError(f"{action.name} runs only in Policy.response_awaiting")
                 out = action(env, out)
         return out
 
@@ -206,52 +207,41 @@ class Policy(Hook):
         while x.counted:
             x.counted.pop().record(failed)
 
+    @property
+    def awaits(self) -> bool:
+        """It calls out in on_http_response (http-request)."""
+        return any(isinstance(a, Hook) for rule in self.phases.get(RES, ()) for a in rule.actions)
+
     def response(self, x: Exchange, status: int, headers: Headers) -> Headers:
         if x.env is None:
             return headers
-        env = x.env
-        if self.has(RES) or self.has(SSE):
-            env = response_env(x.env, status, headers)
-        bodied = not h1.bodiless(status, x.req.method)
+        env = response_env(x.env, status, headers) if self.has(RES) or self.has(SSE) \
+            else x.env
         if self.has(RES):
             headers = self.on_response(env, headers)
-            if (rewrite := env.get(REWRITE)) is not None and x.rewrite is None and bodied:
-                x.rewrite = body_replace.Rewriter(rewrite, env, _encoded(headers))
-                headers = _unsized(headers)
-        if self.has(SSE) and bodied and header(headers, b"content-type").split(b";")[0] \
-                .strip().lower() == b"text/event-stream":
-            stream = sse_replace.Stream(lambda e: self._actions(SSE, e), env, _encoded(headers))
-            x.rewrite = stream if x.rewrite is None else Chain(x.rewrite, stream)
-            headers = _unsized(headers)
-        if env.get(COMPRESS) and x.gzip is None and bodied \
-                and compression.wanted(x.req.headers, status, headers, False):
-            x.gzip = compression.Gzip()  # (compress-response: as the compression module)
-            headers = compression.rewrite(headers)
-        return headers
+        return self._rewrites(x, env, status, headers)
 
+    async def response_awaiting(self, x: Exchange, status: int,
+                                headers: Headers) -> Headers | Fixed:
+        """The response phase with its http-request calls (each rule's turn comes after the
+        calls of the rules before it); a call that fails and halts answers instead."""
+        if x.env is None or not self.has(RES):
+            return self.response(x, status, headers)
+        env = response_env(x.env, status, headers)
+        out = list(headers)
+        for rule in self._matching(RES, env):
+            for action in rule.actions:
+                if isinstance(action, http_request.Call):
+                    if (answer := await action.call(x, env)) is not None:
+                        return answer
+                else:
+                    out = action(env, out)
+        return self._rewrites(x, env, status, out)
 
-def _encoded(headers: Headers) -> bool:
-    """Whether a response body is compressed (a rewrite cannot read it)."""
-    return header(headers, b"content-encoding").strip().lower() not in (b"", b"identity")
-
-
-def _unsized(headers: Headers) -> Headers:
-    """A rewritten response's headers: its length and tag change."""
-    return [(k, v) for k, v in headers if k.lower() not in (b"content-length", b"etag")]
-
-
-@dataclass(frozen=True)
-class Chain:
-    """Two body filters, one after the other (a whole-body rewrite, then an event stream's
-    messages)."""
-    first: Any
-    second: Any
-
-    def data(self, data: bytes) -> bytes:
-        return bytes(self.second.data(self.first.data(data)))
-
-    def end(self) -> bytes:
-        return bytes(self.second.data(self.first.end())) + bytes(self.second.end())
+    def _rewrites(self, x: Exchange, env: dict[str, Any], status: int,
+                  headers: Headers) -> Headers:
+        sse = (lambda e: self._actions(SSE, e)) if self.has(SSE) else None
+        return policy_bodies.body_filters(x, env, status, headers, sse)
 
 
 def _breaker(cfg: dict[str, Any], at: Scope) -> Hook:
