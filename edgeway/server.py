@@ -180,6 +180,7 @@ async def serve(cfg: ServerConfig) -> None:
                                http_port, https_port, _logins(cfg, platform, https_port),
                                platform.restrictions,
                                SnsVerifier(cfg.sns_cert_hosts or sns.CERT_HOSTS))
+        binder.tcp.terminating = edge.terminator.tunnel
         platform.watchers += [router.changed, edge.changed, tunnels.changed]
         link = ChangeLink(cfg.database_url, node, platform.local, platform.everything) \
             if cfg.database_url else None  # (nodes sharing the database hear each other)

@@ -41,6 +41,7 @@ from edgeway.edge.pool import Pool
 from edgeway.edge.router import EdgeRouter
 from edgeway.edge.snapshot import Cloud, Edge, Snapshot
 from edgeway.edge.tcp_edges import TcpEdges, forward
+from edgeway.edge.terminating import Terminator
 from edgeway.pki.platform_ca import EdgeCerts
 from edgeway.restrictions import Restrictions
 from edgeway.tunnel.registry import Tunnel
@@ -64,7 +65,8 @@ class PublicListeners:
         router.bounce = login.bounce
         self._servers: list[Acceptor] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        self.tcp = TcpEdges(router, tcp_host, self._refused)
+        self.terminator = Terminator(router, certs, base_domain)
+        self.tcp = TcpEdges(router, tcp_host, self._refused, self.terminator)
         self._watch: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         # hands a connection to the worker holding every tunnel it may reach (``edgeway
@@ -252,33 +254,12 @@ class PublicListeners:
         if tunnel is None or target is None:
             sock.close()  # (its traffic policy's on_tcp_connect refused it)
             return
-        context = self._terminating(tunnel)
+        context = self.terminator.tunnel(tunnel)
         reader, writer = await open_streams(sock, context)
         if target is not tunnel:  # (forwarded to an internal TCP endpoint: its bytes)
             await forward(reader, writer, peer, target, "tcp", "", False)
             return
         await forward(reader, writer, peer, tunnel, "tls", "", context is None)
-
-    def _terminating(self, tunnel: Tunnel) -> ssl.SSLContext | None:
-        """The context a TLS tunnel's connections are terminated with here: its traffic
-        policy's terminate-tls (its certificate, or the name's own), or the agent's
-        certificate and key (the SDKs' ``termination``); None: passed through."""
-        term = self.router.bind_plan(tunnel).find(TerminateTls)
-        if term is not None:
-            return self._terminate(term, tunnel.host)
-        termination = tunnel.req.termination
-        return self.certs.agents(*termination, tunnel.req.client_cas) \
-            if termination is not None else None
-
-    def _terminate(self, term: TerminateTls, host: str) -> ssl.SSLContext:
-        """The context of a traffic policy's terminate-tls for ``host``: its certificate, or
-        the name's own (the one its HTTPS would get)."""
-        if term.certificate:
-            return self.certs.agents(term.certificate, term.key, term.client_cas,
-                                     term.min_version, term.max_version)
-        name = self.router.certificate_name(host, self.base_domain) or host
-        return self.certs.context(name, False, term.client_cas, term.min_version,
-                                  max_version=term.max_version)
 
     async def _tls_cloud(self, sock: socket.socket, peer: tuple[str, int], cloud: Cloud,
                          name: str) -> None:
@@ -293,7 +274,8 @@ class PublicListeners:
             sock.close()
             return
         term = cloud.plan.find(TerminateTls)
-        reader, writer = await open_streams(sock, self._terminate(term, name) if term else None)
+        context = self.terminator.context(term, name) if term is not None else None
+        reader, writer = await open_streams(sock, context)
         await forward(reader, writer, peer, target, "tcp", "", False)
 
     def _reach(self, snap: Snapshot, name: str, edge: Edge | None, bound: list[Tunnel]

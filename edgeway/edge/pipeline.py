@@ -193,7 +193,7 @@ def for_bind(req: BindRequest, key: str = "",
     """The plan of an agent's bind, from the options it sent (``key``: its tunnel id; the
     vault secrets its traffic policy may read and the IP policies' rules it may name)."""
     return compile_doc(bind_doc(req), Compiling(rules or {}, key, secrets=secrets or {},
-                                                terminates=req.proto == "tls"))
+                                                terminates=req.proto in ("tls", "tcp")))
 
 
 def _oauth_refusal(req: BindRequest, oauth_apps: tuple[str, ...]) -> str | None:
@@ -247,7 +247,7 @@ def bind_refusal(req: BindRequest, secrets: Mapping[tuple[str, str], str] | None
     if "oauth" in mods and (why := _oauth_refusal(req, oauth_apps)) is not None:
         return why
     plan = compile_doc(_bind_modules(req), Compiling(rules or {}, req.id, secrets=secrets or {},
-                                                     terminates=req.proto == "tls"))
+                                                     terminates=req.proto in ("tls", "tcp")))
     if req.termination is not None and plan.find(TerminateTls) is not None:
         return ("TLS termination is asked for twice: by the bind's certificate and key and by "
                 "the traffic policy's terminate-tls; keep one")

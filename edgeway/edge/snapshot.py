@@ -135,7 +135,7 @@ async def load(db: Database, breakers: Breakers | None = None,
         for id_, stored in await repo.all_docs(catalog.BY_COLLECTION[collection]):
             doc = _opened(collection, id_, stored, sealer)
             plan = pipeline.compile_doc(doc, Compiling(snap.rules, id_, snap.breakers,
-                                                       snap.secrets))
+                                                       snap.secrets, terminates=kind == "tcp"))
             edge = by_id[id_] = Edge(id_, kind, doc, plan, tls=mutual_tls.options(
                 plan.client_cas, plan.min_tls_version, snap.cas))
             for host, port in _hosts(doc):
@@ -165,7 +165,7 @@ async def load(db: Database, breakers: Breakers | None = None,
             cloud = Cloud(id_, scheme, pipeline.compile_doc(
                 {"traffic_policy": {"value": text}},
                 Compiling(snap.rules, id_, snap.breakers, snap.secrets,
-                          terminates=scheme == "tls")),
+                          terminates=scheme in ("tls", "tcp"))),
                 str(doc.get("hostport", "")))
             if scheme == "tcp":
                 snap.tcp_cloud[int(doc.get("port") or 0)] = cloud

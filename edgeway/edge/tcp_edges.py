@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
 
@@ -19,6 +20,7 @@ from edgeway.edge.handover import behind
 from edgeway.edge.pages import Fixed
 from edgeway.edge.router import EdgeRouter
 from edgeway.edge.snapshot import Cloud, Edge, Snapshot
+from edgeway.edge.terminating import Terminator
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import StreamClosed
 from edgeway.tunnel.pipes import Pipe, SocketPipe, UpstreamGone, splice
@@ -60,8 +62,9 @@ async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
 
 class TcpEdges:
     def __init__(self, router: EdgeRouter, host: str,
-                 refused: Callable[[Peer], Awaitable[bool]]) -> None:
+                 refused: Callable[[Peer], Awaitable[bool]], terminator: Terminator) -> None:
         self.router, self.host, self.refused = router, host, refused
+        self.terminator = terminator
         self.listeners: dict[int, TcpListener] = {}
         self.closed: Closed | None = None  # set by the server: each connection's end
         self.offer: Offer | None = None  # set by ``edgeway serve --workers``
@@ -73,13 +76,18 @@ class TcpEdges:
             await self.listeners.pop(port).close()
         for port in wanted - set(self.listeners):
             listener = TcpListener(self.host, port, partial(self._client, port),
-                                   closed=self.closed, offer=partial(self._offer, port))
+                                   closed=self.closed, offer=partial(self._offer, port),
+                                   tls=partial(self._tls, port))
             try:
                 await listener.start()
             except OSError as exc:
                 log.warning("tcp_edge_listen_failed", port=port, error=exc.strerror)
                 continue
             self.listeners[port] = listener
+
+    def _tls(self, port: int) -> ssl.SSLContext | None:
+        snap = self.router.snapshot
+        return self.terminator.listener(snap.tcp_cloud.get(port) or snap.tcp.get(port))
 
     async def take(self, sock: socket.socket, ref: str, peer: Peer) -> None:
         """A connection another worker accepted on the edge port ``ref``."""

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import ipaddress
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -43,10 +44,12 @@ class TcpListener:
 
     def __init__(self, host: str, port: int, handler: Handler, owner: str = "",
                  closed: Closed | None = None,
-                 offer: Callable[[socket.socket, Peer], Awaitable[bool]] | None = None
-                 ) -> None:
+                 offer: Callable[[socket.socket, Peer], Awaitable[bool]] | None = None,
+                 tls: Callable[[], ssl.SSLContext | None] | None = None) -> None:
         self.host, self.port, self.owner = host, port, owner  # owner: a TCP tunnel's id
         self._handler, self._closed, self._offer = handler, closed, offer
+        # the TLS its clients speak, terminated here (a traffic policy's terminate-tls)
+        self._tls = tls
         self._server: Acceptor | None = None
         self._door: Door | None = None
         self._clients: set[asyncio.Task[None]] = set()
@@ -67,8 +70,8 @@ class TcpListener:
 
     async def _streams(self, sock: socket.socket, peer: Peer) -> None:
         try:
-            reader, writer = await open_streams(sock)
-        except (ConnectionError, OSError):
+            reader, writer = await open_streams(sock, self._tls() if self._tls else None)
+        except (ConnectionError, OSError):  # (a failed handshake included)
             return
         await self._client(reader, writer, peer)
 

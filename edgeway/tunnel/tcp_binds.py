@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Callable
 from functools import partial
 
@@ -49,6 +50,9 @@ class TcpBinds:
         # endpoint's), None when refused.
         self.connecting: Callable[[Tunnel, str, int], Tunnel | None] = \
             lambda tunnel, _ip, _port: tunnel
+        # Set by the edge: the TLS a tunnel's clients speak, terminated at the edge (its
+        # traffic policy's terminate-tls), or None
+        self.terminating: Callable[[Tunnel], ssl.SSLContext | None] = lambda _tunnel: None
         # Set by the edge: the TCP edge serving a port (a reserved address put on an edge).
         self.edge_port: Callable[[int], str | None] = lambda _port: None
         # Set by the edge: why an address is taken down (an abuse report), or None
@@ -183,11 +187,16 @@ class TcpBinds:
                 self.parked.pop(tunnel.id).set()
                 await self.listeners.pop(tunnel.id).close()
             listener = TcpListener(self.host, port, partial(self._client, tunnel.id),
-                                   tunnel.id, self.closed, partial(self._offer, tunnel.id))
+                                   tunnel.id, self.closed, partial(self._offer, tunnel.id),
+                                   partial(self._tls, tunnel.id))
             await listener.start()
             self.listeners[tunnel.id] = listener
         tunnel.port, tunnel.url = port, f"tcp://{self.name}:{port}"
         self.serving[tunnel.id] = tunnel
+
+    def _tls(self, tunnel_id: str) -> ssl.SSLContext | None:
+        tunnel = self.serving.get(tunnel_id)
+        return self.terminating(tunnel) if tunnel is not None else None
 
     async def _offer(self, tunnel_id: str, sock: socket.socket, peer: Peer) -> bool:
         tunnel = self.serving.get(tunnel_id)

@@ -180,7 +180,7 @@ def test_a_tls_endpoints_traffic_policy_terminates_tls_and_restricts(
         assert not any(errors[:4]), errors
         assert "rule with expressions" in errors[4], errors
         assert "asked for twice" in errors[5], errors
-        assert "TLS endpoints only" in errors[6], errors
+        assert not errors[6], errors  # (a TCP endpoint terminates TLS too)
         names = [urlsplit(u).hostname or "" for u in a.urls[:4]]
 
         def echo(host: str, ctx: ssl.SSLContext, trust: Path) -> tuple[bytes, str, str]:
@@ -209,5 +209,12 @@ def test_a_tls_endpoints_traffic_policy_terminates_tls_and_restricts(
         assert refused(attempt(echo, names[2], client(), edge_ca))
         # restrict-ips: closed before anything reaches the agent (passed through otherwise)
         assert refused(attempt(echo, names[3], ssl.create_default_context(), edge_ca))
+        # a TCP endpoint: its clients speak TLS to the edge, the agent gets the plain bytes
+        tcp_port = int(a.urls[6].rsplit(":", 1)[1])
+        own_ctx = ssl.create_default_context(cafile=str(cert_path))
+        with socket.create_connection(("127.0.0.1", tcp_port), timeout=20) as raw, \
+                own_ctx.wrap_socket(raw, server_hostname="tcp.edgeway.localhost") as s:
+            s.sendall(b"plain over tcp")
+            assert s.recv(100) == b"plain over tcp"
     finally:
         a.stop()

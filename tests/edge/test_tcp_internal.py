@@ -282,3 +282,49 @@ def _answers(talk: Callable[[str, Any], tuple[bytes, str]], name: str, ctx: Any)
         return talk(name, ctx)[0] != b""
     except (OSError, ConnectionError):
         return False
+
+
+def test_tcp_endpoints_terminate_tls_with_the_address_certificate(
+        small: tuple[Server, list[int]]) -> None:
+    """terminate-tls on a TCP cloud endpoint and on an agent's TCP endpoint: the clients
+    speak TLS to the edge, which shows a certificate for the TCP address's host (here an IP
+    address) from the platform CA; the upstream gets the plain bytes; a client speaking no
+    TLS gets nothing through; an HTTPS endpoint's policy has no on_tcp_connect (refused)."""
+    import ssl
+    srv, _ports = small
+    terminate = {"actions": [{"type": "terminate-tls", "config": {}}]}
+    with srv.client() as api, tagged(b"A:") as up_a:
+        token = api.post("/credentials", json={}).json()["token"]
+        ra = api.post("/reserved_addrs", json={"description": "tls db"}).json()
+        addr = ra["addr"]
+        sdk = agent(srv, token, {"kind": "tcp", "forward": f"tcp://127.0.0.1:{up_a}",
+                                 "remote_addr": "db.internal:5432"},
+                    {"kind": "tcp", "forward": f"tcp://127.0.0.1:{up_a}",
+                     "policy": tcp_policy(terminate)},
+                    {"kind": "https", "forward": f"http://127.0.0.1:{up_a}",
+                     "policy": tcp_policy(terminate)})
+        try:
+            assert not any(ln.get("error") for ln in sdk.listeners[:2]), sdk.listeners
+            assert "on_tcp_connect': is not a phase here" in sdk.listeners[2]["error"]
+            r = api.post("/endpoints", json={
+                "type": "cloud", "url": f"tcp://{addr}",
+                "traffic_policy": tcp_policy(terminate, {"actions": [
+                    forward("tcp://db.internal:5432")]})})
+            assert r.status_code == 201, r.text
+            host = addr.rsplit(":", 1)[0]
+            ports = [int(addr.rsplit(":", 1)[1]), int(sdk.urls[1].rsplit(":", 1)[1])]
+
+            def talk(port: int) -> bytes:
+                ctx = ssl.create_default_context(cafile=str(srv.data_dir / "ca.pem"))
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+                        ctx.wrap_socket(raw, server_hostname=host) as s:
+                    s.sendall(b"plain")
+                    return s.recv(100)
+
+            until(lambda: _answers(lambda _n, _c: (talk(ports[0]), ""), "", None),
+                  "the TCP cloud endpoint terminates TLS")
+            for port in ports:
+                assert talk(port) == b"A:plain"
+                assert ask(port) == b""  # no TLS: nothing reaches the upstream
+        finally:
+            sdk.stop()

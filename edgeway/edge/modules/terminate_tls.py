@@ -6,11 +6,14 @@ or neither: neither serves the name's own certificate, the one its HTTPS would g
 (PEM certificates: the handshake then requires a client certificate issued by one of them;
 ``mutual_tls_verification_strategy`` ``require-and-verify``, the only one).
 
-Refused where it cannot be honoured: on any endpoint but a TLS one, an agent's or a cloud
-endpoint's (HTTPS is terminated by the edge already; TCP endpoints and edges name no
-certificate), in a rule with expressions (the handshake comes before anything a rule could
-test), with interpolated certificates, certificate authority ids, or another verification
-strategy.
+On a TCP endpoint (an agent's TCP tunnel, a TCP cloud endpoint, a TCP edge) its clients
+speak TLS to the edge and the upstream gets the plain bytes; without a certificate the TCP
+address's host name gets one from the platform CA (``edge/terminating.py``).
+
+Refused where it cannot be honoured: on HTTPS endpoints and routes (HTTPS is terminated by
+the edge already) and TLS edges (their tls_termination module), in a rule with expressions
+(the handshake comes before anything a rule could test), with interpolated certificates,
+certificate authority ids, or another verification strategy.
 """
 
 from __future__ import annotations
@@ -54,9 +57,9 @@ def _pem(cfg: dict[str, Any], name: str) -> str:
 def compile(cfg: dict[str, Any], at: Scope) -> TerminateTls:
     """The action; ``Unsupported`` naming what it cannot honour."""
     if not at.terminates:
-        raise Unsupported("on TLS endpoints only (an agent's or a cloud tls:// endpoint): HTTPS is "
-                          "terminated by the edge already, and TCP endpoints and edges name "
-                          "no certificate to terminate with")
+        raise Unsupported("on TLS and TCP endpoints only (agents' and cloud endpoints, TCP "
+                          "edges): HTTPS is terminated by the edge already, and a TLS edge "
+                          "terminates with its tls_termination module")
     low, high = str(cfg.get("min_version", "1.2")), str(cfg.get("max_version", "1.3"))
     if low not in VERSIONS or high not in VERSIONS or low > high:
         raise Unsupported(f"min_version {low!r} and max_version {high!r} (1.2 or 1.3, the "

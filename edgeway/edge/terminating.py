@@ -1,0 +1,57 @@
+"""TLS terminated at the edge for what is otherwise passed through or carried as bytes: an
+agent's TLS endpoint (the SDKs' ``termination(cert, key)``, or its traffic policy's
+``terminate-tls``), and with ``terminate-tls`` TLS cloud endpoints and TCP endpoints (agents'
+TCP tunnels, TCP cloud endpoints, TCP edges: their clients speak TLS to the edge and the
+upstream gets the plain bytes). The certificate is the policy's, or else the name's own: for
+a TLS endpoint its host name's (the one its HTTPS would get), for a TCP one the TCP address's
+host name (``--tcp-name``) or address."""
+
+from __future__ import annotations
+
+import ssl
+from urllib.parse import urlsplit
+
+from edgeway.edge.modules.terminate_tls import TerminateTls
+from edgeway.edge.router import EdgeRouter
+from edgeway.edge.snapshot import Cloud, Edge
+from edgeway.pki.platform_ca import EdgeCerts
+from edgeway.tunnel.registry import Tunnel
+
+
+class Terminator:
+    def __init__(self, router: EdgeRouter, certs: EdgeCerts, base_domain: str) -> None:
+        self.router, self.certs, self.base_domain = router, certs, base_domain
+
+    def context(self, term: TerminateTls, host: str) -> ssl.SSLContext:
+        """The context of a traffic policy's terminate-tls for ``host``: its certificate, or
+        the name's own."""
+        if term.certificate:
+            return self.certs.agents(term.certificate, term.key, term.client_cas,
+                                     term.min_version, term.max_version)
+        name = self.router.certificate_name(host, self.base_domain) or host
+        return self.certs.context(name, False, term.client_cas, term.min_version,
+                                  max_version=term.max_version)
+
+    def tunnel(self, tunnel: Tunnel) -> ssl.SSLContext | None:
+        """The context an agent's TLS or TCP endpoint's connections are terminated with here:
+        its traffic policy's terminate-tls, or (TLS) the agent's certificate and key; None:
+        its bytes go on as they are."""
+        term = self.router.bind_plan(tunnel).find(TerminateTls)
+        if term is not None:
+            return self.context(term, tunnel.host or urlsplit(tunnel.url).hostname or "")
+        termination = tunnel.req.termination
+        return self.certs.agents(*termination, tunnel.req.client_cas) \
+            if termination is not None else None
+
+    def listener(self, what: Edge | Cloud | None) -> ssl.SSLContext | None:
+        """The context of a TCP edge's or TCP cloud endpoint's connections (its traffic
+        policy's terminate-tls), None when they are not terminated."""
+        term = what.plan.find(TerminateTls) if what is not None else None
+        if term is None:
+            return None
+        if isinstance(what, Cloud):
+            host = what.hostport
+        else:
+            hostports = (what.doc.get("hostports") or [""]) if what is not None else [""]
+            host = str(hostports[0])
+        return self.context(term, host.rpartition(":")[0].strip("[]") or host)
