@@ -99,7 +99,8 @@ def traffic_policy(value: object, kind: str) -> str:
         if isinstance(value, str):
             doc = parse("traffic_policy", value)
         text = json.dumps(doc)
-        check_policy("traffic_policy", text, "tcp_edge" if kind == "tcp" else "route")
+        check_policy("traffic_policy", text, "tcp_edge" if kind == "tcp"
+                     else "http_endpoint")
     except Refused as exc:
         where = exc.member.removeprefix("traffic_policy").lstrip(".")
         rule = str(exc).split("': ", 1)[-1]

@@ -109,7 +109,7 @@ def _check(doc: dict[str, Any], _ctx: Context) -> None:
                       "endpoints come from agents' binds", 215)
     url = str(doc.get("url", ""))
     on: On = "tcp_edge" if url.startswith("tcp://") else "tls_edge" \
-        if url.startswith("tls://") else "route"
+        if url.startswith("tls://") else "http_endpoint"
     if "traffic_policy" in doc:
         text = modern("traffic_policy", str(doc["traffic_policy"]), on)
         check_policy("traffic_policy", text, on)

@@ -226,6 +226,7 @@ class Compiling:
     secrets: Mapping[tuple[str, str], str] = field(default_factory=dict)
     host: str = ""
     terminates: bool = False
+    endpoint: str = ""  # an HTTP(S) endpoint's scheme (its policy's on_tcp_connect is one's)
 
 
 def overrides(hook: Hook, phase: str) -> bool:

@@ -230,12 +230,16 @@ class PublicListeners:
                 https_edge = snap.https.get(name)
                 options = https_edge.tls if https_edge else \
                     TlsOptions(client_cas=self.router.agent_client_cas(name))
-                if options is None:  # a certificate authority it names is gone
-                    sock.close()
+                admitted, term = (True, None) if https_edge else \
+                    self.terminator.https_endpoint(snap, name, peer)
+                if options is None or not admitted:  # (a certificate authority it names is
+                    sock.close()                     # gone; its on_tcp_connect refused it)
                     return
                 cert_name = self.router.certificate_name(name, self.base_domain)
-                context = self.certs.context(cert_name, True, options.client_cas,
-                                             options.min_version) if cert_name \
+                context = self.terminator.context(term, name, options.client_cas) \
+                    if term is not None else \
+                    self.certs.context(cert_name, True, options.client_cas,
+                                       options.min_version) if cert_name \
                     else self.certs.default
                 reader, writer = await open_streams(sock, context)
                 await self.https.serve(reader, writer, peer, https_edge,

@@ -187,13 +187,22 @@ def bind_doc(req: BindRequest) -> dict[str, Any]:
     return doc
 
 
+def _compiling(req: BindRequest, key: str, secrets: Mapping[tuple[str, str], str] | None,
+               rules: Rules | None) -> Compiling:
+    """How a bind's modules are compiled: TLS is terminated at the edge for TLS, TCP and
+    HTTPS endpoints (terminate-tls), and an HTTP(S) one's on_tcp_connect is an HTTP
+    endpoint's."""
+    return Compiling(rules or {}, key, secrets=secrets or {},
+                     terminates=req.proto in ("tls", "tcp", "https"),
+                     endpoint=req.proto if req.proto in ("http", "https") else "")
+
+
 def for_bind(req: BindRequest, key: str = "",
              secrets: Mapping[tuple[str, str], str] | None = None,
              rules: Rules | None = None) -> Plan:
     """The plan of an agent's bind, from the options it sent (``key``: its tunnel id; the
     vault secrets its traffic policy may read and the IP policies' rules it may name)."""
-    return compile_doc(bind_doc(req), Compiling(rules or {}, key, secrets=secrets or {},
-                                                terminates=req.proto in ("tls", "tcp")))
+    return compile_doc(bind_doc(req), _compiling(req, key, secrets, rules))
 
 
 def _oauth_refusal(req: BindRequest, oauth_apps: tuple[str, ...]) -> str | None:
@@ -229,7 +238,7 @@ def bind_refusal(req: BindRequest, secrets: Mapping[tuple[str, str], str] | None
         text = mods["traffic_policy"]["value"]
         try:
             check_policy("traffic_policy", text, "tcp_edge" if req.proto in ("tcp", "tls")
-                         else "route")
+                         else "http_endpoint")
         except Invalid as exc:
             return f"the traffic policy is not valid: {exc}"
     if "user_agent_filter" in mods:
@@ -246,8 +255,7 @@ def bind_refusal(req: BindRequest, secrets: Mapping[tuple[str, str], str] | None
             return "OIDC logins need an https tunnel (the provider returns to an https URL)"
     if "oauth" in mods and (why := _oauth_refusal(req, oauth_apps)) is not None:
         return why
-    plan = compile_doc(_bind_modules(req), Compiling(rules or {}, req.id, secrets=secrets or {},
-                                                     terminates=req.proto in ("tls", "tcp")))
+    plan = compile_doc(_bind_modules(req), _compiling(req, req.id, secrets, rules))
     if req.termination is not None and plan.find(TerminateTls) is not None:
         return ("TLS termination is asked for twice: by the bind's certificate and key and by "
                 "the traffic policy's terminate-tls; keep one")

@@ -161,11 +161,12 @@ async def load(db: Database, breakers: Breakers | None = None,
             scheme, host = str(doc.get("scheme", "")), str(doc.get("host", ""))
             text = modern("traffic_policy", str(doc.get("traffic_policy", "")),
                           "tcp_edge" if scheme == "tcp" else "tls_edge" if scheme == "tls"
-                          else "route")
+                          else "http_endpoint")
             cloud = Cloud(id_, scheme, pipeline.compile_doc(
                 {"traffic_policy": {"value": text}},
                 Compiling(snap.rules, id_, snap.breakers, snap.secrets,
-                          terminates=scheme in ("tls", "tcp"))),
+                          terminates=scheme != "http",
+                          endpoint=scheme if scheme in ("http", "https") else "")),
                 str(doc.get("hostport", "")))
             if scheme == "tcp":
                 snap.tcp_cloud[int(doc.get("port") or 0)] = cloud

@@ -326,7 +326,7 @@ def _modules(opts: dict[str, Any], family: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if isinstance(policy := opts.get("trafficpolicy"), str) and policy.strip():
         try:
-            value = modern("traffic_policy", policy, "route" if family == "http"
+            value = modern("traffic_policy", policy, "http_endpoint" if family == "http"
                            else "tcp_edge")
         except Invalid as exc:
             raise BindRefused(f"the traffic policy is not valid: {exc}") from None

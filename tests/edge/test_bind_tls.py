@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -218,3 +219,71 @@ def test_a_tls_endpoints_traffic_policy_terminates_tls_and_restricts(
             assert s.recv(100) == b"plain over tcp"
     finally:
         a.stop()
+
+
+def test_an_https_endpoints_on_tcp_connect_restricts_and_sets_its_tls(
+        srv: Server, token: str, service: int, tmp_path: Path) -> None:
+    """on_tcp_connect on HTTPS endpoints (an agent's and a cloud endpoint's): restrict-ips
+    closes other addresses' connections before the handshake; terminate-tls sets the TLS
+    versions and requires client certificates from its authorities; over plain HTTP the
+    phase runs once the Host names the endpoint (a refused request gets its connection
+    closed, no answer); forward-internal is refused there, and terminate-tls on an http://
+    endpoint."""
+    ca, cert, key = authority_files(tmp_path, "https-policy")
+    forward = f"http://127.0.0.1:{service}"
+    mtls = json.dumps({"on_tcp_connect": [{"actions": [{"type": "terminate-tls", "config": {
+        "min_version": "1.3", "mutual_tls_certificate_authorities": [ca]}}]}]})
+    only_other = json.dumps({"on_tcp_connect": [{"actions": [
+        {"type": "restrict-ips", "config": {"allow": ["192.0.2.0/24"]}}]}],
+        "on_http_request": [{"actions": [{"type": "custom-response",
+                                          "config": {"content": "in"}}]}]})
+    a = agent(srv, token,
+              {"kind": "https", "forward": forward, "policy": mtls},
+              {"kind": "https", "forward": forward, "policy": only_other},
+              {"kind": "http", "forward": forward, "policy": only_other},
+              {"kind": "https", "forward": forward, "policy": json.dumps({"on_tcp_connect": [
+                  {"actions": [{"type": "forward-internal",
+                                "config": {"url": "tcp://db.internal:5432"}}]}]})},
+              {"kind": "http", "forward": forward, "policy": json.dumps({"on_tcp_connect": [
+                  {"actions": [{"type": "terminate-tls", "config": {}}]}]})})
+    try:
+        errors = [ln.get("error", "") for ln in a.listeners]
+        assert not any(errors[:3]), errors
+        assert "forward its requests with forward-internal" in errors[3], errors
+        assert "http:// endpoint speaks no TLS" in errors[4], errors
+        names = [urlsplit(u).hostname or "" for u in a.urls[:3]]
+        # client certificates from the policy's authority, TLS 1.3 only
+        assert b" 200 " in https_get(srv, client(cert, key), names[0], names[0])
+        assert refused(attempt(https_get, srv, client(), names[0], names[0]))
+        old = client(cert, key)
+        old.maximum_version = ssl.TLSVersion.TLSv1_2
+        assert refused(attempt(https_get, srv, old, names[0], names[0]))
+        # restrict-ips: closed before the handshake (HTTPS), before an answer (HTTP)
+        assert refused(attempt(https_get, srv, client(), names[1], names[1]))
+        with socket.create_connection(("127.0.0.1", srv.http_port), timeout=20) as s:
+            s.sendall(f"GET / HTTP/1.1\r\nHost: {names[2]}\r\n\r\n".encode())
+            assert read_all(s) == b""
+    finally:
+        a.stop()
+    with srv.client() as api:  # a cloud endpoint's on_tcp_connect
+        api.post("/reserved_domains", json={"domain": "tcp-phase.example.com"})
+        r = api.post("/endpoints", json={"type": "cloud", "url": "https://tcp-phase.example.com",
+                                         "traffic_policy": only_other})
+        assert r.status_code == 201, r.text
+        ok = json.dumps({"on_tcp_connect": [{"actions": [
+            {"type": "restrict-ips", "config": {"allow": ["127.0.0.0/8"]}}]}],
+            "on_http_request": [{"actions": [{"type": "custom-response",
+                                              "config": {"content": "in"}}]}]})
+        try:
+            assert refused(attempt(https_get, srv, client(), "tcp-phase.example.com",
+                                   "tcp-phase.example.com"))
+            assert api.patch(f"/endpoints/{r.json()['id']}",
+                             json={"traffic_policy": ok}).status_code == 200
+            deadline = time.monotonic() + 10
+            while refused(got := attempt(https_get, srv, client(), "tcp-phase.example.com",
+                                         "tcp-phase.example.com")):
+                assert time.monotonic() < deadline, got
+                time.sleep(0.05)
+            assert isinstance(got, bytes) and got.endswith(b"in"), got
+        finally:
+            api.delete(f"/endpoints/{r.json()['id']}")

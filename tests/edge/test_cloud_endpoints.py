@@ -159,7 +159,7 @@ def test_what_a_cloud_endpoint_cannot_be_is_refused_by_member(srv: Server) -> No
              "must not be a wildcard"),
             ({"pooling_enabled": True}, "pooling_enabled", "pooling is not supported"),
             ({"traffic_policy": "{not: [valid"}, "traffic_policy", "neither JSON nor YAML"),
-            ({"traffic_policy": '{"on_tcp_connect": []}'}, "traffic_policy", "not a phase"),
+            ({"traffic_policy": '{"on_connect": []}'}, "traffic_policy", "not a phase"),
             ({"traffic_policy": ""}, "traffic_policy", "is required"),
             ({"type": "edge"}, "type", ""),
         ]

@@ -289,7 +289,7 @@ def test_tcp_endpoints_terminate_tls_with_the_address_certificate(
     """terminate-tls on a TCP cloud endpoint and on an agent's TCP endpoint: the clients
     speak TLS to the edge, which shows a certificate for the TCP address's host (here an IP
     address) from the platform CA; the upstream gets the plain bytes; a client speaking no
-    TLS gets nothing through; an HTTPS endpoint's policy has no on_tcp_connect (refused)."""
+    TLS gets nothing through; on an http:// endpoint it is refused (no TLS there)."""
     import ssl
     srv, _ports = small
     terminate = {"actions": [{"type": "terminate-tls", "config": {}}]}
@@ -301,11 +301,11 @@ def test_tcp_endpoints_terminate_tls_with_the_address_certificate(
                                  "remote_addr": "db.internal:5432"},
                     {"kind": "tcp", "forward": f"tcp://127.0.0.1:{up_a}",
                      "policy": tcp_policy(terminate)},
-                    {"kind": "https", "forward": f"http://127.0.0.1:{up_a}",
+                    {"kind": "http", "forward": f"http://127.0.0.1:{up_a}",
                      "policy": tcp_policy(terminate)})
         try:
             assert not any(ln.get("error") for ln in sdk.listeners[:2]), sdk.listeners
-            assert "on_tcp_connect': is not a phase here" in sdk.listeners[2]["error"]
+            assert "speaks no TLS" in sdk.listeners[2]["error"], sdk.listeners
             r = api.post("/endpoints", json={
                 "type": "cloud", "url": f"tcp://{addr}",
                 "traffic_policy": tcp_policy(terminate, {"actions": [

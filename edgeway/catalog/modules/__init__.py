@@ -19,7 +19,9 @@ from edgeway.catalog import sealing
 from edgeway.catalog.model import Context, Field, Link, Where
 from edgeway.pki.seal import Sealer
 
-On = Literal["https_edge", "route", "tcp_edge", "tls_edge"]
+# where a module or policy is attached; "http_endpoint": an HTTP(S) agent or cloud
+# endpoint (its traffic policy has on_tcp_connect too), for policies only
+On = Literal["https_edge", "route", "tcp_edge", "tls_edge", "http_endpoint"]
 UInt32 = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 
 

@@ -44,7 +44,7 @@ NOT_SERVED: dict[tuple[str, str], str] = {
 }
 PHASES: dict[On, tuple[str, ...]] = {
     "route": (REQ, RES, SSE), "tcp_edge": (TCP,), "tls_edge": (TCP,),
-    "https_edge": (REQ, RES, SSE),
+    "https_edge": (REQ, RES, SSE), "http_endpoint": (TCP, REQ, RES, SSE),
 }
 _INTERPOLATION = re.compile(r"\$\{(.*?)\}")
 
@@ -68,8 +68,8 @@ def parse(member: str, text: str) -> Any:
 
 # The phases' names in the SDKs' ``policy()`` (ngrok's earlier policy format): an agent's bind
 # may use them; each means the phase of today's name where the tunnel has it.
-LEGACY = {"inbound": {"route": REQ, "tcp_edge": TCP, "tls_edge": TCP},
-          "outbound": {"route": RES}}
+LEGACY = {"inbound": {"route": REQ, "http_endpoint": REQ, "tcp_edge": TCP, "tls_edge": TCP},
+          "outbound": {"route": RES, "http_endpoint": RES}}
 
 
 def modern(member: str, text: str, on: On) -> str:

@@ -72,9 +72,12 @@ def _options(cfg: dict[str, Any]) -> bool:
     return bool(on_error == "halt")
 
 
-def compile_tcp(cfg: dict[str, Any], _at: Scope) -> TcpForward:
+def compile_tcp(cfg: dict[str, Any], at: Scope) -> TcpForward:
     """The action on TCP and TLS connections; ``Unsupported`` naming what it cannot
     honour."""
+    if at.endpoint:
+        raise Unsupported("on an HTTP endpoint's connections: forward its requests with "
+                          "forward-internal in on_http_request")
     url = str(cfg.get("url") or "")
     parts = urlsplit(url)
     host = (parts.hostname or "").rstrip(".")

@@ -47,6 +47,7 @@ class Scope:
     rules: Mapping[str, Sequence[tuple[str, Network]]] = field(default_factory=dict)
     breakers: Breakers | None = None
     terminates: bool = False  # a TLS endpoint's policy: terminate-tls is honoured
+    endpoint: str = ""  # an HTTP(S) endpoint's scheme: its on_tcp_connect is an HTTP one's
 
 
 @dataclass

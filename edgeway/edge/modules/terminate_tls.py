@@ -57,9 +57,9 @@ def _pem(cfg: dict[str, Any], name: str) -> str:
 def compile(cfg: dict[str, Any], at: Scope) -> TerminateTls:
     """The action; ``Unsupported`` naming what it cannot honour."""
     if not at.terminates:
-        raise Unsupported("on TLS and TCP endpoints only (agents' and cloud endpoints, TCP "
-                          "edges): HTTPS is terminated by the edge already, and a TLS edge "
-                          "terminates with its tls_termination module")
+        raise Unsupported("on TLS, TCP and HTTPS endpoints only (agents' and cloud "
+                          "endpoints, TCP edges): an http:// endpoint speaks no TLS, and a "
+                          "TLS edge terminates with its tls_termination module")
     low, high = str(cfg.get("min_version", "1.2")), str(cfg.get("max_version", "1.3"))
     if low not in VERSIONS or high not in VERSIONS or low > high:
         raise Unsupported(f"min_version {low!r} and max_version {high!r} (1.2 or 1.3, the "

@@ -168,6 +168,9 @@ class Policy(Hook):
         env = x.env = request_env(req.method, req.target, req.headers,
                                   header(req.headers, b"host").decode("latin-1"), x.scheme,
                                   x.ip, x.port, req.http10)
+        if x.scheme == "http" and self.has(TCP) \
+                and self.on_tcp_connect(x.ip, x.port) is not True:
+            return CLOSE  # (an HTTP endpoint's on_tcp_connect, once its Host named it)
         if not self.has(REQ):
             return None
         own = login.own_path(req.target)
@@ -244,6 +247,14 @@ class Policy(Hook):
         return policy_bodies.body_filters(x, env, status, headers, sse)
 
 
+def admits(hooks: tuple[Hook, ...], ip: str, port: int) -> bool:
+    """Whether the on_tcp_connect of an HTTP(S) endpoint's traffic policy (among its plan's
+    ``hooks``) admits a connection (its other modules, IP restrictions among them, answer
+    each request)."""
+    return all(hook.on_tcp_connect(ip, port) is True for hook in hooks
+               if isinstance(hook, Policy) and hook.has(TCP))
+
+
 def _breaker(cfg: dict[str, Any], at: Scope) -> Hook:
     """A circuit-breaker action: its counts kept across snapshots while its configuration
     and the policy's owner stay the same."""
@@ -271,7 +282,7 @@ def compile(module: dict[str, Any], ctx: Compiling | str) -> Policy | Unenforced
     naming the first action this edge does not enforce (or a secret that does not exist),
     if any."""
     at = Scope(ctx) if isinstance(ctx, str) else Scope(ctx.key, ctx.rules, ctx.breakers,
-                                                       ctx.terminates)
+                                                       ctx.terminates, ctx.endpoint)
     values = {} if isinstance(ctx, str) else ctx.secrets
     doc = parse("traffic_policy.value", str(module.get("value", "")))
     try:
