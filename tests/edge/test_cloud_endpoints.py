@@ -150,6 +150,8 @@ def test_what_a_cloud_endpoint_cannot_be_is_refused_by_member(srv: Server) -> No
              "on_http_request[0].actions[0].type", "web application firewall engine"),
             ({"traffic_policy": json.dumps({"on_http_response": [{"actions": [
                 {"type": "owasp-crs-response"}]}]})}, ".type", "web application firewall"),
+            ({"traffic_policy": policy(rule("true", {"type": "ai-gateway"}))}, ".type",
+             "hosted AI model providers"),
             ({"traffic_policy": json.dumps({"on_http_response": [{"actions": [
                 {"type": "sse-find-replace"}]}]})}, ".type",
              "it runs in on_event_stream_message"),

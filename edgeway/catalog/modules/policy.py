@@ -20,7 +20,8 @@ from edgeway.errors import Invalid
 REQ, RES, TCP = "on_http_request", "on_http_response", "on_tcp_connect"
 SSE = "on_event_stream_message"  # each message of a server-sent event stream
 ACTIONS: dict[str, frozenset[str]] = {
-    "add-headers": frozenset({REQ, RES}), "basic-auth": frozenset({REQ}),
+    "add-headers": frozenset({REQ, RES}), "ai-gateway": frozenset({REQ}),
+    "basic-auth": frozenset({REQ}),
     "circuit-breaker": frozenset({REQ}), "close-connection": frozenset({TCP, REQ}),
     "compress-response": frozenset({REQ, RES}), "custom-response": frozenset({REQ, RES}),
     "deny": frozenset({REQ, TCP}), "forward-internal": frozenset({REQ, TCP}),
@@ -41,6 +42,9 @@ _WAF = ("the OWASP Core Rule Set needs a web application firewall engine (Coraza
 # policy naming one is refused when it is written, never stored to be skipped.
 NOT_SERVED: dict[tuple[str, str], str] = {
     ("owasp-crs-request", REQ): _WAF, ("owasp-crs-response", RES): _WAF,
+    ("ai-gateway", REQ): "it routes requests to hosted AI model providers, a service of "
+                         "ngrok's cloud rather than of an edge; forward to your own gateway "
+                         "with forward-internal",
 }
 PHASES: dict[On, tuple[str, ...]] = {
     "route": (REQ, RES, SSE), "tcp_edge": (TCP,), "tls_edge": (TCP,),
