@@ -175,7 +175,7 @@ async def serve(cfg: ServerConfig) -> None:
         binder.banned = binder.tcp.banned = router.banned
         binder.check_bind = router.bind_refusal
         binder.tcp.connecting = partial(connections.to_tunnel, router)
-        router.oauth_apps = cfg.settings.oauth_apps
+        router.oauth_apps, router.region = cfg.settings.oauth_apps, cfg.settings.region
         edge = PublicListeners(router, certs, cfg.settings.base_domain, cfg.tcp_host,
                                http_port, https_port, _logins(cfg, platform, https_port),
                                platform.restrictions,

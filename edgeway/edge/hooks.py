@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 from edgeway.edge.h1 import Request
 from edgeway.edge.pages import Fixed, page
@@ -70,6 +70,17 @@ class Diverted:
 
 # an internal TCP endpoint's address -> a live tunnel of it, or None (the router's registry)
 Inner = Callable[[str], Any]
+
+
+class Local(NamedTuple):
+    """The server's side of a public connection (``conn.server_*``, ``conn.ts.start``)."""
+    ip: str = ""
+    port: int = 0
+    start: float = 0.0  # when it was accepted (epoch seconds)
+    region: str = ""  # this server's region
+
+
+UNKNOWN = Local()  # (where a connection's server side is not known: tests, checks)
 # a connection hook's verdict: refused (False), go on (True), or sent elsewhere
 Connect = bool | Diverted
 
@@ -112,6 +123,7 @@ class Exchange:
     # the body, read whole (its end taken) by a hook, or None
     read_body: Callable[[int], Awaitable[bytes | None]]
     interim: Callable[[bytes], None]  # writes a 1xx head (100 Continue) to the client
+    local: Local = UNKNOWN  # the connection's server side
     body: bytes | None = None
     env: dict[str, Any] | None = None  # the traffic policy's CEL variables
     # forward-internal: the internal endpoint's tunnel the request goes to instead (the
@@ -150,7 +162,8 @@ class Hook:
         """Hooks it runs itself (a traffic policy's actions), for ``Plan.find``."""
         return ()
 
-    def connect(self, ip: str, port: int, inner: Inner = nobody) -> Connect:
+    def connect(self, ip: str, port: int, inner: Inner = nobody,
+                local: Local = UNKNOWN) -> Connect:
         return True
 
     def check(self, ip: str, headers: Headers) -> Fixed | None:
@@ -199,7 +212,8 @@ class Unenforced(Hook):
     name = "unenforced"
     what: str
 
-    def connect(self, ip: str, port: int, inner: Inner = nobody) -> Connect:
+    def connect(self, ip: str, port: int, inner: Inner = nobody,
+                local: Local = UNKNOWN) -> Connect:
         return False
 
     def check(self, ip: str, headers: Headers) -> Fixed | None:
@@ -227,6 +241,7 @@ class Compiling:
     host: str = ""
     terminates: bool = False
     endpoint: str = ""  # an HTTP(S) endpoint's scheme (its policy's on_tcp_connect is one's)
+    variables: Mapping[str, Any] = field(default_factory=dict)  # its endpoint.* (policy_env)
 
 
 def overrides(hook: Hook, phase: str) -> bool:

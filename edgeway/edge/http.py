@@ -28,7 +28,7 @@ from edgeway.edge.backends import Static
 from edgeway.edge.client import Deadline, drain, next_event, read_body
 from edgeway.edge.forwarding import Forwarder, replayable
 from edgeway.edge.h1 import BadMessage, End, Request, RequestParser
-from edgeway.edge.hooks import Close, Exchange, Hook, Refuse, Services, Takeover
+from edgeway.edge.hooks import Close, Exchange, Hook, Local, Refuse, Services, Takeover
 from edgeway.edge.hosts import directed, misdirected, request_host, uncertified
 from edgeway.edge.login.gate import LoginGate
 from edgeway.edge.modules.rate_limits import RateLimits
@@ -79,6 +79,7 @@ class HttpEdge:
         server name it was made with. A request for another host is misdirected (domain
         fronting, ``hosts.directed``): 421."""
         parser = RequestParser()
+        local = self.router.local(writer.get_extra_info("sockname"))
         deadline = Deadline(writer.transport)
         tls = writer.get_extra_info("ssl_object")
         client_cert = tls is not None and bool(tls.getpeercert())  # (checked in the handshake)
@@ -110,7 +111,7 @@ class HttpEdge:
                     if not (answered and await drain(parser, reader, deadline, HEAD_TIMEOUT)):
                         return
                 elif not await self._answer(parser, reader, writer, event, peer, deadline,
-                                            tls_edge):
+                                            tls_edge, local):
                     return
                 parser.resume()
                 wait = HEAD_TIMEOUT if parser.mid_message else IDLE_TIMEOUT
@@ -123,14 +124,14 @@ class HttpEdge:
 
     async def _answer(self, parser: RequestParser, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, req: Request, peer: tuple[str, int],
-                      deadline: Deadline, tls_edge: Edge | None) -> bool:
+                      deadline: Deadline, tls_edge: Edge | None, local: Local) -> bool:
         """Answer one request; whether the public connection may carry another. The route's
         request hooks run in order (``edge/pipeline.py``); the first verdict answers. Its
         traffic event, when subscribed, is queued once it is answered (or given up on)."""
         started = time.monotonic()
         decision = await self.router.http(req, peer[0], self.scheme, self.https_port, tls_edge)
         x = Exchange(req, peer[0], peer[1], self.scheme, self.services,
-                     partial(read_body, parser, reader), writer.write)
+                     partial(read_body, parser, reader), writer.write, local)
         try:
             hooks: tuple[Hook, ...] | None = decision.plan.requests
             while hooks is not None:

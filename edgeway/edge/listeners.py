@@ -231,7 +231,8 @@ class PublicListeners:
                 options = https_edge.tls if https_edge else \
                     TlsOptions(client_cas=self.router.agent_client_cas(name))
                 admitted, term = (True, None) if https_edge else \
-                    self.terminator.https_endpoint(snap, name, peer)
+                    self.terminator.https_endpoint(snap, name, peer,
+                                                   self.router.local(sock.getsockname()))
                 if options is None or not admitted:  # (a certificate authority it names is
                     sock.close()                     # gone; its on_tcp_connect refused it)
                     return
@@ -254,7 +255,8 @@ class PublicListeners:
         """A TLS tunnel's connection: passed through, or terminated here with the agent's
         certificate (and its client certificate check) when it asked for that."""
         tunnel = self.router.registry.pick(bound)
-        target = connections.to_tunnel(self.router, tunnel, *peer) if tunnel else None
+        target = connections.to_tunnel(self.router, tunnel, *peer, sock.getsockname()) \
+            if tunnel else None
         if tunnel is None or target is None:
             sock.close()  # (its traffic policy's on_tcp_connect refused it)
             return
@@ -271,7 +273,8 @@ class PublicListeners:
         an internal TCP endpoint, after terminating TLS when it has terminate-tls (else the
         TLS bytes themselves); one it does neither with is closed (nothing else serves the
         name)."""
-        target = connections.decide(self.router, cloud.plan, *peer)
+        target = connections.decide(self.router, cloud.plan, *peer,
+                                    self.router.local(sock.getsockname()))
         if not isinstance(target, Tunnel):
             if target is True:
                 log.info("tls_cloud_endpoint_unanswered", endpoint=cloud.id, client=peer[0])
@@ -297,7 +300,8 @@ class PublicListeners:
     async def _tls_edge(self, sock: socket.socket, peer: tuple[str, int], edge: Edge,
                         name: str) -> None:
         snap = self.router.snapshot
-        verdict = connections.decide(self.router, edge.plan, *peer)
+        verdict = connections.decide(self.router, edge.plan, *peer,
+                                     self.router.local(sock.getsockname()))
         if verdict is False:
             sock.close()
             return

@@ -30,7 +30,18 @@ from typing import Any, TypeVar
 
 from edgeway.catalog.modules.policy import check_policy
 from edgeway.edge.h1 import Headers
-from edgeway.edge.hooks import Compiling, Connect, Hook, Inner, Rules, Unenforced, nobody, overrides
+from edgeway.edge.hooks import (
+    UNKNOWN,
+    Compiling,
+    Connect,
+    Hook,
+    Inner,
+    Local,
+    Rules,
+    Unenforced,
+    nobody,
+    overrides,
+)
 from edgeway.edge.login.providers import BY_SDK_NAME, PROVIDERS
 from edgeway.edge.modules import (
     basic_auth,
@@ -125,11 +136,13 @@ class Plan:
                 return refusal
         return None
 
-    def connect(self, ip: str, port: int, inner: Inner = nobody) -> Connect:
-        """Whether a TCP or TLS connection from ``ip``:``port`` may go on, or where a traffic
-        policy's forward-internal sends it (``inner`` finds internal TCP endpoints)."""
+    def connect(self, ip: str, port: int, inner: Inner = nobody,
+                local: Local = UNKNOWN) -> Connect:
+        """Whether a TCP or TLS connection from ``ip``:``port`` (to ``local``) may go on, or
+        where a traffic policy's forward-internal sends it (``inner`` finds internal TCP
+        endpoints)."""
         for hook in self.connects:
-            verdict = hook.connect(ip, port, inner)
+            verdict = hook.connect(ip, port, inner, local)
             if verdict is not True:
                 return verdict
         return True
@@ -188,21 +201,23 @@ def bind_doc(req: BindRequest) -> dict[str, Any]:
 
 
 def _compiling(req: BindRequest, key: str, secrets: Mapping[tuple[str, str], str] | None,
-               rules: Rules | None) -> Compiling:
+               rules: Rules | None, variables: Mapping[str, Any] | None = None) -> Compiling:
     """How a bind's modules are compiled: TLS is terminated at the edge for TLS, TCP and
     HTTPS endpoints (terminate-tls), and an HTTP(S) one's on_tcp_connect is an HTTP
     endpoint's."""
     return Compiling(rules or {}, key, secrets=secrets or {},
                      terminates=req.proto in ("tls", "tcp", "https"),
-                     endpoint=req.proto if req.proto in ("http", "https") else "")
+                     endpoint=req.proto if req.proto in ("http", "https") else "",
+                     variables=variables or {})
 
 
 def for_bind(req: BindRequest, key: str = "",
              secrets: Mapping[tuple[str, str], str] | None = None,
-             rules: Rules | None = None) -> Plan:
+             rules: Rules | None = None, variables: Mapping[str, Any] | None = None) -> Plan:
     """The plan of an agent's bind, from the options it sent (``key``: its tunnel id; the
-    vault secrets its traffic policy may read and the IP policies' rules it may name)."""
-    return compile_doc(bind_doc(req), _compiling(req, key, secrets, rules))
+    vault secrets its traffic policy may read and the IP policies' rules it may name; its
+    endpoint's ``endpoint.*`` variables)."""
+    return compile_doc(bind_doc(req), _compiling(req, key, secrets, rules, variables))
 
 
 def _oauth_refusal(req: BindRequest, oauth_apps: tuple[str, ...]) -> str | None:

@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from weakref import WeakKeyDictionary
 
 import structlog
@@ -23,9 +24,10 @@ from edgeway.catalog.runtime import CLOUD_CHANGED
 from edgeway.edge import backends, certificates, pipeline
 from edgeway.edge.backends import Target
 from edgeway.edge.h1 import Request
-from edgeway.edge.hooks import Rules
+from edgeway.edge.hooks import Local, Rules
 from edgeway.edge.hosts import request_host
 from edgeway.edge.login import base as login
+from edgeway.edge.modules.policy_env import endpoint_vars
 from edgeway.edge.modules.secrets import Secrets
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pipeline import Plan
@@ -86,6 +88,7 @@ class EdgeRouter:
         # server has a managed application for (set by the server)
         self.bounce: Callable[[Request, str], Fixed | None] | None = None
         self.oauth_apps: tuple[str, ...] = ()
+        self.region = ""  # this server's (a policy's conn.server_region)
 
     def changed(self, collection: str) -> None:
         if collection in WATCHED:
@@ -174,6 +177,11 @@ class EdgeRouter:
             return ""
         return "".join(dict.fromkeys(t.req.client_cas for t in self.registry.for_host(host)
                                      if t.proto == "https" and t.req.client_cas))
+
+    def local(self, sockname: Any) -> Local:
+        """The server side of a public connection accepted now on ``sockname``."""
+        ip, port = (sockname[0], sockname[1]) if isinstance(sockname, tuple) else ("", 0)
+        return Local(str(ip), int(port), time.time(), self.region)
 
     def edge_port(self, port: int) -> str | None:
         """The TCP edge or cloud endpoint listening on ``port`` (from the last snapshot), if
@@ -311,7 +319,8 @@ class EdgeRouter:
                     or not pipeline.reads_snapshot(tunnel.req) \
                     or seen == (snap.secrets, snap.rules):
                 return cached[0]
-        plan = pipeline.for_bind(tunnel.req, tunnel.id, snap.secrets, snap.rules)
+        plan = pipeline.for_bind(tunnel.req, tunnel.id, snap.secrets, snap.rules,
+                                 endpoint_vars(tunnel.endpoint_id, tunnel.url))
         self._bind_plans[tunnel] = (plan, (snap.secrets, snap.rules))
         return plan
 

@@ -23,6 +23,7 @@ from edgeway.edge.backends import Backend, compile_backend
 from edgeway.edge.hooks import Compiling
 from edgeway.edge.modules import mutual_tls, secrets
 from edgeway.edge.modules.circuit_breaker import Breakers
+from edgeway.edge.modules.policy_env import endpoint_vars
 from edgeway.edge.pipeline import Plan
 from edgeway.ippolicy import Network
 from edgeway.pki.platform_ca import ServedCert
@@ -134,8 +135,10 @@ async def load(db: Database, breakers: Breakers | None = None,
                              ("edges/tcp", "tcp")):
         for id_, stored in await repo.all_docs(catalog.BY_COLLECTION[collection]):
             doc = _opened(collection, id_, stored, sealer)
-            plan = pipeline.compile_doc(doc, Compiling(snap.rules, id_, snap.breakers,
-                                                       snap.secrets, terminates=kind == "tcp"))
+            first = str((doc.get("hostports") or [""])[0])
+            plan = pipeline.compile_doc(doc, Compiling(
+                snap.rules, id_, snap.breakers, snap.secrets, terminates=kind == "tcp",
+                variables=endpoint_vars(id_, f"{kind}://{first}") if kind != "https" else {}))
             edge = by_id[id_] = Edge(id_, kind, doc, plan, tls=mutual_tls.options(
                 plan.client_cas, plan.min_tls_version, snap.cas))
             for host, port in _hosts(doc):
@@ -166,7 +169,8 @@ async def load(db: Database, breakers: Breakers | None = None,
                 {"traffic_policy": {"value": text}},
                 Compiling(snap.rules, id_, snap.breakers, snap.secrets,
                           terminates=scheme != "http",
-                          endpoint=scheme if scheme in ("http", "https") else "")),
+                          endpoint=scheme if scheme in ("http", "https") else "",
+                          variables=endpoint_vars(id_, str(doc.get("url", ""))))),
                 str(doc.get("hostport", "")))
             if scheme == "tcp":
                 snap.tcp_cloud[int(doc.get("port") or 0)] = cloud

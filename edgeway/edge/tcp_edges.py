@@ -17,6 +17,7 @@ from edgeway.accept import Peer
 from edgeway.edge import connections
 from edgeway.edge.backends import Static, Target
 from edgeway.edge.handover import behind
+from edgeway.edge.hooks import Local
 from edgeway.edge.pages import Fixed
 from edgeway.edge.router import EdgeRouter
 from edgeway.edge.snapshot import Cloud, Edge, Snapshot
@@ -30,12 +31,12 @@ from edgeway.tunnel.tcp import Closed, Offer, TcpListener, client_addr
 log = structlog.get_logger()
 
 
-def edge_target(router: EdgeRouter, snap: Snapshot, edge: Edge,
-                peer: tuple[str, int]) -> Target | None:
-    """Where a connection to a TCP or TLS edge goes: refused (None) by the IP restriction,
-    the traffic policy's on_tcp_connect or a module this edge cannot enforce; else the
-    internal endpoint the policy forwards it to, or what the edge's backend picks."""
-    verdict = connections.decide(router, edge.plan, *peer)
+def edge_target(router: EdgeRouter, snap: Snapshot, edge: Edge, peer: tuple[str, int],
+                local: Local) -> Target | None:
+    """Where a connection to a TCP edge goes: refused (None) by the IP restriction, the
+    traffic policy's on_tcp_connect or a module this edge cannot enforce; else the internal
+    endpoint the policy forwards it to, or what the edge's backend picks."""
+    verdict = connections.decide(router, edge.plan, *peer, local)
     if verdict is True:
         return router.target(snap, edge.plan)
     return verdict or None
@@ -111,27 +112,28 @@ class TcpEdges:
     async def _client(self, port: int, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, peer: Peer) -> None:
         snap = self.router.snapshot
+        local = self.router.local(writer.get_extra_info("sockname"))
         cloud = snap.tcp_cloud.get(port)
         if cloud is not None:
             if cloud.hostport not in snap.banned:  # (taken down after an abuse report)
-                await self._cloud(cloud, reader, writer, peer)
+                await self._cloud(cloud, reader, writer, peer, local)
             return
         edge = snap.tcp.get(port)
         if edge is None or await self.refused(peer) \
                 or any(hp in snap.banned for hp in edge.doc.get("hostports") or ()):
             return
-        target = edge_target(self.router, snap, edge, peer)
+        target = edge_target(self.router, snap, edge, peer, local)
         if target is None or isinstance(target, Fixed):
             return
         internal = isinstance(target, Tunnel) and bool(target.inner)
         await forward(reader, writer, peer, target, "tcp", "" if internal else "tcp", False)
 
     async def _cloud(self, cloud: Cloud, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter, peer: Peer) -> None:
+                     writer: asyncio.StreamWriter, peer: Peer, local: Local) -> None:
         """A TCP cloud endpoint's connection: its traffic policy closes it or forwards it to
         an internal TCP endpoint; one it does neither with is closed too (nothing else
         serves the address)."""
-        verdict = connections.decide(self.router, cloud.plan, *peer)
+        verdict = connections.decide(self.router, cloud.plan, *peer, local)
         if isinstance(verdict, Tunnel) and not await self.refused(peer):
             await forward(reader, writer, peer, verdict, "tcp", "", False)
         elif verdict is True:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import ssl
 from urllib.parse import urlsplit
 
+from edgeway.catalog.modules.policy import TCP
+from edgeway.edge.hooks import UNKNOWN, Hook, Local
 from edgeway.edge.modules.terminate_tls import TerminateTls
-from edgeway.edge.modules.traffic_policy import admits
+from edgeway.edge.modules.traffic_policy import Policy
 from edgeway.edge.router import EdgeRouter
 from edgeway.edge.snapshot import Cloud, Edge, Snapshot
 from edgeway.pki.platform_ca import EdgeCerts
@@ -37,8 +39,8 @@ class Terminator:
         return self.certs.context(name, False, cas, term.min_version,
                                   max_version=term.max_version)
 
-    def https_endpoint(self, snap: Snapshot, name: str, peer: tuple[str, int]
-                       ) -> tuple[bool, TerminateTls | None]:
+    def https_endpoint(self, snap: Snapshot, name: str, peer: tuple[str, int],
+                       local: Local) -> tuple[bool, TerminateTls | None]:
         """A TLS connection to an HTTPS agent or cloud endpoint: whether the on_tcp_connect
         of its traffic policy (every one of pooled tunnels') admits it, and its
         terminate-tls, if any (the TLS versions, certificate and client certificates the
@@ -47,7 +49,7 @@ class Terminator:
         plans = [cloud.plan] if cloud is not None else \
             [self.router.bind_plan(t) for t in self.router.registry.for_host(name)
              if t.proto == "https"]
-        admitted = all(admits(plan.hooks, *peer) for plan in plans)
+        admitted = all(admits(plan.hooks, *peer, local) for plan in plans)
         term = next((t for plan in plans if (t := plan.find(TerminateTls)) is not None), None)
         return admitted, term
 
@@ -74,3 +76,11 @@ class Terminator:
             hostports = (what.doc.get("hostports") or [""]) if what is not None else [""]
             host = str(hostports[0])
         return self.context(term, host.rpartition(":")[0].strip("[]") or host)
+
+
+def admits(hooks: tuple[Hook, ...], ip: str, port: int, local: Local = UNKNOWN) -> bool:
+    """Whether the on_tcp_connect of an HTTP(S) endpoint's traffic policy (among its plan's
+    ``hooks``) admits a connection (its other modules, IP restrictions among them, answer
+    each request)."""
+    return all(hook.on_tcp_connect(ip, port, local=local) is True for hook in hooks
+               if isinstance(hook, Policy) and hook.has(TCP))

@@ -12,6 +12,7 @@ import socket
 import ssl
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import structlog
 
@@ -48,8 +49,9 @@ class TcpBinds:
         # Set by the edge: the tunnel a connection from (ip, port) to a TCP tunnel's address
         # goes to (the tunnel's traffic policy may refuse it, or forward it to an internal
         # endpoint's), None when refused.
-        self.connecting: Callable[[Tunnel, str, int], Tunnel | None] = \
-            lambda tunnel, _ip, _port: tunnel
+        # (the last argument: the address the connection was accepted on)
+        self.connecting: Callable[[Tunnel, str, int, Any], Tunnel | None] = \
+            lambda tunnel, _ip, _port, _sockname: tunnel
         # Set by the edge: the TLS a tunnel's clients speak, terminated at the edge (its
         # traffic policy's terminate-tls), or None
         self.terminating: Callable[[Tunnel], ssl.SSLContext | None] = lambda _tunnel: None
@@ -223,7 +225,7 @@ class TcpBinds:
         tunnel = await self._serving(tunnel_id)
         if tunnel is None:
             return  # (it did not come back)
-        target = self.connecting(tunnel, peer[0], peer[1]) \
+        target = self.connecting(tunnel, peer[0], peer[1], writer.get_extra_info("sockname")) \
             if restrict.allowed(tunnel.req, peer[0]) else None
         if target is None or await self.platform.restrictions.refusing("endpoints", peer[0]):
             return  # closed: a TCP client gets no page

@@ -222,3 +222,75 @@ def test_an_internal_cloud_endpoint_is_reached_only_through_forward_internal(
             assert r.status_code == 400 and "bindings" in r.json()["msg"], r.text
         finally:
             a.stop()
+
+
+ENDPOINT_VARS = json.dumps({"on_http_request": [{"actions": [{"type": "custom-response", "config": {
+    "content": "${endpoint.id} ${endpoint.url} ${endpoint.protocol} ${endpoint.host} "
+               "${endpoint.port} ${endpoint.addr}"}}]}]})
+
+
+def test_policies_read_the_endpoint_variables(srv: Server, token: str) -> None:
+    """``endpoint.*`` in a cloud endpoint's, an agent's endpoint's and an HTTPS edge route's
+    policy: the endpoint that serves the request (an edge has no endpoint of its own: its
+    route's id, and the name and port the request came to)."""
+    host, edge_host = "vars.example.com", "vars-edge.example.com"
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": host})
+        made(api, "/reserved_domains", {"domain": edge_host})
+        ep = made(api, "/endpoints", {"type": "cloud", "url": f"https://{host}",
+                                      "traffic_policy": ENDPOINT_VARS})
+        edge = made(api, "/edges/https", {"hostports": [f"{edge_host}:443"]})
+        fixed = made(api, "/backends/http_response", {"status_code": 200, "body": "x"})
+        route = made(api, f"/edges/https/{edge['id']}/routes", {
+            "match_type": "path_prefix", "match": "/", "backend": {"backend_id": fixed["id"]},
+            "traffic_policy": {"value": ENDPOINT_VARS}})
+        a = agent(srv, token, {"kind": "http", "forward": "http://127.0.0.1:9",
+                               "policy": ENDPOINT_VARS})
+        try:
+            theirs = next(e for e in api.get("/endpoints").json()["endpoints"]
+                          if e["url"] == a.urls[0])
+            with EdgeClient(srv) as web:
+                assert web.get(f"https://{host}/").text == \
+                    f"{ep['id']} https://{host} https {host} 443 {host}:443"
+                agent_host = a.urls[0].split("://", 1)[1]
+                name, port = agent_host.rsplit(":", 1) if ":" in agent_host else \
+                    (agent_host, "80")
+                assert web.get(f"{a.urls[0]}/").text == \
+                    f"{theirs['id']} {a.urls[0]} http {name} {port} {name}:{port}"
+                assert web.get(f"https://{edge_host}/").text == \
+                    f"{route['id']} https://{edge_host} https {edge_host} 443 {edge_host}:443"
+        finally:
+            a.stop()
+
+
+CONN_VARS = json.dumps({"on_http_request": [
+    {"expressions": ["conn.ts.start > timestamp('2020-01-01T00:00:00Z')"],
+     "actions": [{"type": "custom-response", "config": {
+         "content": "${conn.client_ip} ${conn.server_ip} ${conn.server_port} "
+                    "${conn.server_region}"}}]}]})
+
+
+def test_policies_read_the_connection_variables(srv: Server) -> None:
+    """``conn.*`` of a request: both ends of its connection, this server's region and when
+    the connection began; variables this edge does not have are refused by name."""
+    host = "conn-vars.example.com"
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": host})
+        ep = made(api, "/endpoints", {"type": "cloud", "url": f"https://{host}",
+                                      "traffic_policy": CONN_VARS})
+        region = ep["region"]
+        with EdgeClient(srv) as web:
+            assert web.get(f"https://{host}/").text == \
+                f"127.0.0.1 127.0.0.1 {srv.https_port} {region}"
+    from edgeway.edge.hooks import Unenforced
+    from edgeway.edge.modules import traffic_policy as tp
+    for phase, text, said in (
+            ("on_http_request", "conn.geo.country == 'FR'", "conn.geo"),
+            ("on_http_request", "conn.bytes_in > 10", "conn.bytes_in"),
+            ("on_tcp_connect", "conn.geo.city == ''", "conn.geo")):
+        compiled = tp.compile({"value": json.dumps({phase: [{"expressions": [text], "actions": [
+            {"type": "deny"}]}]})}, "r")
+        assert isinstance(compiled, Unenforced) and said in compiled.what, (phase, text)
+    counted = tp.compile({"value": json.dumps({"on_tcp_connect": [{"expressions": [
+        "conn.bytes_in == 0 && conn.bytes_out == 0"], "actions": [{"type": "deny"}]}]})}, "r")
+    assert isinstance(counted, tp.Policy) and counted.on_tcp_connect("192.0.2.1", 1) is False

@@ -102,8 +102,11 @@ def test_a_tcp_cloud_endpoint_forwards_to_internal_tcp_endpoints(
             assert (inner["bindings"], inner["proto"], inner["port"]) == \
                 (["internal"], "tcp", 5432)
 
-            deny_other = {"expressions": ["conn.client_ip == '127.0.0.2'"],
-                          "actions": [{"type": "deny"}]}
+            deny_other = {"expressions": [  # (endpoint.*: the cloud endpoint's address)
+                "conn.client_ip == '127.0.0.2'",
+                f"endpoint.protocol == 'tcp' && endpoint.addr == '{addr}' && "
+                f"endpoint.port == {port} && endpoint.id.startsWith('ep_')"],
+                "actions": [{"type": "deny"}]}
             body = {"type": "cloud", "url": f"tcp://{addr}", "description": "db front",
                     "traffic_policy": tcp_policy(deny_other,
                                                  {"actions": [forward("tcp://db.internal:5432")]})}

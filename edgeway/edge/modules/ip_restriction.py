@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeway.edge.h1 import Headers
-from edgeway.edge.hooks import Compiling, Connect, Hook, Inner, nobody
+from edgeway.edge.hooks import UNKNOWN, Compiling, Connect, Hook, Inner, Local, nobody
 from edgeway.edge.pages import Fixed, page
 from edgeway.ippolicy import Network, permits, split
 
@@ -25,7 +25,8 @@ class IPRule(Hook):
     def allows(self, ip: str) -> bool:
         return permits(ip, self.allow, self.deny)
 
-    def connect(self, ip: str, port: int, inner: Inner = nobody) -> Connect:
+    def connect(self, ip: str, port: int, inner: Inner = nobody,
+                local: Local = UNKNOWN) -> Connect:
         return self.allows(ip)
 
     def check(self, ip: str, headers: Headers) -> Fixed | None:

@@ -20,11 +20,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from edgeway.edge.h1 import Headers
 from edgeway.edge.hooks import Compiling, Unenforced
-from edgeway.edge.login.base import Gate
+from edgeway.edge.login.base import IDENTITY, Gate
 from edgeway.edge.login.providers import BY_SDK_NAME, PROVIDERS
 from edgeway.edge.modules import oauth, oidc
-from edgeway.edge.modules.policy_values import Scope, Unsupported
+from edgeway.edge.modules.policy_values import Scope, Unsupported, result
 
 _COMMON = frozenset({"client_id", "client_secret", "scopes", "auth_id", "max_session_duration",
                      "idle_session_timeout", "allow_cors_preflight"})
@@ -101,3 +102,12 @@ def openid_connect_action(cfg: dict[str, Any], at: Scope) -> Gate:
     module.update({"issuer": issuer, "client_id": client_id, "client_secret": secret,
                    "scopes": cfg.get("scopes") or None})
     return oidc.compile(module, Compiling(key=at.key))
+
+
+def identity(env: dict[str, Any], kind: str, headers: Headers) -> None:
+    """A login action's result: who signed in (from the identity headers its gate set)."""
+    got = {k.lower(): v.decode("utf-8", "replace") for k, v in headers
+           if k.lower() in IDENTITY}
+    result(env, RESULT[kind], {"identity": {
+        name: got.get(b"edgeway-auth-user-" + part, "")
+        for name, part in (("id", b"id"), ("email", b"email"), ("name", b"name"))}})

@@ -48,6 +48,9 @@ class Scope:
     breakers: Breakers | None = None
     terminates: bool = False  # a TLS endpoint's policy: terminate-tls is honoured
     endpoint: str = ""  # an HTTP(S) endpoint's scheme: its on_tcp_connect is an HTTP one's
+    # the ``endpoint.*`` variables of what the policy belongs to, when they are fixed (an
+    # agent's or a cloud endpoint, a TCP or TLS edge; an HTTPS edge's come from the request)
+    variables: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -24,12 +24,14 @@ from edgeway.celpkg import cel
 from edgeway.edge.h1 import header
 from edgeway.edge.hooks import (
     CLOSE,
+    UNKNOWN,
     Compiling,
     Connect,
     Diverted,
     Exchange,
     Hook,
     Inner,
+    Local,
     Unenforced,
     Verdict,
     nobody,
@@ -48,13 +50,19 @@ from edgeway.edge.modules import (
     webhook_verification,
 )
 from edgeway.edge.modules.policy_actions import compile_action
-from edgeway.edge.modules.policy_env import request_env, response_env
+from edgeway.edge.modules.policy_env import (
+    NO_VARIABLE,
+    conn_vars,
+    request_endpoint,
+    request_env,
+    response_env,
+    unknown_variable,
+)
 from edgeway.edge.modules.policy_values import (
     Headers,
     Outcome,
     Scope,
     Unsupported,
-    result,
 )
 from edgeway.edge.modules.rate_limits import RateLimits
 from edgeway.edge.pages import Fixed
@@ -90,6 +98,7 @@ class Policy(Hook):
     key: str  # identifies the policy's rate-limit windows
     phases: dict[str, tuple[Rule, ...]]
     rewrites: bool = False  # it may rewrite response bodies: its requests ask for identity
+    endpoint: Mapping[str, Any] = field(default_factory=dict)  # endpoint.*, when fixed
 
     def has(self, phase: str) -> bool:
         return bool(self.phases.get(phase))
@@ -143,11 +152,13 @@ class Policy(Hook):
                 out = action(env, out)
         return out
 
-    def on_tcp_connect(self, ip: str, port: int, inner: Inner = nobody) -> Connect:
+    def on_tcp_connect(self, ip: str, port: int, inner: Inner = nobody,
+                       local: Local = UNKNOWN) -> Connect:
         """Whether the connection may go on, or the internal TCP endpoint a forward-internal
         sends it to (``inner`` finds its live tunnel; one nobody serves ends the phase when
         the action halts, and is passed over when it continues)."""
-        env: dict[str, Any] = {"conn": {"client_ip": ip, "client_port": port}, "vars": {}}
+        env: dict[str, Any] = {"conn": conn_vars(ip, port, local, 0, 0), "vars": {},
+                               "endpoint": self.endpoint}
         for rule in self._matching(TCP, env):
             for action in rule.actions:
                 if isinstance(action, forward_internal.TcpForward):
@@ -160,16 +171,18 @@ class Policy(Hook):
 
     # -- as a hook -------------------------------------------------------------------------
 
-    def connect(self, ip: str, port: int, inner: Inner = nobody) -> Connect:
-        return self.on_tcp_connect(ip, port, inner)
+    def connect(self, ip: str, port: int, inner: Inner = nobody,
+                local: Local = UNKNOWN) -> Connect:
+        return self.on_tcp_connect(ip, port, inner, local)
 
     async def request(self, x: Exchange) -> Verdict:
         req = x.req
-        env = x.env = request_env(req.method, req.target, req.headers,
-                                  header(req.headers, b"host").decode("latin-1"), x.scheme,
-                                  x.ip, x.port, req.http10)
+        host = header(req.headers, b"host").decode("latin-1")
+        env = x.env = request_env(req.method, req.target, req.headers, host, x.scheme, x.ip,
+                                  x.port, req.http10, x.local)
+        env["endpoint"] = self.endpoint or request_endpoint(x.scheme, host, self.key)
         if x.scheme == "http" and self.has(TCP) \
-                and self.on_tcp_connect(x.ip, x.port) is not True:
+                and self.on_tcp_connect(x.ip, x.port, local=x.local) is not True:
             return CLOSE  # (an HTTP endpoint's on_tcp_connect, once its Host named it)
         if not self.has(REQ):
             return None
@@ -188,7 +201,7 @@ class Policy(Hook):
                 if verdict is not None or x.forward is not None:  # (forward-internal ends
                     return verdict                                 # the request phase)
                 if isinstance(action, login.Gate):
-                    _identity(env, action.kind, x.req.headers)
+                    policy_logins.identity(env, action.kind, x.req.headers)
                 out = Outcome(list(x.req.headers), x.req.target)
             elif action(env, out, limits, now):
                 if out.close:
@@ -247,14 +260,6 @@ class Policy(Hook):
         return policy_bodies.body_filters(x, env, status, headers, sse)
 
 
-def admits(hooks: tuple[Hook, ...], ip: str, port: int) -> bool:
-    """Whether the on_tcp_connect of an HTTP(S) endpoint's traffic policy (among its plan's
-    ``hooks``) admits a connection (its other modules, IP restrictions among them, answer
-    each request)."""
-    return all(hook.on_tcp_connect(ip, port) is True for hook in hooks
-               if isinstance(hook, Policy) and hook.has(TCP))
-
-
 def _breaker(cfg: dict[str, Any], at: Scope) -> Hook:
     """A circuit-breaker action: its counts kept across snapshots while its configuration
     and the policy's owner stay the same."""
@@ -268,21 +273,13 @@ def _breaker(cfg: dict[str, Any], at: Scope) -> Hook:
     return circuit_breaker.PolicyBreaker(breaker, enforce)
 
 
-def _identity(env: dict[str, Any], kind: str, headers: Headers) -> None:
-    """A login action's result: who signed in (from the identity headers its gate set)."""
-    got = {k.lower(): v.decode("utf-8", "replace") for k, v in headers
-           if k.lower() in login.IDENTITY}
-    result(env, policy_logins.RESULT[kind], {"identity": {
-        name: got.get(b"edgeway-auth-user-" + part, "")
-        for name, part in (("id", b"id"), ("email", b"email"), ("name", b"name"))}})
-
-
 def compile(module: dict[str, Any], ctx: Compiling | str) -> Policy | Unenforced:
     """The policy (``ctx``: its key, or the compile context naming it); ``Unenforced``
     naming the first action this edge does not enforce (or a secret that does not exist),
     if any."""
     at = Scope(ctx) if isinstance(ctx, str) else Scope(ctx.key, ctx.rules, ctx.breakers,
-                                                       ctx.terminates, ctx.endpoint)
+                                                       ctx.terminates, ctx.endpoint,
+                                                       ctx.variables)
     values = {} if isinstance(ctx, str) else ctx.secrets
     doc = parse("traffic_policy.value", str(module.get("value", "")))
     try:
@@ -297,6 +294,8 @@ def _compile(doc: Any, at: Scope, values: secrets.Secrets) -> Policy | Unenforce
     for phase, rules in (doc or {}).items():
         compiled = []
         for i, rule in enumerate(rules or []):
+            if (missing := unknown_variable(phase, rule)) is not None:
+                return Unenforced(f"traffic_policy ({missing} in {phase}: {NO_VARIABLE[missing]})")
             actions = []
             for action in rule.get("actions") or []:
                 kind = str(action.get("type"))
@@ -319,4 +318,4 @@ def _compile(doc: Any, at: Scope, values: secrets.Secrets) -> Policy | Unenforce
                                        for e in rule.get("expressions") or []),
                                  tuple(actions)))
         phases[phase] = tuple(compiled)
-    return Policy(at.key, phases, rewrites)
+    return Policy(at.key, phases, rewrites, at.variables)
