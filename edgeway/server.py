@@ -186,6 +186,7 @@ async def serve(cfg: ServerConfig) -> None:
             if cfg.database_url else None  # (nodes sharing the database hear each other)
         edge.http.events = edge.https.events = events.traffic
         edge.http.recent = edge.https.recent = platform.recent
+        edge.http.region = edge.https.region = cfg.settings.region
         binder.tcp.closed = edge.tcp.closed = TcpEvents(events.traffic, router).closed
         async with contextlib.AsyncExitStack() as running:  # (stopped in reverse order,
             await events.start()  # those that started, however the start went)

@@ -23,6 +23,7 @@ Phases (each optional; the defaults let everything through unchanged):
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
@@ -81,6 +82,12 @@ class Local(NamedTuple):
 
 
 UNKNOWN = Local()  # (where a connection's server side is not known: tests, checks)
+
+
+def accepted(sockname: Any, region: str) -> Local:
+    """The server side of a public connection accepted now on ``sockname``."""
+    ip, port = (sockname[0], sockname[1]) if isinstance(sockname, tuple) else ("", 0)
+    return Local(str(ip), int(port), time.time(), region)
 # a connection hook's verdict: refused (False), go on (True), or sent elsewhere
 Connect = bool | Diverted
 

@@ -28,7 +28,16 @@ from edgeway.edge.backends import Static
 from edgeway.edge.client import Deadline, drain, next_event, read_body
 from edgeway.edge.forwarding import Forwarder, replayable
 from edgeway.edge.h1 import BadMessage, End, Request, RequestParser
-from edgeway.edge.hooks import Close, Exchange, Hook, Local, Refuse, Services, Takeover
+from edgeway.edge.hooks import (
+    Close,
+    Exchange,
+    Hook,
+    Local,
+    Refuse,
+    Services,
+    Takeover,
+    accepted,
+)
 from edgeway.edge.hosts import directed, misdirected, request_host, uncertified
 from edgeway.edge.login.gate import LoginGate
 from edgeway.edge.modules.rate_limits import RateLimits
@@ -67,6 +76,7 @@ class HttpEdge:
         self.upstreams = Forwarder(self.pool, scheme)
         self.events: TrafficSink | None = None  # set when traffic events are delivered
         self.recent: RecentTraffic | None = None  # set by ``edgeway serve``: the dashboard's
+        self.region = ""  # this server's (set by ``edgeway serve``: conn.server_region)
 
     # -- one public connection -------------------------------------------------------------
 
@@ -79,7 +89,7 @@ class HttpEdge:
         server name it was made with. A request for another host is misdirected (domain
         fronting, ``hosts.directed``): 421."""
         parser = RequestParser()
-        local = self.router.local(writer.get_extra_info("sockname"))
+        local = accepted(writer.get_extra_info("sockname"), self.region)
         deadline = Deadline(writer.transport)
         tls = writer.get_extra_info("ssl_object")
         client_cert = tls is not None and bool(tls.getpeercert())  # (checked in the handshake)

@@ -24,7 +24,7 @@ from edgeway.catalog.runtime import CLOUD_CHANGED
 from edgeway.edge import backends, certificates, pipeline
 from edgeway.edge.backends import Target
 from edgeway.edge.h1 import Request
-from edgeway.edge.hooks import Local, Rules
+from edgeway.edge.hooks import Local, Rules, accepted
 from edgeway.edge.hosts import request_host
 from edgeway.edge.login import base as login
 from edgeway.edge.modules.policy_env import endpoint_vars
@@ -180,8 +180,7 @@ class EdgeRouter:
 
     def local(self, sockname: Any) -> Local:
         """The server side of a public connection accepted now on ``sockname``."""
-        ip, port = (sockname[0], sockname[1]) if isinstance(sockname, tuple) else ("", 0)
-        return Local(str(ip), int(port), time.time(), self.region)
+        return accepted(sockname, self.region)
 
     def edge_port(self, port: int) -> str | None:
         """The TCP edge or cloud endpoint listening on ``port`` (from the last snapshot), if
