@@ -15,6 +15,7 @@ from edgeway.store.domains import covering
 from edgeway.store.repo import Claimed, Repo
 
 TCP_PORT = "tcp-port"  # the claim of a port by a TCP edge
+POOLED = "pooled"  # a pooled cloud endpoint's claims: pooled:<claim>:<its id>
 
 
 async def _reserved(repo: Repo, member: str, values: list[str],
@@ -55,12 +56,32 @@ async def _tcp_cloud(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any]
         if tunnel.get("public_url") == f"tcp://{hostport}":
             raise Conflict(f"The address '{hostport}' is bound by the tunnel '{tunnel_id}' "
                            "now; stop that tunnel first.", 7122)
-    try:
-        await repo.claim(kind, id_, [f"hostport:{hostport}", f"{TCP_PORT}:{port}"])
-    except Claimed as c:
-        raise Conflict(f"The address '{hostport}' is already served by '{c.holder}'.",
-                       7122) from None
+    await _claim(repo, kind, id_, [f"hostport:{hostport}", f"{TCP_PORT}:{port}"],
+                 bool(doc.get("pooling_enabled")), f"The address '{hostport}'")
     return [("tcp_addr_id", found[0][0])]
+
+
+async def _claim(repo: Repo, kind: Kind, id_: str, names: list[str], pooled: bool,
+                 shown: str) -> None:
+    """Claim ``names`` for the cloud endpoint ``id_``: alone, or (``pooled``) beside the
+    other pooled cloud endpoints of the same names (each holds ``pooled:<name>:<id>``; an
+    edge, a tunnel or an endpoint alone holds ``<name>`` itself). The names are locked
+    first: two writers cannot both find them free."""
+    for name in sorted(names):
+        await repo.lock(name)
+    for name in names:
+        if pooled and (holder := await repo.holder(name)) not in (None, id_):
+            raise Conflict(f"{shown} is already served by '{holder}', which does not pool "
+                           "it.", 7122)
+        if not pooled and (member := await repo.claimed(f"{POOLED}:{name}:", id_)):
+            raise Conflict(f"{shown} is served by pooled cloud endpoints ('{member}' among "
+                           "them): create this one with pooling_enabled true to join them.",
+                           7122)
+    try:
+        await repo.claim(kind, id_, [f"{POOLED}:{n}:{id_}" for n in names] if pooled
+                         else names)
+    except Claimed as c:
+        raise Conflict(f"{shown} is already served by '{c.holder}'.", 7122) from None
 
 
 async def _cloud(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any]) -> None:
@@ -76,11 +97,8 @@ async def _cloud(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any]) -> None:
         if str(tunnel.get("public_url", "")).partition("://")[2].split(":")[0] == host:
             raise Conflict(f"The name '{host}' is bound by the tunnel '{tunnel_id}' now; stop "
                            "that tunnel first.", 7122)
-    try:
-        await repo.claim(kind, id_, [f"hostport:{hostport}"])
-    except Claimed as c:
-        raise Conflict(f"The URL's name '{host}' is already served by '{c.holder}'.",
-                       7122) from None
+    await _claim(repo, kind, id_, [f"hostport:{hostport}"], bool(doc.get("pooling_enabled")),
+                 f"The URL's name '{host}'")
 
 
 async def bind(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any],
@@ -118,6 +136,13 @@ async def bind(repo: Repo, kind: Kind, id_: str, doc: dict[str, Any],
         claims = [f"{f.claim}:{v}" for v in values]
         if kind.collection == "edges/tcp":  # it listens on the port, whatever the host
             claims += sorted({f"{TCP_PORT}:{v.rsplit(':', 1)[1]}" for v in values})
+        for claim in sorted(claims):
+            await repo.lock(claim)
+        for claim in claims:
+            if member := await repo.claimed(f"{POOLED}:{claim}:"):
+                raise Conflict(f"The {claim.partition(':')[0]} '{claim.partition(':')[2]}' "
+                               f"is served by pooled cloud endpoints ('{member}' among "
+                               "them).", 7122)
         try:
             await repo.claim(kind, id_, claims)
         except Claimed as c:

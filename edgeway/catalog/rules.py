@@ -68,7 +68,6 @@ _STATED: tuple[tuple[int, tuple[str, ...], str], ...] = (
                                                   "on_http_response and "
                                                   "on_event_stream_message (on_tcp_connect "
                                                   "for TCP and TLS endpoints)"),
-    (215, ("pooling_enabled",), "false: a cloud endpoint's URL is served by it alone"),
     (7027, ("*webhook_verification.secret",), "required (the provider's signing secret or "
                                               "verification key), but for sns"),
     (7026, ("*webhook_verification.secret",), "empty for sns, whose messages are verified "

@@ -96,13 +96,6 @@ def _policy(value: str, _ctx: Context) -> str:
     return value
 
 
-def _pooling(value: bool, _ctx: Context) -> bool:
-    if value:
-        raise Invalid("pooling_enabled", "a cloud endpoint's URL is served by that endpoint "
-                      "alone here: pooling is not supported", 215)
-    return value
-
-
 def _check(doc: dict[str, Any], _ctx: Context) -> None:
     if doc.get("type", "cloud") != "cloud":
         raise Invalid("type", "only cloud endpoints are created through the API; agent "
@@ -195,8 +188,9 @@ ENDPOINTS = Kind(
               "forward-internal)", update=True, default=lambda: ["public"]),
         _out("tunnel_session", Ref | None, "session of the tunnel"),
         _out("name", str, "name", ""),
-        Field("pooling_enabled", bool, "whether the URL is shared by several endpoints",
-              update=True, default=False, check=_pooling),
+        Field("pooling_enabled", bool, "whether the URL is shared by several endpoints: cloud "
+              "endpoints of one URL that all set it take its traffic in turn", update=True,
+              default=False),
     ),
 )
 

@@ -210,7 +210,7 @@ class PublicListeners:
                 if await self._refused(peer):
                     sock.close()
                 else:
-                    await self._tls_cloud(sock, peer, cloud, name)
+                    await self._tls_cloud(sock, peer, cloud.pick(), name)
                 return
             edge = snap.tls.get(name)
             bound = [t for t in self.router.registry.for_host(name) if t.proto == "tls"] \

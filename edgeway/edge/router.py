@@ -155,8 +155,8 @@ class EdgeRouter:
     def internal(self, host: str, scheme: str) -> Tunnel | Cloud | None:
         """What serves the internal endpoint ``host`` (``api.internal``): an internal cloud
         endpoint, or a live tunnel of an agent's (over ``scheme`` when one is)."""
-        return self.snapshot.internal.get(host.rstrip(".").lower()) \
-            or self.registry.internal(host, scheme)
+        cloud = self.snapshot.internal.get(host.rstrip(".").lower())
+        return cloud.pick() if cloud is not None else self.registry.internal(host, scheme)
 
     def guarded(self, target: Tunnel | Cloud) -> bool:
         """Whether an internal endpoint has modules or a traffic policy of its own (which a
@@ -257,7 +257,7 @@ class EdgeRouter:
         if edge is None:
             cloud = snap.cloud.get(host)
             if cloud is not None:
-                return self._cloud(cloud, req, ip, scheme, https_port, host)
+                return self._cloud(cloud.pick(), req, ip, scheme, https_port, host)
             return self._agent(req, ip, scheme, https_port, host)
         if edge.plan.client_cas and not (
                 tls_edge is not None and tls_edge.id == edge.id

@@ -6,8 +6,10 @@ decides with it."""
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -60,11 +62,23 @@ class Edge:
 @dataclass(frozen=True)
 class Cloud:
     """A cloud endpoint: its traffic policy is all it does (``plan``; its target is the
-    edge's answer when the policy answers nothing)."""
+    edge's answer when the policy answers nothing). Pooled ones of one URL are one of them
+    with the others in ``pool`` (all of them, itself first): ``pick`` takes them in turn."""
     id: str
     scheme: str
     plan: Plan
     hostport: str = ""  # a TCP one's address (host:port)
+    pool: tuple[Cloud, ...] = ()
+    _turn: Iterator[int] = field(default_factory=itertools.count, compare=False, repr=False)
+
+    def pick(self) -> Cloud:
+        """The endpoint that takes the next request or connection (round robin over the
+        pool)."""
+        return self.pool[next(self._turn) % len(self.pool)] if self.pool else self
+
+    def joined(self, other: Cloud) -> Cloud:
+        """This pool with ``other`` in it too."""
+        return replace(self, pool=(self.pool or (self,)) + (other,))
 
 
 @dataclass
@@ -172,12 +186,13 @@ async def load(db: Database, breakers: Breakers | None = None,
                           endpoint=scheme if scheme in ("http", "https") else "",
                           variables=endpoint_vars(id_, str(doc.get("url", ""))))),
                 str(doc.get("hostport", "")))
-            if scheme == "tcp":
-                snap.tcp_cloud[int(doc.get("port") or 0)] = cloud
-            elif scheme == "tls":
-                snap.tls_cloud[host] = cloud
-            else:
-                (snap.internal if internal(host) else snap.cloud)[host] = cloud
+            where: dict[Any, Cloud] = snap.tcp_cloud if scheme == "tcp" else \
+                snap.tls_cloud if scheme == "tls" else \
+                snap.internal if internal(host) else snap.cloud
+            key = int(doc.get("port") or 0) if scheme == "tcp" else host
+            held = where.get(key)
+            where[key] = held.joined(cloud) if held is not None and held.scheme == scheme \
+                else held if held is not None and held.scheme == "https" else cloud
     for collection in BACKEND_COLLECTIONS:
         for id_, doc in await repo.all_docs(catalog.BY_COLLECTION[collection]):
             snap.backends[id_] = compile_backend(collection, doc)

@@ -116,7 +116,7 @@ class TcpEdges:
         cloud = snap.tcp_cloud.get(port)
         if cloud is not None:
             if cloud.hostport not in snap.banned:  # (taken down after an abuse report)
-                await self._cloud(cloud, reader, writer, peer, local)
+                await self._cloud(cloud.pick(), reader, writer, peer, local)
             return
         edge = snap.tcp.get(port)
         if edge is None or await self.refused(peer) \

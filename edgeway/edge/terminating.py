@@ -46,7 +46,7 @@ class Terminator:
         terminate-tls, if any (the TLS versions, certificate and client certificates the
         handshake takes)."""
         cloud = snap.cloud.get(name)
-        plans = [cloud.plan] if cloud is not None else \
+        plans = [c.plan for c in cloud.pool or (cloud,)] if cloud is not None else \
             [self.router.bind_plan(t) for t in self.router.registry.for_host(name)
              if t.proto == "https"]
         admitted = all(admits(plan.hooks, *peer, local) for plan in plans)

@@ -57,6 +57,8 @@ class UniqueViolation(Exception):
 
 
 class Tx(Protocol):
+    dialect: str  # "sqlite" or "postgresql"
+
     async def doc_by_id(self, table: str, id_: str) -> str | None: ...
     async def fetchone(self, sql: str, *args: Any) -> Row | None: ...
     async def fetchall(self, sql: str, *args: Any) -> list[Row]: ...
@@ -73,6 +75,8 @@ class Database(Protocol):
 
 
 class _SqliteTx:
+    dialect = "sqlite"
+
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._c = conn
 

@@ -43,6 +43,7 @@ def pg_sql(sql: str) -> str:
 
 class _PgTx:
     """The ``Tx`` statements, run by a subclass's ``_run(method, sql, args)``."""
+    dialect = "postgresql"
 
     async def _run(self, method: str, sql: str, args: tuple[Any, ...]) -> Any:
         raise NotImplementedError

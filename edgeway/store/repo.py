@@ -176,6 +176,25 @@ class Repo:
             except UniqueViolation:
                 raise Claimed(c, "another resource") from None
 
+    async def lock(self, key: str) -> None:
+        """Hold ``key`` until the transaction ends, against other transactions asking for it
+        (on PostgreSQL: an advisory lock; SQLite's writer holds the whole database already):
+        a check of claims and the claim that follows are then one step."""
+        if self.tx.dialect == "postgresql":
+            await self.tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", key)
+
+    async def holder(self, claim: str) -> str | None:
+        """The owner of the claim ``claim``, if any."""
+        row = await self.tx.fetchone("SELECT owner_id FROM claims WHERE claim = ?", claim)
+        return str(row[0]) if row is not None else None
+
+    async def claimed(self, prefix: str, but: str = "") -> str | None:
+        """The owner of a claim starting with ``prefix`` (other than ``but``), if any."""
+        row = await self.tx.fetchone(
+            "SELECT owner_id FROM claims WHERE claim LIKE ? AND owner_id != ? "
+            "ORDER BY owner_id LIMIT 1", prefix.replace("%", "") + "%", but)
+        return str(row[0]) if row is not None else None
+
     async def claimants(self, kind: Kind) -> list[tuple[str, dict[str, Any]]]:
         """The resources of ``kind`` holding a claim (cloud endpoints among all endpoints)."""
         rows = await self.tx.fetchall(

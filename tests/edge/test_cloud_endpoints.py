@@ -159,7 +159,6 @@ def test_what_a_cloud_endpoint_cannot_be_is_refused_by_member(srv: Server) -> No
             ({"bindings": ["internal"]}, "bindings", "['public'] for"),
             ({"url": "https://*.svc.internal", "bindings": ["internal"]}, "url",
              "must not be a wildcard"),
-            ({"pooling_enabled": True}, "pooling_enabled", "pooling is not supported"),
             ({"traffic_policy": "{not: [valid"}, "traffic_policy", "neither JSON nor YAML"),
             ({"traffic_policy": '{"on_connect": []}'}, "traffic_policy", "not a phase"),
             ({"traffic_policy": ""}, "traffic_policy", "is required"),
@@ -294,3 +293,47 @@ def test_policies_read_the_connection_variables(srv: Server) -> None:
     counted = tp.compile({"value": json.dumps({"on_tcp_connect": [{"expressions": [
         "conn.bytes_in == 0 && conn.bytes_out == 0"], "actions": [{"type": "deny"}]}]})}, "r")
     assert isinstance(counted, tp.Policy) and counted.on_tcp_connect("192.0.2.1", 1) is False
+
+
+def test_pooled_cloud_endpoints_share_their_url(srv: Server, token: str) -> None:
+    """Cloud endpoints of one URL that all set pooling_enabled take its requests in turn; one
+    that does not pool, an edge and an agent are refused the name while they hold it; the
+    last one gone, the name is free again."""
+    host = "pool.example.com"
+
+    def answering(text: str) -> str:
+        return policy(rule("true", {"type": "custom-response", "config": {"content": text}}))
+
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": host})
+        url = f"https://{host}"
+        a = made(api, "/endpoints", {"type": "cloud", "url": url, "pooling_enabled": True,
+                                     "traffic_policy": answering("a")})
+        b = made(api, "/endpoints", {"type": "cloud", "url": url, "pooling_enabled": True,
+                                     "traffic_policy": answering("b")})
+        assert (a["pooling_enabled"], b["pooling_enabled"]) == (True, True)
+        with EdgeClient(srv) as web:
+            until(lambda: {web.get(f"{url}/").text for _ in range(4)} == {"a", "b"},
+                  "both pooled endpoints answer")
+        alone = api.post("/endpoints", json={"type": "cloud", "url": url,
+                                             "traffic_policy": answering("c")})
+        assert alone.status_code == 400 and "pooling_enabled true" in alone.text, alone.text
+        assert alone.json()["error_code"] == "ERR_EDGEWAY_7122"
+        r = api.patch(f"/endpoints/{a['id']}", json={"pooling_enabled": False})
+        assert r.status_code == 400 and b["id"] in r.text, r.text
+        edge = api.post("/edges/https", json={"hostports": [f"{host}:443"]})
+        assert edge.status_code == 400 and "pooled cloud endpoints" in edge.text, edge.text
+        taker = agent(srv, token, {"kind": "https", "forward": "http://127.0.0.1:9",
+                                   "domain": host})
+        try:
+            assert "cloud endpoint" in taker.listeners[0]["error"], taker.listeners
+        finally:
+            taker.stop()
+        assert api.delete(f"/endpoints/{a['id']}").status_code == 204
+        with EdgeClient(srv) as web:
+            until(lambda: {web.get(f"{url}/").text for _ in range(4)} == {"b"},
+                  "the one left answers alone")
+        assert api.delete(f"/endpoints/{b['id']}").status_code == 204
+        edge = api.post("/edges/https", json={"hostports": [f"{host}:443"]})
+        assert edge.status_code == 201, edge.text  # the name is free again
+        assert api.delete(f"/edges/https/{edge.json()['id']}").status_code == 204
