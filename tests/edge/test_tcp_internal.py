@@ -50,12 +50,12 @@ def tagged(tag: bytes) -> Iterator[int]:
         listener.close()
 
 
-def ask(port: int, source: str = "127.0.0.1") -> bytes:
-    """What a connection to ``port`` gets back for ``ping`` (b"" when it is closed)."""
+def ask(port: int, source: str = "127.0.0.1", say: bytes = b"ping") -> bytes:
+    """What a connection to ``port`` gets back for ``say`` (b"" when it is closed)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=10,
                                       source_address=(source, 0)) as s:
-            s.sendall(b"ping")
+            s.sendall(say)
             return s.recv(100)
     except (ConnectionResetError, ConnectionRefusedError, BrokenPipeError):
         return b""
@@ -328,6 +328,8 @@ def test_tcp_endpoints_terminate_tls_with_the_address_certificate(
                   "the TCP cloud endpoint terminates TLS")
             for port in ports:
                 assert talk(port) == b"A:plain"
-                assert ask(port) == b""  # no TLS: nothing reaches the upstream
+                # no TLS (bytes that cannot start a TLS record): closed, nothing reaches
+                # the upstream
+                assert ask(port, say=b"plain text, no TLS\n") == b""
         finally:
             sdk.stop()
