@@ -337,3 +337,38 @@ def test_pooled_cloud_endpoints_share_their_url(srv: Server, token: str) -> None
         edge = api.post("/edges/https", json={"hostports": [f"{host}:443"]})
         assert edge.status_code == 201, edge.text  # the name is free again
         assert api.delete(f"/edges/https/{edge.json()['id']}").status_code == 204
+
+
+def test_racing_writers_never_share_a_name_between_a_pool_and_another_holder(
+        srv: Server) -> None:
+    """Pooled cloud endpoints, an endpoint alone and an HTTPS edge created at once on one
+    name (PostgreSQL runs the writes side by side): whoever wins, the name ends up held by
+    the pool or by one other holder, never both."""
+    from concurrent.futures import ThreadPoolExecutor
+    host = "race-pool.example.com"
+    body = policy(rule("true", {"type": "custom-response", "config": {"content": "x"}}))
+    with srv.client() as api:
+        made(api, "/reserved_domains", {"domain": host})
+
+    def create(i: int) -> tuple[str, int, str]:
+        with srv.client() as api:
+            if i == 0:
+                r = api.post("/edges/https", json={"hostports": [f"{host}:443"]})
+                return "edge", r.status_code, r.json().get("id", "")
+            pooled = i != 1
+            r = api.post("/endpoints", json={"type": "cloud", "url": f"https://{host}",
+                                             "pooling_enabled": pooled,
+                                             "traffic_policy": body})
+            return ("pooled" if pooled else "alone"), r.status_code, r.json().get("id", "")
+
+    for _ in range(3):
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(create, range(8)))
+        won = {kind for kind, status, _id in results if status == 201}
+        assert won in ({"pooled"}, {"alone"}, {"edge"}), results
+        assert all(status in (201, 400) for _kind, status, _id in results), results
+        with srv.client() as api:  # (clean up for the next round)
+            for kind, status, id_ in results:
+                if status == 201:
+                    path = "/edges/https" if kind == "edge" else "/endpoints"
+                    assert api.delete(f"{path}/{id_}").status_code == 204
