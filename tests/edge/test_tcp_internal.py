@@ -333,3 +333,31 @@ def test_tcp_endpoints_terminate_tls_with_the_address_certificate(
                 assert ask(port, say=b"plain text, no TLS\n") == b""
         finally:
             sdk.stop()
+
+
+def test_pooled_tcp_cloud_endpoints_take_connections_in_turn(
+        small: tuple[Server, list[int]]) -> None:
+    srv, _ports = small
+    with srv.client() as api, tagged(b"A:") as up_a, tagged(b"B:") as up_b:
+        token = api.post("/credentials", json={}).json()["token"]
+        addr = api.post("/reserved_addrs", json={}).json()["addr"]
+        port = int(addr.rsplit(":", 1)[1])
+        sdk = agent(srv, token, {"kind": "tcp", "forward": f"tcp://127.0.0.1:{up_a}",
+                                 "remote_addr": "a.internal:1"},
+                    {"kind": "tcp", "forward": f"tcp://127.0.0.1:{up_b}",
+                     "remote_addr": "b.internal:1"})
+        try:
+            for name in ("a", "b"):
+                r = api.post("/endpoints", json={
+                    "type": "cloud", "url": f"tcp://{addr}", "pooling_enabled": True,
+                    "traffic_policy": tcp_policy({"actions": [
+                        forward(f"tcp://{name}.internal:1")]})})
+                assert r.status_code == 201, r.text
+            until(lambda: {ask(port) for _ in range(4)} == {b"A:ping", b"B:ping"},
+                  "both pooled endpoints take connections")
+            r = api.post("/endpoints", json={"type": "cloud", "url": f"tcp://{addr}",
+                                             "traffic_policy": tcp_policy({"actions": [
+                                                 forward("tcp://a.internal:1")]})})
+            assert r.status_code == 400 and "pooling_enabled true" in r.text, r.text
+        finally:
+            sdk.stop()
