@@ -117,3 +117,35 @@ def _hostile_messages(srv: Any, url: str) -> None:
     for _ in range(6):
         with EdgeClient(srv) as web:
             assert web.get(f"{url}/after").text == "svc /after"
+
+
+def test_workers_forward_a_tcp_cloud_endpoint_to_an_internal_one(tmp_path: Path) -> None:
+    """A TCP cloud endpoint's port is listened on by both workers; the internal TCP endpoint
+    its policy forwards to is held by one of them: every connection, whichever worker took
+    it, reaches the agent (over the link, or handed over)."""
+    from tests.edge.test_tcp_internal import ask, forward, tagged, tcp_policy, until
+    from tests.server import free_block
+    ports = free_block(2)
+    with fresh_pg_database() as url:
+        srv = start(tmp_path / "srv", url, "--workers", "2", "--tcp-ports",
+                    f"{ports[0]}-{ports[-1]}")
+        try:
+            with srv.client() as api, tagged(b"A:") as up:
+                token = api.post("/credentials", json={}).json()["token"]
+                addr = api.post("/reserved_addrs", json={}).json()["addr"]
+                port = int(addr.rsplit(":", 1)[1])
+                bound = agent(srv, token, {"kind": "tcp", "forward": f"tcp://127.0.0.1:{up}",
+                                           "remote_addr": "db.internal:5432"})
+                try:
+                    assert bound.urls == ["tcp://db.internal:5432"], bound.listeners
+                    r = api.post("/endpoints", json={
+                        "type": "cloud", "url": f"tcp://{addr}", "traffic_policy": tcp_policy(
+                            {"actions": [forward("tcp://db.internal:5432")]})})
+                    assert r.status_code == 201, r.text
+                    until(lambda: all(ask(port) == b"A:ping" for _ in range(4)),
+                          "both workers serve the endpoint", 30)
+                    assert [ask(port) for _ in range(30)] == [b"A:ping"] * 30
+                finally:
+                    bound.stop()
+        finally:
+            assert srv.stop() == 0
