@@ -46,9 +46,18 @@ class FloodGuard:
 
     def __call__(self, _logger: Any, _method: str,
                  event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-        name = str(event.get("event", ""))
+        passes, dropped = self.allow(str(event.get("event", "")))
+        if not passes:
+            raise structlog.DropEvent
+        if dropped:
+            event["suppressed"] = dropped
+        return event
+
+    def allow(self, name: str) -> tuple[bool, int]:
+        """Whether a line of event ``name`` may be written now, and how many were held back
+        before it (counted as held back when it may not)."""
         if name in UNLIMITED:
-            return event
+            return True, 0
         now = self.clock()
         with self._lock:
             tokens, at = self._buckets.get(name, (float(self.burst), now))
@@ -56,14 +65,12 @@ class FloodGuard:
             if tokens < 1.0:
                 self._buckets[name] = (tokens, now)
                 self._dropped[name] = self._dropped.get(name, 0) + 1
-                raise structlog.DropEvent
+                return False, 0
             self._buckets[name] = (tokens - 1.0, now)
             dropped = self._dropped.pop(name, 0)
             if len(self._buckets) > 4096:  # names are ours, but keep the table bounded
                 self._buckets.clear()
-        if dropped:
-            event["suppressed"] = dropped
-        return event
+        return True, dropped
 
     def take_dropped(self) -> dict[str, int]:
         with self._lock:
@@ -71,10 +78,38 @@ class FloodGuard:
         return dropped
 
 
+class _LibraryFloods(logging.Filter):
+    """The flood guard for the standard library's records, as a handler filter: a refused
+    record is simply not written. (In the formatter it would raise structlog's DropEvent, a
+    BaseException that the handler does not catch: it escaped into the code that logged,
+    uvicorn's or asyncio's, once a library logged past the burst.) Records are bucketed by
+    their message's template."""
+
+    def __init__(self, guard: FloodGuard) -> None:
+        super().__init__()
+        self.guard = guard
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        passes, dropped = self.guard.allow(str(record.msg))
+        if dropped:
+            record.suppressed = dropped
+        return passes
+
+
+def _suppressed(_logger: Any, _method: str, event: MutableMapping[str, Any]
+                ) -> MutableMapping[str, Any]:
+    """A library record's count of those held back before it (``_LibraryFloods``)."""
+    record = event.get("_record")
+    dropped = getattr(record, "suppressed", 0) if record is not None else 0
+    if dropped:
+        event["suppressed"] = dropped
+    return event
+
+
 _guard = FloodGuard()
 
 
-def _shared(guard: FloodGuard) -> list[Any]:
+def _shared(guard: Any) -> list[Any]:
     return [structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"), guard,
             structlog.processors.format_exc_info, _ordered]
@@ -107,9 +142,10 @@ def configure(stream: TextIO | None = None, level: int = logging.INFO,
         logger_factory=structlog.WriteLoggerFactory(out),
         cache_logger_on_first_use=True)
     handler = logging.StreamHandler(out)
+    handler.addFilter(_LibraryFloods(_guard))
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-        foreign_pre_chain=[structlog.stdlib.add_logger_name, *_shared(_guard)]))
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, *_shared(_suppressed)]))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -23,6 +23,25 @@ BACKENDS = [b for b in os.environ.get("EDGEWAY_TEST_BACKENDS", "sqlite,postgres"
 CORS_ORIGIN = "https://console.example.com"  # the shared servers' browser origin
 
 
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A test that runs a command in this process (``cli.main``) configures the logs to the
+    stderr pytest captures for it, closed after it: the next tests of this worker would log
+    to a closed file (structlog) or through a guard they never asked for (the standard
+    library's root handler). Both are put back after every test."""
+    import logging
+
+    import structlog
+    config, root = structlog.get_config(), logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    if structlog.get_config() != config:
+        structlog.configure(**config)
+    if root.handlers != handlers or root.level != level:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test a node id of its own: pytest-xdist schedules by node id, so all but one of
     the tests sharing one would never run in a parallel run."""

@@ -63,3 +63,37 @@ def test_a_first_start_logs_the_servers_events_not_alembics(
     assert any(e.get("event") == "start" for e in lines), lines[-5:]
     assert not [e for e in lines if str(e.get("logger", "")).startswith("alembic")], \
         [e for e in lines if str(e.get("logger", "")).startswith("alembic")][:3]
+
+
+def test_a_library_flooding_the_log_is_thinned_without_raising_into_it() -> None:
+    """Standard-library records past the burst (uvicorn's or asyncio's warnings about junk,
+    by the thousand) are held back by the handler: the code that logged never sees the flood
+    guard (its DropEvent is a BaseException no handler catches), and the next record of that
+    message that gets through carries how many were held back."""
+    import io
+    import json
+    import logging
+
+    from edgeway import logs
+    out = io.StringIO()
+    root = logging.getLogger()
+    handlers, level, clock = root.handlers[:], root.level, logs._guard.clock
+    logs._guard.clock = fake = Clock()
+    logs.configure(out)
+    try:
+        noisy = logging.getLogger("some.library")
+        for i in range(logs.BURST + 500):
+            noisy.warning("bad request from %s", f"client {i}")  # (raises nothing)
+        lines = [json.loads(line) for line in out.getvalue().splitlines()]
+        theirs = [line for line in lines if line.get("logger") == "some.library"]
+        assert len(theirs) == logs.BURST, len(theirs)
+        assert theirs[0]["event"] == "bad request from client 0"
+        fake.now += 1.0  # (tokens back)
+        noisy.warning("bad request from %s", "a later client")
+        last = json.loads(out.getvalue().splitlines()[-1])
+        assert last["event"] == "bad request from a later client" and last["suppressed"] >= 500
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        logs._guard.clock = clock
+        logs._guard.take_dropped()
