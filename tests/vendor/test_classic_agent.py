@@ -203,3 +203,32 @@ def test_an_internal_endpoint_reached_through_forward_internal(server: Server,
                 assert web.get(f"http://{inner}/via").status_code == 404
         finally:
             agent.stop()
+
+
+def test_an_internal_tcp_endpoint_behind_a_tcp_cloud_endpoint(server: Server,
+                                                              tmp_path: Path) -> None:
+    """``ngrok tcp -remote-addr=NAME.internal:PORT``: no listener of its own; a TCP cloud
+    endpoint on a reserved address forwards its connections there."""
+    import json
+    name = f"c{uuid.uuid4().hex[:8]}.internal:5432"
+    with server.client() as api, upstream.echo() as port:
+        cfg = classic_config(tmp_path / "c.yml", server, _token(api))
+        agent = classic(cfg, "tcp", f"-remote-addr={name}", str(port))
+        try:
+            assert agent.urls(1) == [f"tcp://{name}"], agent.text()
+            addr = api.post("/reserved_addrs", json={}).json()["addr"]
+            r = api.post("/endpoints", json={
+                "type": "cloud", "url": f"tcp://{addr}", "traffic_policy": json.dumps(
+                    {"on_tcp_connect": [{"actions": [{"type": "forward-internal",
+                                                      "config": {"url": f"tcp://{name}"}}]}]})})
+            assert r.status_code == 201, r.text
+            assert _echo_through(addr, b"via the cloud") == b"via the cloud"
+            assert api.delete(f"/endpoints/{r.json()['id']}").status_code == 204
+            assert api.delete(f"/reserved_addrs/{addr_id(api, addr)}").status_code == 204
+        finally:
+            agent.stop()
+
+
+def addr_id(api: httpx.Client, addr: str) -> str:
+    return next(a["id"] for a in api.get("/reserved_addrs").json()["reserved_addrs"]
+                if a["addr"] == addr)
