@@ -230,5 +230,5 @@ def test_an_internal_tcp_endpoint_behind_a_tcp_cloud_endpoint(server: Server,
 
 
 def addr_id(api: httpx.Client, addr: str) -> str:
-    return next(a["id"] for a in api.get("/reserved_addrs").json()["reserved_addrs"]
+    return next(str(a["id"]) for a in api.get("/reserved_addrs").json()["reserved_addrs"]
                 if a["addr"] == addr)
