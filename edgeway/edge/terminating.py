@@ -68,13 +68,10 @@ class Terminator:
         """The context of a TCP edge's or TCP cloud endpoint's connections (its traffic
         policy's terminate-tls), None when they are not terminated."""
         term = what.plan.find(TerminateTls) if what is not None else None
-        if term is None:
+        if what is None or term is None:
             return None
-        if isinstance(what, Cloud):
-            host = what.hostport
-        else:
-            hostports = (what.doc.get("hostports") or [""]) if what is not None else [""]
-            host = str(hostports[0])
+        host = what.hostport if isinstance(what, Cloud) else \
+            str((what.doc.get("hostports") or [""])[0])
         return self.context(term, host.rpartition(":")[0].strip("[]") or host)
 
 

@@ -118,20 +118,19 @@ def test_internal_endpoints_are_reached_only_through_forward_internal(
 def test_forward_internal_configurations_it_cannot_honour_are_refused() -> None:
     from edgeway.edge.hooks import Unenforced
     from edgeway.edge.modules import traffic_policy as tp
-    for cfg, said in (({"url": "https://api.example.com"}, "name ending in .internal"),
-                      ({"url": "tcp://db.internal:5432"}, "http:// or https://"),
-                      ({"url": "https://api.internal/v1"}, "no port or path"),
-                      ({"url": "https://api.internal", "binding": "public"}, "binding"),
-                      ({"url": "https://api.internal", "on_error": "retry"}, "on_error")):
-        compiled = tp.compile({"value": json.dumps({"on_http_request": [{"actions": [
+    req, tcp = "on_http_request", "on_tcp_connect"
+    for phase, cfg, said in (
+            (req, {"url": "https://api.example.com"}, "name ending in .internal"),
+            (req, {"url": "tcp://db.internal:5432"}, "http:// or https://"),
+            (req, {"url": "https://api.internal/v1"}, "no port or path"),
+            (req, {"url": "https://api.internal", "binding": "public"}, "binding"),
+            (req, {"url": "https://api.internal", "on_error": "retry"}, "on_error"),
+            (tcp, {"url": "https://db.internal"}, "tcp://db.internal:5432"),
+            (tcp, {"url": "tcp://db.internal"}, "and a port"),
+            (tcp, {"url": "tcp://db.example.com:5432"}, "name ending in .internal"),
+            (tcp, {"url": "tcp://db.internal:5432/x"}, "tcp://db.internal:5432"),
+            (tcp, {"url": "tcp://db.internal:5432", "binding": "public"}, "binding"),
+            (tcp, {"url": "tcp://db.internal:5432", "on_error": "retry"}, "on_error")):
+        compiled = tp.compile({"value": json.dumps({phase: [{"actions": [
             {"type": "forward-internal", "config": cfg}]}]})}, "r")
-        assert isinstance(compiled, Unenforced) and said in compiled.what, cfg
-    for cfg, said in (({"url": "https://db.internal"}, "tcp://db.internal:5432"),
-                      ({"url": "tcp://db.internal"}, "and a port"),
-                      ({"url": "tcp://db.example.com:5432"}, "name ending in .internal"),
-                      ({"url": "tcp://db.internal:5432/x"}, "tcp://db.internal:5432"),
-                      ({"url": "tcp://db.internal:5432", "binding": "public"}, "binding"),
-                      ({"url": "tcp://db.internal:5432", "on_error": "retry"}, "on_error")):
-        compiled = tp.compile({"value": json.dumps({"on_tcp_connect": [{"actions": [
-            {"type": "forward-internal", "config": cfg}]}]})}, "r")
-        assert isinstance(compiled, Unenforced) and said in compiled.what, cfg
+        assert isinstance(compiled, Unenforced) and said in compiled.what, (phase, cfg)

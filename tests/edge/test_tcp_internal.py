@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 from tests.agent.test_oneliners import only_tunnel, spawn
 from tests.edge.agents import agent
+from tests.edge.test_policy_ip_policies import until
 from tests.edge.upstream import accept_in_threads
 from tests.server import Server, free_block, free_port, start
 
@@ -59,13 +59,6 @@ def ask(port: int, source: str = "127.0.0.1", say: bytes = b"ping") -> bytes:
             return s.recv(100)
     except (ConnectionResetError, ConnectionRefusedError, BrokenPipeError):
         return b""
-
-
-def until(check: Callable[[], bool], what: str, seconds: float = 15) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 def forward(url: str, on_error: str = "halt") -> dict[str, Any]:

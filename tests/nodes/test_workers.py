@@ -123,7 +123,8 @@ def test_workers_forward_a_tcp_cloud_endpoint_to_an_internal_one(tmp_path: Path)
     """A TCP cloud endpoint's port is listened on by both workers; the internal TCP endpoint
     its policy forwards to is held by one of them: every connection, whichever worker took
     it, reaches the agent (over the link, or handed over)."""
-    from tests.edge.test_tcp_internal import ask, forward, tagged, tcp_policy, until
+    from tests.edge.test_policy_ip_policies import until
+    from tests.edge.test_tcp_internal import ask, forward, tagged, tcp_policy
     from tests.server import free_block
     ports = free_block(2)
     with fresh_pg_database() as url:

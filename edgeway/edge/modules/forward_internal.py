@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from edgeway.edge.hooks import Exchange, Hook, Verdict
-from edgeway.edge.modules.policy_values import Env, Scope, Unsupported
+from edgeway.edge.modules.policy_values import Scope, Unsupported
 from edgeway.edge.pages import page
 
 MAX_HOPS = 5
@@ -56,9 +56,6 @@ class TcpForward:
     """forward-internal in on_tcp_connect (``Policy.on_tcp_connect`` stops at it)."""
     addr: str  # db.internal:5432
     halt: bool
-
-    def __call__(self, _env: Env) -> bool:
-        return True
 
 
 def _options(cfg: dict[str, Any]) -> bool:
