@@ -44,11 +44,12 @@ def extensions() -> list[Any]:
     try:
         from mypyc.build import mypycify
         # (the build environment has none of the runtime dependencies: their types are
-        # taken as unknown there, which compiles to plain Python calls into them)
+        # taken as unknown there, which compiles to plain Python calls into them; the modules
+        # the compiled ones import are read for their types, not checked: ``mypy`` does that)
         # (the shared library of the compiled modules inside the package, where the package's
         # own path finds it, rather than a top-level module beside it)
-        return list(mypycify(["--ignore-missing-imports", *MODULES], opt_level="3",
-                             group_name=LIBRARY))
+        return list(mypycify(["--ignore-missing-imports", "--follow-imports=silent", *MODULES],
+                             opt_level="3", group_name=LIBRARY))
     except (Exception, SystemExit) as exc:  # (mypy missing, or a module it cannot check:
         note(f"mypyc cannot compile the modules ({type(exc).__name__}: {exc})")  # it exits)
         return []

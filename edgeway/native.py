@@ -2,14 +2,21 @@
 choice, at import, between them and their pure-Python sources.
 
 The sans-I/O protocol cores on the hot paths: HTTP/1.1 heads (``edge/h1``,
-``edge/h1_response``), muxado's frames and session (``tunnel/muxado``) and the agent's HTTP
-tap (``agent/framing``). They are mypy-strict Python, compiled as they are: the same source
+``edge/h1_response``), muxado's frames, session and streams (``tunnel/muxado``) and the
+agent's HTTP tap (``agent/framing``); and the edge's HTTP path that drives them per request
+(``edge/http``, ``forwarding``, ``relay``, ``client``, ``pool``). They are mypy-strict
+Python, compiled as they are: the same source
 is the pure fallback, used when the build had no compiler (a build that fails installs the
 package without them), with ``EDGEWAY_PURE=1``, or when a compiled module is stale: a
 source edited after its build (an editable install) would otherwise be shadowed by the
 extension beside it. Then every one of them is loaded from source, never a mix (compiled
 modules call each other directly, so one from source beside the others would give two
 versions of its classes).
+
+Compiled, a class is native (no interpreted subclass, no weak reference to it: ``Pipe``
+and ``MuxConnection`` stay interpreted for that), an argument's annotation is checked at
+the call (a router a test scripts is a ``Protocol``), and an ``except ... as`` name is typed
+by its first clause: each clause of one ``try`` names its exception on its own.
 
 No third-party import here: ``setup.py`` reads ``MODULES`` from this file before anything is
 installed.
@@ -34,6 +41,12 @@ MODULES = (
     "edgeway/tunnel/muxado/core.py",
     "edgeway/tunnel/muxado/session.py",
     "edgeway/agent/framing.py",
+    "edgeway/edge/relay.py",
+    "edgeway/edge/forwarding.py",
+    "edgeway/edge/client.py",
+    "edgeway/edge/pool.py",
+    "edgeway/tunnel/muxado/stream.py",
+    "edgeway/edge/http.py",
 )
 LIBRARY = "edgeway.cores"  # mypyc's group: the shared library is edgeway/cores__mypyc.*.so
 SLACK = 2.0  # seconds a source may be newer than its extension (both written by one install)

@@ -55,8 +55,8 @@ class Forwarder:
                 self.pool.reclaim(target.conn)
             try:
                 pipe = await target.open(client, decision.proto, decision.edge)
-            except Busy as exc:
-                raise AgentBusy(str(exc)) from None
+            except Busy as busy:  # (a name of its own per clause: compiled, each is typed)
+                raise AgentBusy(str(busy)) from None
             except (StreamClosed, StreamError) as exc:
                 raise UpstreamGone(f"the agent is gone ({exc})") from None
             return Upstream(target.key, pipe)
@@ -109,10 +109,10 @@ class Forwarder:
                 pass
         try:
             upstream = await self.open(decision, peer)
-        except AgentBusy as exc:
+        except AgentBusy as busy:  # (a name of its own per clause: compiled, each is typed)
             x.status = 503
             await fixed(writer, req, page(503, "Agent busy", f"The tunnel's agent is busy: "
-                                          f"{exc}. Try again.", 4503, (("Retry-After", "1"),)),
+                                          f"{busy}. Try again.", 4503, (("Retry-After", "1"),)),
                         close=True)
             return False
         except UpstreamGone as exc:

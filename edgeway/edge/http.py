@@ -21,6 +21,7 @@ import contextlib
 import time
 from dataclasses import replace
 from functools import partial
+from typing import Protocol
 
 from edgeway.edge import h1, traffic
 from edgeway.edge.answers import Retry, bad_gateway, fixed, local_answer
@@ -45,7 +46,7 @@ from edgeway.edge.modules.sns import SnsVerifier
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pipeline import Plan
 from edgeway.edge.pool import Pool
-from edgeway.edge.router import Decision, EdgeRouter
+from edgeway.edge.router import Decision
 from edgeway.edge.snapshot import Cloud, Edge
 from edgeway.events.traffic import TrafficSink
 from edgeway.recent import RecentTraffic
@@ -59,8 +60,23 @@ RETRIES = 2  # safe requests whose tunnel died before answering go to another li
 Headers = h1.Headers
 
 
+class Routing(Protocol):
+    """What the HTTP edge asks of its router (``EdgeRouter``; a test's may script it)."""
+
+    async def http(self, req: Request, ip: str, scheme: str, https_port: int,
+                   tls_edge: Edge | None = None) -> Decision: ...
+
+    def internal(self, host: str, scheme: str) -> Tunnel | Cloud | None: ...
+
+    def guarded(self, target: Tunnel | Cloud) -> bool: ...
+
+    def agent_client_cas(self, host: str) -> str: ...
+
+    def bind_plan(self, tunnel: Tunnel) -> Plan: ...
+
+
 class HttpEdge:
-    def __init__(self, router: EdgeRouter, scheme: str, https_port: int = 443,
+    def __init__(self, router: Routing, scheme: str, https_port: int = 443,
                  login: LoginGate | None = None, pool: Pool | None = None,
                  restrictions: Restrictions | None = None,
                  sns: SnsVerifier | None = None) -> None:
