@@ -24,12 +24,13 @@ class Deadline:
     rather than a timer made and cancelled per request: when it passes while armed, the
     connection is aborted (the read waiting on it ends)."""
 
-    __slots__ = ("_at", "_handle", "_loop", "_transport")
+    __slots__ = ("_at", "_handle", "_loop", "_transport", "watch")
 
     def __init__(self, transport: asyncio.WriteTransport) -> None:
         self._loop, self._transport = asyncio.get_running_loop(), transport
         self._at: float | None = None
         self._handle: asyncio.TimerHandle | None = None
+        self.watch: ClientWatch | None = None  # the connection's, once a request waited
 
     def arm(self, seconds: float) -> None:
         self._at = self._loop.time() + seconds
@@ -47,6 +48,8 @@ class Deadline:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        if self.watch is not None:
+            self.watch.close()
 
     def _fire(self) -> None:
         self._handle = None
@@ -111,19 +114,37 @@ class ClientWatch:
     ``WATCH_AFTER`` seconds, read what the client sends meanwhile (pipelined requests, parsed
     and kept for after, up to ``WATCH_LIMIT`` bytes) and abort the upstream if the client
     leaves, as a proxy does: nobody is left to answer, and the agent's stream and its local
-    connection would otherwise wait on. A timer, not a task, until then: most answers come
-    sooner, and a task per request costs more than the rest of the request's overhead."""
+    connection would otherwise wait on. One per public connection (``Deadline.watch``), its
+    one timer moved rather than made per request (most answers come sooner), and a task
+    only once an answer is that slow."""
 
-    __slots__ = ("_args", "_timer", "task")
+    __slots__ = ("_at", "_handle", "_loop", "_parser", "_reader", "_upstream", "task")
 
-    def __init__(self, parser: RequestParser, reader: asyncio.StreamReader,
-                 upstream: Pipe) -> None:
+    def __init__(self, parser: RequestParser, reader: asyncio.StreamReader) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._parser, self._reader = parser, reader
+        self._upstream: Pipe | None = None
+        self._at: float | None = None
+        self._handle: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None
-        self._args = (parser, reader, upstream)
-        self._timer = asyncio.get_running_loop().call_later(WATCH_AFTER, self._start)
 
-    def _start(self) -> None:
-        self.task = asyncio.create_task(self._watch(*self._args))
+    def begin(self, upstream: Pipe) -> None:
+        """A request waits for its answer from ``upstream`` from now."""
+        self._upstream, self.task = upstream, None
+        self._at = self._loop.time() + WATCH_AFTER
+        if self._handle is None:
+            self._handle = self._loop.call_at(self._at, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        at, upstream = self._at, self._upstream
+        if at is None or upstream is None:
+            return
+        if self._loop.time() < at:  # a later request's: wait for its time
+            self._handle = self._loop.call_at(at, self._fire)
+            return
+        self._at = None
+        self.task = asyncio.create_task(self._watch(self._parser, self._reader, upstream))
 
     @staticmethod
     async def _watch(parser: RequestParser, reader: asyncio.StreamReader,
@@ -140,18 +161,26 @@ class ClientWatch:
             parser.feed(data)
             taken += len(data)
 
-    def cancel(self) -> bool:
-        """Stop the timer; whether the watch had started (``await stop()`` then)."""
-        self._timer.cancel()
+    def end(self) -> bool:
+        """The answer came (or failed); whether the watch had started (``await stop()``
+        then)."""
+        self._at, self._upstream = None, None
         return self.task is not None
 
     async def stop(self) -> None:
-        """End the watch that had started (after ``cancel``)."""
-        task = self.task
+        """End the watch that had started (after ``end``)."""
+        task, self.task = self.task, None
         if task is not None and not task.done():
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
+
+    def close(self) -> None:
+        """The connection ended: no timer left holding it."""
+        self._at = None
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 async def pump_body(parser: RequestParser, reader: asyncio.StreamReader, x: Exchange,

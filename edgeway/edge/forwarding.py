@@ -148,14 +148,17 @@ class Forwarder:
                 body = asyncio.create_task(pump_body(parser, reader, x, upstream.pipe,
                                                      deadline, BODY_TIMEOUT))
             elif not req.upgrade:  # (after a 101 the splice reads the client)
-                watch = ClientWatch(parser, reader, upstream.pipe)
+                watch = deadline.watch
+                if watch is None:
+                    watch = deadline.watch = ClientWatch(parser, reader)
+                watch.begin(upstream.pipe)
             target = decision.target
             keep, fate = await Relay(parser, writer, reader, x, decision.plan, upstream, body,
                                      retry, watch, target.observer
                                      if isinstance(target, Tunnel) else None).run()
             return keep
         finally:
-            if watch is not None and watch.cancel():
+            if watch is not None and watch.end():
                 await watch.stop()
             if body is not None and not body.done():
                 body.cancel()

@@ -123,7 +123,7 @@ def end_to_end(headers: Headers, keep: frozenset[bytes] = frozenset(),
     ``drop``; ``names``: theirs in lower case, when the caller has them. A new list, which
     the caller may change."""
     names = names if names is not None else lowered(headers)
-    gone = HOP_BY_HOP | drop
+    gone = HOP_BY_HOP | drop if drop else HOP_BY_HOP
     if b"connection" in names:
         gone = gone | (connection_names(headers, names) - FRAMING)
     gone = gone - keep if keep else gone

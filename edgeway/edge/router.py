@@ -314,9 +314,11 @@ class EdgeRouter:
         cached = self._bind_plans.get(tunnel)
         if cached is not None:
             seen = cached[1]
-            if (seen[0] is snap.secrets and seen[1] is snap.rules) \
-                    or not pipeline.reads_snapshot(tunnel.req) \
-                    or seen == (snap.secrets, snap.rules):
+            if seen[0] is snap.secrets and seen[1] is snap.rules:
+                return cached[0]
+            if not pipeline.reads_snapshot(tunnel.req) or seen == (snap.secrets, snap.rules):
+                # (the same plan under this snapshot's: known as such from here on)
+                self._bind_plans[tunnel] = (cached[0], (snap.secrets, snap.rules))
                 return cached[0]
         plan = pipeline.for_bind(tunnel.req, tunnel.id, snap.secrets, snap.rules,
                                  endpoint_vars(tunnel.endpoint_id, tunnel.url))
@@ -332,5 +334,7 @@ class EdgeRouter:
         """A live tunnel bound to ``host``, over ``scheme`` when one is (a name bound over
         http and https by one agent)."""
         tunnels = self.registry.for_host(host)
+        if len(tunnels) == 1:  # (most names have one tunnel: no round to pick)
+            return tunnels[0] if tunnels[0].alive else None
         same = [t for t in tunnels if t.proto == scheme and t.alive]
         return self.registry.pick(same or tunnels)
