@@ -10,6 +10,10 @@ Run from the repository root:
     git worktree add /tmp/before HEAD~1
     python -m bench.http_ab --tree before=/tmp/before --tree after=. [--kind http-modules]
     python -m bench.http_ab --tree pure=. --tree compiled=. --pure pure
+    python -m bench.http_ab --tree before=/tmp/before --tree after=. --agent edgeway
+
+``--agent edgeway``: each tree's own Edgeway agent (``edgeway http``, inspection off) instead
+of the SDK, and its CPU per request beside the server's.
 
 Pinned like ``http_paths`` (server side on the last CPU, wrk on the first). Needs wrk, Node and
 the SDK as ``edge_bench`` does.
@@ -23,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,10 +36,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 os.environ["EDGEWAY_TEST_FORK"] = "0"  # each tree's own server process, not a fork of ours
 
-from bench.api_bench import parse_wrk, pin  # noqa: E402
+import httpx  # noqa: E402
+
+from bench.api_bench import BenchError, parse_wrk, pin  # noqa: E402
 from bench.common import Children  # noqa: E402
 from bench.edge_bench import Agent, cpu_split, upstream  # noqa: E402
-from tests.server import Server, start  # noqa: E402
+from tests.server import Server, free_port, start  # noqa: E402
 
 
 def _proc(pid: int) -> tuple[float, int, int, int]:
@@ -55,11 +62,12 @@ class Tree:
     pure: bool = False  # EDGEWAY_PURE=1: its protocol cores from source, not compiled
     server: Server | None = None
     host: str = ""
-    rows: list[tuple[float, float, float, float, float]] = field(default_factory=list)
+    agent: int = 0  # the Edgeway agent's pid (0: the SDK's, not measured)
+    rows: list[tuple[float, ...]] = field(default_factory=list)
 
 
 def serve(tree: Tree, tmp: Path, children: Children, up: int, kind: str,
-          cpus: set[int] | None) -> None:
+          cpus: set[int] | None, edgeway: bool = False) -> None:
     here = Path.cwd()
     os.chdir(tmp)  # (``python -m edgeway`` must not find the repository's package first)
     try:
@@ -70,9 +78,44 @@ def serve(tree: Tree, tmp: Path, children: Children, up: int, kind: str,
     pin(tree.server.proc.pid, cpus)
     with tree.server.client() as api:
         token = api.post("/credentials", json={"description": tree.name}).json()["token"]
+    if edgeway:
+        tree.host = edgeway_agent(tree, tmp, children, token, up)
+        return
     agent = Agent(children, f"agent-{tree.name}", tree.server, token)
     url = agent.bind(kind, f"http://127.0.0.1:{up}")[0]
     tree.host = url.split("://", 1)[1].split("/", 1)[0]
+
+
+def edgeway_agent(tree: Tree, tmp: Path, children: Children, token: str, up: int) -> str:
+    """The tree's own ``edgeway http`` for ``up`` (plain HTTP, inspection off); its host."""
+    server = tree.server
+    assert server is not None
+    web, name = free_port(), f"edgeway-agent-{tree.name}"
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(tree.path.resolve())
+    try:
+        proc = children.start(name, [
+            sys.executable, "-m", "edgeway", "http", f"http://127.0.0.1:{up}", "--scheme",
+            "http", "--authtoken", token, "--server-addr", f"localhost:{server.tunnel_port}",
+            "--root-cas", str(server.data_dir / "ca.pem"), "--web-addr", f"127.0.0.1:{web}",
+            "--inspect", "false", "--log", "false"], cwd=tmp)
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
+    tree.agent = proc.pid
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            tunnels = httpx.get(f"http://127.0.0.1:{web}/api/tunnels", timeout=2).json()
+            urls = [t["public_url"] for t in tunnels.get("tunnels", []) if t["public_url"]]
+            if urls:
+                return str(urls[0]).split("://", 1)[1].split("/", 1)[0]
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise BenchError(f"{name} bound no tunnel:\n{children.log(name)}")
 
 
 def measure(tree: Tree, args: argparse.Namespace, warm: bool) -> None:
@@ -83,18 +126,22 @@ def measure(tree: Tree, args: argparse.Namespace, warm: bool) -> None:
            f"-d{seconds}s", "--latency", "-H", f"Host: {tree.host}",
            f"http://127.0.0.1:{port}/"]
     before = _proc(pid)
+    agent_before = sum(cpu_split(tree.agent)) if tree.agent else 0.0
     out = subprocess.run(cmd, capture_output=True, text=True, check=True,
                          preexec_fn=(lambda: os.sched_setaffinity(0, args.wrk_cpus))
                          if args.wrk_cpus else None).stdout
     after = _proc(pid)
+    agent = (sum(cpu_split(tree.agent)) - agent_before) if tree.agent else 0.0
     if warm:
         return
     result, n = parse_wrk(out)
     cpu, reads, writes, switches = (b - a for a, b in zip(before, after, strict=True))
-    tree.rows.append((result.rps, cpu / n * 1e6, reads / n, writes / n, switches / n))
+    tree.rows.append((result.rps, cpu / n * 1e6, reads / n, writes / n, switches / n,
+                      agent / n * 1e6))
     print(f"  {tree.name}: {result.rps:,.0f} req/s, {cpu / n * 1e6:.1f} µs/req, "
           f"{reads / n:.2f} reads + {writes / n:.2f} writes, {switches / n:.2f} switches "
-          f"per request", flush=True)
+          f"per request" + (f"; agent {agent / n * 1e6:.1f} µs/req" if tree.agent else ""),
+          flush=True)
 
 
 def main() -> int:
@@ -107,6 +154,8 @@ def main() -> int:
     p.add_argument("--duration", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--agent", choices=("sdk", "edgeway"), default="sdk",
+                   help="the agent each tree's server is measured with")
     args = p.parse_args()
     trees = [Tree(n, Path(v), n in args.pure)
              for n, _, v in (t.partition("=") for t in args.tree)]
@@ -119,7 +168,8 @@ def main() -> int:
         try:
             up, _ = upstream(children, "http")
             for tree in trees:
-                serve(tree, tmp, children, up, args.kind, server_cpus)
+                serve(tree, tmp, children, up, args.kind, server_cpus,
+                      args.agent == "edgeway")
                 measure(tree, args, warm=True)
             for r in range(args.rounds):
                 print(f"round {r + 1}", flush=True)
@@ -130,13 +180,16 @@ def main() -> int:
             for tree in trees:
                 if tree.server is not None:
                     tree.server.stop()
-    print(f"\nmedians of {args.rounds} rounds, -c{args.connections}, {args.kind}:\n")
-    print("| tree | req/s | server µs/req | reads/req | writes/req | switches/req |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"\nmedians of {args.rounds} rounds, -c{args.connections}, {args.kind}, "
+          f"{args.agent} agent:\n")
+    print("| tree | req/s | server µs/req | reads/req | writes/req | switches/req | "
+          "agent µs/req |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for tree in trees:
         cols = [statistics.median(c) for c in zip(*tree.rows, strict=True)]
         print(f"| {tree.name} | {cols[0]:,.0f} | {cols[1]:.1f} | {cols[2]:.2f} | "
-              f"{cols[3]:.2f} | {cols[4]:.2f} |")
+              f"{cols[3]:.2f} | {cols[4]:.2f} | "
+              f"{f'{cols[5]:.1f}' if tree.agent else '-'} |")
     return 0
 
 

@@ -41,6 +41,8 @@ MODULES = (
     "edgeway/tunnel/muxado/core.py",
     "edgeway/tunnel/muxado/session.py",
     "edgeway/agent/framing.py",
+    "edgeway/agent/inspect.py",
+    "edgeway/agent/proxy.py",
     "edgeway/edge/relay.py",
     "edgeway/edge/forwarding.py",
     "edgeway/edge/client.py",
