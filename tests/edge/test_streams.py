@@ -228,6 +228,22 @@ def test_a_stream_ends_when_its_client_goes(one_srv: Server, scripted: Callable[
     wait_for(lambda: up.ended == 2, 5)
 
 
+def test_a_later_request_of_a_kept_alive_connection_is_watched_too(
+        one_srv: Server, scripted: Callable[..., tuple[Upstream, str]]) -> None:
+    """The watch on the client is one per public connection, its timer moved from request
+    to request: answered requests before it, a request that waits is watched as a first one
+    is, and its upstream ends when the client goes."""
+    up, host = scripted(lambda head, n: OK if b"/fast" in head else b"")
+    with socket.create_connection(("127.0.0.1", one_srv.http_port), timeout=30) as s:
+        for _ in range(3):
+            s.sendall(f"GET /fast HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            assert read_response(s)[0] == 200
+        s.sendall(f"GET /hang HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        wait_for(lambda: len(up.requests) == 4)
+        assert up.ended == 0
+    wait_for(lambda: up.ended == 1, 5)
+
+
 def test_a_kept_alive_upstream_that_closed_is_retried_for_safe_requests(
         one_srv: Server, scripted: Callable[..., tuple[Upstream, str]]) -> None:
     """The local service answers a connection's first request and closes it when a second
