@@ -21,17 +21,16 @@ from weakref import WeakKeyDictionary
 import structlog
 
 from edgeway.catalog.runtime import CLOUD_CHANGED
-from edgeway.edge import backends, certificates, pipeline
+from edgeway.edge import backends, certificates, pipeline, routes
 from edgeway.edge.backends import Target
 from edgeway.edge.h1 import Request
 from edgeway.edge.hooks import Local, Rules, accepted
 from edgeway.edge.hosts import request_host
-from edgeway.edge.login import base as login
 from edgeway.edge.modules.policy_env import endpoint_vars
 from edgeway.edge.modules.secrets import Secrets
 from edgeway.edge.pages import Fixed, page
 from edgeway.edge.pipeline import Plan
-from edgeway.edge.snapshot import BACKEND_COLLECTIONS, Cloud, Edge, Route, Snapshot, load
+from edgeway.edge.snapshot import BACKEND_COLLECTIONS, Cloud, Edge, Snapshot, load
 from edgeway.pki.platform_ca import ServedCert
 from edgeway.pki.seal import Sealer
 from edgeway.reloads import Reload
@@ -190,33 +189,6 @@ class EdgeRouter:
 
     # -- decisions -------------------------------------------------------------------------
 
-    @staticmethod
-    def route(edge: Edge, host: str, path: str) -> Route | None:
-        """Exact beats prefix; the longest prefix wins; a route naming a host only matches it."""
-        best: Route | None = None
-        for r in edge.routes:
-            if r.host and r.host != host:
-                continue
-            if r.exact:
-                if path == r.path:
-                    return r
-            elif path.startswith(r.path) and (best is None or len(r.path) > len(best.path)):
-                best = r
-        return best
-
-    @classmethod
-    def _pick(cls, edge: Edge, host: str, req: Request) -> tuple[str, Route | None]:
-        """The request's path and route: by the routes' matches, except the edge's own login
-        paths (``/.edgeway/<module>/...``), which belong to the login route they name (or
-        the first of that module) wherever its match is."""
-        path = req.target.decode("latin-1").split("?", 1)[0]
-        route = cls.route(edge, host, path)
-        own = login.own_path(req.target)
-        if own is not None:
-            route = next((r for r in edge.routes if (hook := r.plan.find(login.Gate))
-                          and hook.kind == own[0] and own[1] in ("", r.id)), route)
-        return path, route
-
     def target(self, snap: Snapshot, plan: Plan) -> Target | None:
         return backends.pick(snap.backends, plan.backend_id, self.registry) \
             if plan.backend_id else None
@@ -265,7 +237,7 @@ class EdgeRouter:
             return Decision(page(421, "Misdirected request", f"{host} requires a client "
                                  "certificate, checked in the TLS handshake: connect with "
                                  f"{host} as the TLS server name.", 4012))
-        path, route = self._pick(edge, host, req)
+        path, route = routes.pick(edge, host, req)
         if route is None:
             return Decision(page(404, "No route", f"The edge for {host} has no route "
                                  f"matching {path}.", 4004))
