@@ -200,12 +200,17 @@ async def states(tx: Tx, destinations: list[str]) -> dict[str, State]:
         "SELECT destination_id, attempts, next_at, last_error, last_error_at, last_success_at, "
         f"delivered, dropped FROM event_delivery WHERE destination_id IN ({marks})",
         *destinations)}
-    backlog = {r[0]: int(r[1]) for r in await tx.fetchall(
-        f"SELECT destination_id, COUNT(*) FROM event_outbox WHERE destination_id IN ({marks}) "
-        "GROUP BY destination_id", *destinations)}
-    dead = {r[0]: int(r[1]) for r in await tx.fetchall(
-        f"SELECT destination_id, COUNT(*) FROM event_dead_letters WHERE destination_id IN "
-        f"({marks}) GROUP BY destination_id", *destinations)}
+    # (both counts in one statement, so one snapshot: on PostgreSQL each statement sees the
+    # commits made before it, and an event moved to the dead letters between two of them
+    # was counted in both)
+    counts = await tx.fetchall(
+        "SELECT destination_id, SUM(CASE WHEN dead = 0 THEN 1 ELSE 0 END), SUM(dead) FROM ("
+        f"SELECT destination_id, 0 AS dead FROM event_outbox WHERE destination_id IN ({marks}) "
+        "UNION ALL SELECT destination_id, 1 AS dead FROM event_dead_letters WHERE "
+        f"destination_id IN ({marks})) AS queued GROUP BY destination_id",
+        *destinations, *destinations)
+    backlog = {r[0]: int(r[1]) for r in counts}
+    dead = {r[0]: int(r[2]) for r in counts}
     out = {}
     for dest in destinations:
         r = rows.get(dest)

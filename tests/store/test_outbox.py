@@ -9,11 +9,12 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from edgeway.store import outbox
-from edgeway.store.db import Database
+from edgeway.store.db import Database, Tx
 from edgeway.store.migrate import open_database
 from tests.conftest import BACKENDS
 from tests.server import fresh_pg_database
@@ -70,5 +71,44 @@ def test_leases_batches_back_off_and_dead_letters(backend: str, tmp_path: Path) 
             async with db.write() as tx:
                 await outbox.forget(tx, "ed_a")
             assert await outbox.states(db.reader(), ["ed_a"]) == {"ed_a": outbox.State()}
+    with fresh_pg_database() if backend == "postgres" else nullcontext() as url:
+        asyncio.run(run(url))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_state_counts_an_event_moved_to_the_dead_letters_once(backend: str,
+                                                                 tmp_path: Path) -> None:
+    """The backlog and the dead letters of a destination's state are counted in one snapshot:
+    events buried (by a delivery worker, in one transaction) between two statements of the
+    state's read were counted in both (PostgreSQL reads each statement's own snapshot)."""
+    async def run(url: str | None) -> None:
+        async with database(url, tmp_path) as db:
+            async with db.write() as tx:
+                for i in range(3):
+                    await outbox.add(tx, ["ed_a"], f"ev_{i}", "x.v0", "{}", 0.0)
+            pending = await outbox.head(db.reader(), "ed_a", 10)
+            reader = db.reader()
+            buried: list[bool] = []
+
+            class Between:
+                """The reader, with the burial committed right after its first count."""
+
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(reader, name)
+
+                async def fetchall(self, sql: str, *args: Any) -> list[Any]:
+                    rows = await reader.fetchall(sql, *args)
+                    if "event_outbox" in sql and not buried:
+                        buried.append(True)
+                        async with db.write() as tx:
+                            await outbox.bury(tx, "ed_a", pending, "403", 5, "t")
+                    return rows
+
+            state = (await outbox.states(cast(Tx, Between()), ["ed_a"]))["ed_a"]
+            assert buried
+            assert (state.backlog, state.dead_letters) in ((3, 0), (0, 3)), state
+            after = (await outbox.states(db.reader(), ["ed_a"]))["ed_a"]
+            assert (after.backlog, after.dead_letters) == (0, 3)
+
     with fresh_pg_database() if backend == "postgres" else nullcontext() as url:
         asyncio.run(run(url))
