@@ -124,7 +124,7 @@ def measure(tree: Tree, args: argparse.Namespace, warm: bool) -> None:
     seconds = args.warmup if warm else args.duration
     cmd = ["wrk", f"-t{1 if args.connections == 1 else 2}", f"-c{args.connections}",
            f"-d{seconds}s", "--latency", "-H", f"Host: {tree.host}",
-           f"http://127.0.0.1:{port}/"]
+           *(["-H", "Connection: close"] if args.close else []), f"http://127.0.0.1:{port}/"]
     before = _proc(pid)
     agent_before = sum(cpu_split(tree.agent)) if tree.agent else 0.0
     out = subprocess.run(cmd, capture_output=True, text=True, check=True,
@@ -156,6 +156,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--agent", choices=("sdk", "edgeway"), default="sdk",
                    help="the agent each tree's server is measured with")
+    p.add_argument("--close", action="store_true",
+                   help="a new connection for every request (Connection: close)")
     args = p.parse_args()
     trees = [Tree(n, Path(v), n in args.pure)
              for n, _, v in (t.partition("=") for t in args.tree)]
