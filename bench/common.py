@@ -12,6 +12,7 @@ import os
 import queue
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -23,7 +24,7 @@ from typing import IO, TypeVar
 import httpx
 
 from bench.api_bench import BenchError, cpu_seconds, note, pin
-from tests.server import Server, start
+from tests.server import Server, free_port, start
 
 MB = 1e6
 R = TypeVar("R")
@@ -237,3 +238,30 @@ def bench_main(args: argparse.Namespace, report: R,
           f"{os.getloadavg()[0]:.2f} at end\n")
     print_report(report)
     return 0
+
+
+def edgeway_agent(children: Children, name: str, server: Server, token: str, up: int,
+                  inspect: bool = False, cwd: Path | None = None
+                  ) -> tuple[subprocess.Popen[str], str]:
+    """``edgeway http`` (the Edgeway agent, as this process's environment finds it) for the
+    local port ``up``, plain HTTP, to ``server``: the process and its tunnel's host, from
+    its local API."""
+    web = free_port()
+    proc = children.start(name, [
+        sys.executable, "-m", "edgeway", "http", f"http://127.0.0.1:{up}", "--scheme", "http",
+        "--authtoken", token, "--server-addr", f"localhost:{server.tunnel_port}",
+        "--root-cas", str(server.data_dir / "ca.pem"), "--web-addr", f"127.0.0.1:{web}",
+        "--inspect", "true" if inspect else "false", "--log", "false"], cwd=cwd)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BenchError(f"{name} exited:\n{children.log(name)}")
+        try:
+            tunnels = httpx.get(f"http://127.0.0.1:{web}/api/tunnels", timeout=2).json()
+            urls = [t["public_url"] for t in tunnels.get("tunnels", []) if t["public_url"]]
+            if urls:
+                return proc, str(urls[0]).split("://", 1)[1].split("/", 1)[0]
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise BenchError(f"{name} bound no tunnel in 30 s:\n{children.log(name)}")

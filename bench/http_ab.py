@@ -27,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,12 +35,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 os.environ["EDGEWAY_TEST_FORK"] = "0"  # each tree's own server process, not a fork of ours
 
-import httpx  # noqa: E402
 
-from bench.api_bench import BenchError, parse_wrk, pin  # noqa: E402
+from bench.api_bench import parse_wrk, pin  # noqa: E402
 from bench.common import Children  # noqa: E402
+from bench.common import edgeway_agent as start_edgeway_agent  # noqa: E402
 from bench.edge_bench import Agent, cpu_split, upstream  # noqa: E402
-from tests.server import Server, free_port, start  # noqa: E402
+from tests.server import Server, start  # noqa: E402
 
 
 def _proc(pid: int) -> tuple[float, int, int, int]:
@@ -88,34 +87,19 @@ def serve(tree: Tree, tmp: Path, children: Children, up: int, kind: str,
 
 def edgeway_agent(tree: Tree, tmp: Path, children: Children, token: str, up: int) -> str:
     """The tree's own ``edgeway http`` for ``up`` (plain HTTP, inspection off); its host."""
-    server = tree.server
-    assert server is not None
-    web, name = free_port(), f"edgeway-agent-{tree.name}"
+    assert tree.server is not None
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(tree.path.resolve())
     try:
-        proc = children.start(name, [
-            sys.executable, "-m", "edgeway", "http", f"http://127.0.0.1:{up}", "--scheme",
-            "http", "--authtoken", token, "--server-addr", f"localhost:{server.tunnel_port}",
-            "--root-cas", str(server.data_dir / "ca.pem"), "--web-addr", f"127.0.0.1:{web}",
-            "--inspect", "false", "--log", "false"], cwd=tmp)
+        proc, host = start_edgeway_agent(children, f"edgeway-agent-{tree.name}", tree.server,
+                                         token, up, cwd=tmp)
     finally:
         if before is None:
             del os.environ["PYTHONPATH"]
         else:
             os.environ["PYTHONPATH"] = before
     tree.agent = proc.pid
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            tunnels = httpx.get(f"http://127.0.0.1:{web}/api/tunnels", timeout=2).json()
-            urls = [t["public_url"] for t in tunnels.get("tunnels", []) if t["public_url"]]
-            if urls:
-                return str(urls[0]).split("://", 1)[1].split("/", 1)[0]
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.1)
-    raise BenchError(f"{name} bound no tunnel:\n{children.log(name)}")
+    return host
 
 
 def measure(tree: Tree, args: argparse.Namespace, warm: bool) -> None:

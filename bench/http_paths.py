@@ -51,6 +51,7 @@ import httpx  # noqa: E402
 
 from bench.api_bench import BenchError, note, parse_wrk, pin  # noqa: E402
 from bench.common import Bulk, Children, Run, bench_bulk, edgeway_run  # noqa: E402
+from bench.common import edgeway_agent as start_edgeway_agent  # noqa: E402
 from bench.edge_bench import Agent, cpu_split, port_of, probe, upstream  # noqa: E402
 from bench.sshgw_bench import SSHD, OpenSsh, gateway_tunnel, openssh_forward, session_pid  # noqa: E402
 from tests.server import free_port  # noqa: E402
@@ -174,31 +175,12 @@ http {{
 
 
 def edgeway_agent(run: Run, token: str, up: int, inspect: bool) -> Way:
-    """``edgeway http`` (the Edgeway agent) for ``up``, plain HTTP; its URL from its local
-    API."""
+    """``edgeway http`` (the Edgeway agent) for ``up``, plain HTTP."""
     server = run.server
     assert server is not None
-    web = free_port()
     name = f"edgeway-agent-{'inspect' if inspect else 'plain'}"
-    proc = run.children.start(name, [
-        sys.executable, "-m", "edgeway", "http", f"http://127.0.0.1:{up}", "--scheme", "http",
-        "--authtoken", token, "--server-addr", f"localhost:{server.tunnel_port}",
-        "--root-cas", str(server.data_dir / "ca.pem"), "--web-addr", f"127.0.0.1:{web}",
-        "--inspect", "true" if inspect else "false", "--log", "false"])
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise BenchError(f"{name} exited:\n{run.children.log(name)}")
-        try:
-            tunnels = httpx.get(f"http://127.0.0.1:{web}/api/tunnels", timeout=2).json()
-            urls = [t["public_url"] for t in tunnels.get("tunnels", []) if t["public_url"]]
-            if urls:
-                return Way(f"http://127.0.0.1:{server.http_port}/", urlsplit(urls[0]).netloc,
-                             [server.proc.pid], [proc.pid])
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.1)
-    raise BenchError(f"{name} bound no tunnel in 30 s:\n{run.children.log(name)}")
+    proc, host = start_edgeway_agent(run.children, name, server, token, up, inspect)
+    return Way(f"http://127.0.0.1:{server.http_port}/", host, [server.proc.pid], [proc.pid])
 
 
 def wait_ok(path: Way, what: str, timeout: float = 30) -> None:
