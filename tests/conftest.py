@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from tests import schedule
 from tests.edge import upstream
 from tests.server import Server, fresh_pg_database, start
 
@@ -44,11 +45,18 @@ def _logging_as_it_was() -> Iterator[None]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test a node id of its own: pytest-xdist schedules by node id, so all but one of
-    the tests sharing one would never run in a parallel run."""
+    the tests sharing one would never run in a parallel run. The files go longest first
+    (``tests/schedule.py``)."""
     duplicated = [n for n, c in Counter(item.nodeid for item in items).items() if c > 1]
     if duplicated:
         raise pytest.UsageError(f"tests share node ids (a parallel run would skip them): "
                                 f"{duplicated[:5]}")
+    items[:] = [items[i] for i in schedule.order([item.nodeid for item in items])]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The parallel run's units of work (``tests/schedule.py``)."""
+    return schedule.scheduler(config, log)
 
 
 @contextmanager

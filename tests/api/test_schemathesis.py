@@ -12,12 +12,14 @@ import atexit
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     negative_data_rejection,
@@ -143,6 +145,26 @@ def test_api_conforms(case: schemathesis.Case) -> None:  # type: ignore[type-arg
                                    refused_only_by_stated_rules, record_status])
 
 
+CREATES = {"POST /api_keys", "POST /bot_users", "POST /credentials", "POST /ip_policies"}
+
+
+@pytest.fixture(autouse=True)
+def _got_through(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Guards each operation's run against passing vacuously (for example on 403
+    everywhere): its requests were answered, none refused for want of a right the admin has,
+    and a collection's list and the creates above succeeded at least once. (Each run checks
+    its own: the parallel run cuts this file into units, ``tests/schedule.py``.)"""
+    yield
+    if "operation" not in request.fixturenames:
+        return
+    method, path = request.node.callspec.params["operation"]
+    label = f"{method.upper()} {path}"
+    assert SEEN.get(label), f"no request of {label} was answered"
+    assert label not in REFUSED, f"the admin's key was refused by {label}"
+    if (method == "get" and "{" not in path) or label in CREATES:
+        assert any(200 <= code < 300 for code in SEEN[label]), (label, SEEN[label])
+
+
 class Workflow(schema.as_state_machine()):  # type: ignore[misc]
     """Stateful runs follow the OpenAPI links: create, then get, update and delete it."""
 
@@ -155,24 +177,19 @@ class Workflow(schema.as_state_machine()):  # type: ignore[misc]
     def validate_response(self, response: schemathesis.Response,
                           case: schemathesis.Case, **kwargs: object) -> None:  # type: ignore[type-arg]
         record_status(None, response, case)
+        STATEFUL.setdefault(case.operation.label, set()).add(response.status_code)
         case.validate_response(response, checks=[not_a_server_error,
                                                  response_schema_conformance])
 
 
-TestWorkflow = Workflow.TestCase
-TestWorkflow.settings = settings(max_examples=60, stateful_step_count=6, deadline=None,
-                                 derandomize=True,
-                                 suppress_health_check=list(HealthCheck))
+STATEFUL: dict[str, set[int]] = {}
 
 
-def test_zz_generated_requests_were_authenticated_and_succeeded() -> None:
-    """Guards the tests above against passing vacuously (for example on 403 everywhere)."""
-    assert len(SEEN) >= 60
-    assert not REFUSED
-    ok = {op for op, codes in SEEN.items() if any(200 <= c < 300 for c in codes)}
-    lists = {op for op in SEEN if op.startswith("GET /") and "{" not in op}
-    assert lists <= ok, sorted(lists - ok)
-    creates = {"POST /api_keys", "POST /bot_users", "POST /credentials", "POST /ip_policies"}
-    assert creates <= ok, sorted(creates - ok)
-    by_id = {op for op in ok if op.endswith("{id}")}
+def test_stateful_runs_follow_links_to_the_resources_they_created() -> None:
+    run_state_machine_as_test(Workflow, settings=settings(
+        max_examples=60, stateful_step_count=6, deadline=None, derandomize=True,
+        suppress_health_check=list(HealthCheck)))
+    by_id = {op for op, codes in STATEFUL.items()
+             if op.endswith("{id}") and any(200 <= c < 300 for c in codes)}
     assert by_id, "the stateful run reached no created resource"
+    assert not REFUSED
