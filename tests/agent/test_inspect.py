@@ -205,6 +205,42 @@ def test_without_captures_the_tap_frames_the_same_and_keeps_no_bytes(seed: int |
     assert done[-2].request.headers == {"Connection": ["Upgrade"], "Upgrade": ["websocket"]}
 
 
+def test_without_captures_a_sides_parser_goes_on_to_the_next_message() -> None:
+    """Inspection off, a side's llhttp parser sees each message whole and goes on to the
+    next (one made per message cost a tenth of the agent's CPU); a fresh one follows a
+    message it did not see end (the answer to a HEAD: llhttp waits for its body)."""
+    light = Tap(None, "web", "203.0.113.7:4321")
+    requests: list[object] = []
+    responses: list[object] = []
+    for way, data in [(">", GET), ("<", OK), (">", POST), ("<", GONE), (">", CHUNKED),
+                      ("<", CHUNKED_OK), (">", HEAD_), ("<", HEAD_OK), (">", GET), ("<", OK)]:
+        side = light.requests if way == ">" else light.responses
+        (light.request if way == ">" else light.response)(data)
+        (requests if way == ">" else responses).append(side.parser)
+    assert not light.stopped
+    assert all(p is requests[0] for p in requests)
+    assert all(p is responses[0] for p in responses[:4]) and responses[4] is not responses[3]
+
+
+@pytest.mark.parametrize("seed", [None, *range(10)])
+def test_without_captures_a_request_after_connection_close_is_still_seen(
+        seed: int | None) -> None:
+    """llhttp takes bytes after a ``Connection: close`` message for an error: a parser that
+    went on from it gives way to a fresh one, and the next request is seen as with captures
+    (its head whole or in pieces)."""
+    close = b"GET /last HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"
+    script = [(">", close + GET), ("<", OK + OK)]
+    rng = None if seed is None else random.Random(seed)
+    done: list[Exchange] = []
+    light = Tap(None, "web", "203.0.113.7:4321", done=done.append)
+    for way, data in script:
+        for piece in pieces(data, rng):
+            (light.request if way == ">" else light.response)(piece)
+    assert not light.stopped
+    assert [(ex.request.method, ex.request.uri) for ex in done] == [
+        ("GET", "/last"), ("GET", "/a?x=1")]
+
+
 def exchange(size: int, tunnel: str = "t") -> Exchange:
     return Exchange(tunnel, "", Message(bytearray(size)))
 
