@@ -39,8 +39,28 @@ _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
 HEAD, LENGTH, SIZE, DATA, TRAILER, CLOSE, HOLD = range(7)
 # what the tap itself reads of a head: all a side keeps when nothing is captured, read from
 # the head's bytes (llhttp checked its syntax) rather than through a callback per header
-_FRAMING = re.compile(rb"\r\n(content-length|transfer-encoding|connection|upgrade)[ \t]*:"
-                      rb"[ \t]*([^\r\n]*?)[ \t]*(?=\r\n)", re.IGNORECASE)
+FRAMING = ((b"\r\ncontent-length", "Content-Length"),
+           (b"\r\ntransfer-encoding", "Transfer-Encoding"),
+           (b"\r\nconnection", "Connection"), (b"\r\nupgrade", "Upgrade"))
+
+
+def framing_headers(head: bytes) -> dict[str, list[str]]:
+    """The framing headers of a whole head (its lines' values, in order, spaces and tabs
+    around them dropped), found in its lowered bytes (a regular expression ignoring case
+    took three times as long)."""
+    lowered = head.lower()
+    out: dict[str, list[str]] = {}
+    for mark, name in FRAMING:
+        at = lowered.find(mark)
+        while at >= 0:
+            colon = at + len(mark)
+            while lowered[colon] in (32, 9):  # (a head ends with CRLF CRLF: never past it)
+                colon += 1
+            if lowered[colon] == 58:  # ":", else a longer name
+                value = head[colon + 1:head.index(b"\r\n", colon)].strip(b" \t")
+                out.setdefault(name, []).append(value.decode("latin-1"))
+            at = lowered.find(mark, colon)
+    return out
 
 
 def with_host(head: bytes, host: str) -> bytes:
@@ -211,9 +231,7 @@ class Side:
         if not self.headers_done:
             raise Stop("not an HTTP head")
         if self.light:
-            for name, value in _FRAMING.findall(head):
-                msg.headers.setdefault(canonical(name.decode("latin-1")), []).append(
-                    value.decode("latin-1"))
+            msg.headers = framing_headers(head)
         if self.host:
             self.out += msg.raw
         msg.proto = "HTTP/" + parser.get_http_version()

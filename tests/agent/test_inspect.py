@@ -19,6 +19,7 @@ import pytest
 
 from edgeway.agent.captures import BODY_CAP, OVERHEAD, Exchange, Message, Store
 from edgeway.agent.configcheck import DEFAULT_INSPECT_DB_SIZE
+from edgeway.agent.framing import framing_headers
 from edgeway.agent.inspect import Tap
 from tests.edge.agents import EdgeClient
 from tests.server import Server, free_port
@@ -239,6 +240,16 @@ def test_without_captures_a_request_after_connection_close_is_still_seen(
     assert not light.stopped
     assert [(ex.request.method, ex.request.uri) for ex in done] == [
         ("GET", "/last"), ("GET", "/a?x=1")]
+
+
+def test_the_framing_headers_of_a_head_are_found_whatever_their_case() -> None:
+    head = (b"HTTP/1.1 200 OK\r\ncontent-LENGTH:5\r\nX-Upgrade: no\r\n"
+            b"Upgrade-Insecure-Requests: 1\r\nConnection: \t keep-alive, Upgrade \t\r\n"
+            b"Content-Length:  5 \r\nUPGRADE: h2c\r\nTransfer-Encoding:\r\n\r\n")
+    assert framing_headers(head) == {
+        "Content-Length": ["5", "5"], "Connection": ["keep-alive, Upgrade"],
+        "Upgrade": ["h2c"], "Transfer-Encoding": [""]}
+    assert framing_headers(b"GET / HTTP/1.1\r\nHost: connection\r\n\r\n") == {}
 
 
 def exchange(size: int, tunnel: str = "t") -> Exchange:
