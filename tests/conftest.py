@@ -54,6 +54,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = [items[i] for i in schedule.order([item.nodeid for item in items])]
 
 
+@pytest.hookimpl(optionalhook=True)  # (pytest-xdist's hook)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """The parallel run's units of work (``tests/schedule.py``)."""
     return schedule.scheduler(config, log)
