@@ -13,7 +13,8 @@ Run from the repository root:
     python -m bench.http_ab --tree before=/tmp/before --tree after=. --agent edgeway
 
 ``--agent edgeway``: each tree's own Edgeway agent (``edgeway http``, inspection off) instead
-of the SDK, and its CPU per request beside the server's.
+of the SDK, and its CPU per request beside the server's; ``--agent edgeway-inspect``: the
+same with inspection on.
 
 Pinned like ``http_paths`` (server side on the last CPU, wrk on the first). Needs wrk, Node and
 the SDK as ``edge_bench`` does.
@@ -66,7 +67,7 @@ class Tree:
 
 
 def serve(tree: Tree, tmp: Path, children: Children, up: int, kind: str,
-          cpus: set[int] | None, edgeway: bool = False) -> None:
+          cpus: set[int] | None, which: str = "sdk") -> None:
     here = Path.cwd()
     os.chdir(tmp)  # (``python -m edgeway`` must not find the repository's package first)
     try:
@@ -77,22 +78,23 @@ def serve(tree: Tree, tmp: Path, children: Children, up: int, kind: str,
     pin(tree.server.proc.pid, cpus)
     with tree.server.client() as api:
         token = api.post("/credentials", json={"description": tree.name}).json()["token"]
-    if edgeway:
-        tree.host = edgeway_agent(tree, tmp, children, token, up)
+    if which != "sdk":
+        tree.host = edgeway_agent(tree, tmp, children, token, up, which == "edgeway-inspect")
         return
     agent = Agent(children, f"agent-{tree.name}", tree.server, token)
     url = agent.bind(kind, f"http://127.0.0.1:{up}")[0]
     tree.host = url.split("://", 1)[1].split("/", 1)[0]
 
 
-def edgeway_agent(tree: Tree, tmp: Path, children: Children, token: str, up: int) -> str:
-    """The tree's own ``edgeway http`` for ``up`` (plain HTTP, inspection off); its host."""
+def edgeway_agent(tree: Tree, tmp: Path, children: Children, token: str, up: int,
+                  inspect: bool) -> str:
+    """The tree's own ``edgeway http`` for ``up`` (plain HTTP); its host."""
     assert tree.server is not None
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(tree.path.resolve())
     try:
         proc, host = start_edgeway_agent(children, f"edgeway-agent-{tree.name}", tree.server,
-                                         token, up, cwd=tmp)
+                                         token, up, inspect, cwd=tmp)
     finally:
         if before is None:
             del os.environ["PYTHONPATH"]
@@ -138,7 +140,7 @@ def main() -> int:
     p.add_argument("--duration", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--agent", choices=("sdk", "edgeway"), default="sdk",
+    p.add_argument("--agent", choices=("sdk", "edgeway", "edgeway-inspect"), default="sdk",
                    help="the agent each tree's server is measured with")
     p.add_argument("--close", action="store_true",
                    help="a new connection for every request (Connection: close)")
@@ -154,8 +156,7 @@ def main() -> int:
         try:
             up, _ = upstream(children, "http")
             for tree in trees:
-                serve(tree, tmp, children, up, args.kind, server_cpus,
-                      args.agent == "edgeway")
+                serve(tree, tmp, children, up, args.kind, server_cpus, args.agent)
                 measure(tree, args, warm=True)
             for r in range(args.rounds):
                 print(f"round {r + 1}", flush=True)

@@ -6,10 +6,11 @@ a message ended, and each message's raw bytes are wanted even when requests are 
 direction is split here (head up to CRLF CRLF, then Content-Length, chunked framing or until
 close; RFC 9112 §6) and each message goes to a parser, which parses the head and checks
 chunked framing. Bodies are kept up to 64 KiB per message (``truncated`` says more went by).
-When nothing is captured (the light mode: the tunnel's metrics and the console's recent
-requests), a side's parser sees every byte of a message and goes on to the next one while it
-agrees about where the last ended (not after an answer to HEAD, say, nor a message it
-refused): a parser made and dropped per message was a tenth of the agent's CPU.
+A side's parser sees every byte of a message and goes on to the next one while it agrees
+about where the last ended (not after an answer to HEAD, say, nor a message it refused): a
+parser made and dropped per message was a tenth of the agent's CPU. When nothing is
+captured (the light mode: the tunnel's metrics and the console's recent requests), no
+callback is made per header either.
 
 On the request side of a tunnel whose Host header the agent sets (``host_header``), the side
 also produces the bytes to forward (``out``): each head with its Host replaced, as soon as the
@@ -84,7 +85,7 @@ class Side:
         self.left = 0  # bytes left of a Content-Length body, or of a chunk and its CRLF
         self.msg = Message(bytearray())
         self.headers_done = self.complete = False  # for msg, from llhttp
-        self.reused = False  # msg's parser went on from the last message (light mode)
+        self.reused = False  # msg's parser went on from the last message
         self.parser: HttpParser = httptools.HttpRequestParser(self)  # one per message
         self.exchange: Exchange | None = None  # the request side's current one
         self.began = (0.0, 0)
@@ -189,13 +190,13 @@ class Side:
         msg.body += len(piece)
         if self.host:
             self.out += piece
-        if self.state != CLOSE and (self.state != LENGTH or self.light):
-            self.parser.feed_data(piece)  # chunked framing, checked by llhttp (light: all)
+        if self.state != CLOSE:
+            self.parser.feed_data(piece)  # (chunked framing, checked by llhttp)
 
     def _begin(self) -> None:
         self.began = (time.time(), time.monotonic_ns())
         self.msg = Message(bytearray())
-        self.reused = self.light and self.complete  # (llhttp saw the last one end too)
+        self.reused = self.complete  # (llhttp saw the last one end too)
         if not self.reused:
             self._fresh()
         self.headers_done = self.complete = False
@@ -210,6 +211,7 @@ class Side:
         was ``seen`` of it."""
         self.reused = False
         self.msg.uri = self.msg.reason = ""  # (what the refusing parser called back with)
+        self.msg.headers.clear()
         self._fresh()
         self.parser.feed_data(seen)
 

@@ -206,11 +206,12 @@ def test_without_captures_the_tap_frames_the_same_and_keeps_no_bytes(seed: int |
     assert done[-2].request.headers == {"Connection": ["Upgrade"], "Upgrade": ["websocket"]}
 
 
-def test_without_captures_a_sides_parser_goes_on_to_the_next_message() -> None:
-    """Inspection off, a side's llhttp parser sees each message whole and goes on to the
-    next (one made per message cost a tenth of the agent's CPU); a fresh one follows a
-    message it did not see end (the answer to a HEAD: llhttp waits for its body)."""
-    light = Tap(None, "web", "203.0.113.7:4321")
+@pytest.mark.parametrize("captures", [False, True])
+def test_a_sides_parser_goes_on_to_the_next_message(captures: bool) -> None:
+    """A side's llhttp parser sees each message whole and goes on to the next (one made per
+    message cost a tenth of the agent's CPU); a fresh one follows a message it did not see
+    end (the answer to a HEAD: llhttp waits for its body)."""
+    light = Tap(Store(0) if captures else None, "web", "203.0.113.7:4321")
     requests: list[object] = []
     responses: list[object] = []
     for way, data in [(">", GET), ("<", OK), (">", POST), ("<", GONE), (">", CHUNKED),
@@ -223,23 +224,27 @@ def test_without_captures_a_sides_parser_goes_on_to_the_next_message() -> None:
     assert all(p is responses[0] for p in responses[:4]) and responses[4] is not responses[3]
 
 
+@pytest.mark.parametrize("captures", [False, True])
 @pytest.mark.parametrize("seed", [None, *range(10)])
-def test_without_captures_a_request_after_connection_close_is_still_seen(
-        seed: int | None) -> None:
+def test_a_request_after_connection_close_is_still_seen(seed: int | None,
+                                                        captures: bool) -> None:
     """llhttp takes bytes after a ``Connection: close`` message for an error: a parser that
-    went on from it gives way to a fresh one, and the next request is seen as with captures
-    (its head whole or in pieces)."""
+    went on from it gives way to a fresh one, and the next request is seen (its head whole
+    or in pieces, its headers once)."""
     close = b"GET /last HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"
     script = [(">", close + GET), ("<", OK + OK)]
     rng = None if seed is None else random.Random(seed)
     done: list[Exchange] = []
-    light = Tap(None, "web", "203.0.113.7:4321", done=done.append)
+    light = Tap(Store(0) if captures else None, "web", "203.0.113.7:4321", done=done.append)
     for way, data in script:
         for piece in pieces(data, rng):
             (light.request if way == ">" else light.response)(piece)
     assert not light.stopped
     assert [(ex.request.method, ex.request.uri) for ex in done] == [
         ("GET", "/last"), ("GET", "/a?x=1")]
+    if captures:
+        assert done[1].request.headers["X-Two"] == ["1", "2"]
+        assert done[1].request.raw == GET
 
 
 def test_the_framing_headers_of_a_head_are_found_whatever_their_case() -> None:
