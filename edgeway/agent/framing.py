@@ -86,7 +86,7 @@ class Side:
         self.msg = Message(bytearray())
         self.headers_done = self.complete = False  # for msg, from llhttp
         self.reused = False  # msg's parser went on from the last message
-        self.parser: HttpParser = httptools.HttpRequestParser(self)  # one per message
+        self.parser: HttpParser = httptools.HttpRequestParser(self)  # (made anew by _begin)
         self.exchange: Exchange | None = None  # the request side's current one
         self.began = (0.0, 0)
         self.host = tap.host if request else ""  # the Host to send, when the agent sets it
