@@ -115,25 +115,39 @@ def test_idle_kept_alive_connections_hold_no_stream(one_srv: Server,
     port = one_srv.http_port
     starts = session_starts(one_srv)
 
-    async def hold() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    Held = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+    async def hold() -> Held:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(f"GET /h HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-        await asyncio.wait_for(reader.readuntil(b"svc /h"), 30)
+        try:
+            writer.write(f"GET /h HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            await asyncio.wait_for(reader.readuntil(b"svc /h"), 30)
+        except BaseException:
+            writer.close()
+            raise
         return reader, writer
 
     async def main() -> tuple[dict[bytes, int], int]:
-        held = []
-        for _ in range(6):
-            held += await asyncio.gather(*[hold() for _ in range(250)])
-        fresh = await asyncio.gather(*[fetch(port, host) for _ in range(300)])
-        again = 0
-        for reader, writer in held[::50]:
-            writer.write(f"GET /again HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-            await asyncio.wait_for(reader.readuntil(b"svc /again"), 30)
-            again += 1
-        for _, writer in held:
-            writer.close()
-        return tally(fresh), again
+        held: list[Held] = []
+        try:  # (every connection closed whatever fails: none left to a later test's loop)
+            for _ in range(6):
+                got = await asyncio.gather(*[hold() for _ in range(250)],
+                                           return_exceptions=True)
+                held += [g for g in got if not isinstance(g, BaseException)]
+                failed = [g for g in got if isinstance(g, BaseException)]
+                if failed:
+                    raise AssertionError(f"{len(failed)} of 250 connections failed while "
+                                         f"{len(held)} were held: {failed[0]!r}") from failed[0]
+            fresh = await asyncio.gather(*[fetch(port, host) for _ in range(300)])
+            again = 0
+            for reader, writer in held[::50]:
+                writer.write(f"GET /again HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+                await asyncio.wait_for(reader.readuntil(b"svc /again"), 30)
+                again += 1
+            return tally(fresh), again
+        finally:
+            for _, writer in held:
+                writer.close()
 
     fresh, again = asyncio.run(main())
     assert fresh == {b"HTTP/1.1 200 OK": 300} and again == 30
