@@ -84,9 +84,9 @@ class Side:
         self.buf = bytearray()  # a partial head or line; the held bytes in HOLD
         self.left = 0  # bytes left of a Content-Length body, or of a chunk and its CRLF
         self.msg = Message(bytearray())
-        self.headers_done = self.complete = False  # for msg, from llhttp
+        # for msg, from llhttp; ``complete`` before the first: its parser is between messages
+        self.headers_done, self.complete = False, True
         self.reused = False  # msg's parser went on from the last message
-        self.parser: HttpParser = httptools.HttpRequestParser(self)  # (made anew by _begin)
         self.exchange: Exchange | None = None  # the request side's current one
         self.began = (0.0, 0)
         self.host = tap.host if request else ""  # the Host to send, when the agent sets it
@@ -97,6 +97,7 @@ class Side:
             on_url=self.on_url, on_status=self.on_status,  # (no on_header: none is called)
             on_headers_complete=self.on_headers_complete,
             on_message_complete=self.on_message_complete)
+        self.parser: HttpParser = self._new_parser()  # (made again by _begin when it must)
 
     def on_url(self, url: bytes) -> None:
         self.msg.uri += url.decode("latin-1")
@@ -198,12 +199,12 @@ class Side:
         self.msg = Message(bytearray())
         self.reused = self.complete  # (llhttp saw the last one end too)
         if not self.reused:
-            self._fresh()
+            self.parser = self._new_parser()
         self.headers_done = self.complete = False
 
-    def _fresh(self) -> None:
-        self.parser = (httptools.HttpRequestParser if self.request
-                       else httptools.HttpResponseParser)(self._calls)
+    def _new_parser(self) -> HttpParser:
+        return (httptools.HttpRequestParser if self.request
+                else httptools.HttpResponseParser)(self._calls)
 
     def _refeed(self, seen: bytes) -> None:
         """A parser that went on from the last message refused this one (it takes bytes
@@ -211,8 +212,7 @@ class Side:
         was ``seen`` of it."""
         self.reused = False
         self.msg.uri = self.msg.reason = ""  # (what the refusing parser called back with)
-        self.msg.headers.clear()
-        self._fresh()
+        self.parser = self._new_parser()
         self.parser.feed_data(seen)
 
     def _head(self, head: bytes, rest: bytes) -> None:
