@@ -42,46 +42,128 @@ def _split(client: str) -> tuple[str, int]:
     return host.strip("[]"), int(port) if port.isdigit() else 0
 
 
-class ChannelPipe(Pipe):
-    """A ``forwarded-tcpip`` channel to the SSH client, with asyncssh's flow control: reads
-    pause the channel's window when the edge does not keep up, writes wait for the client's
-    window."""
+class ChannelPipe(Pipe, asyncssh.SSHTCPSession[bytes]):
+    """A ``forwarded-tcpip`` channel to the SSH client, as the edge's ``Pipe`` and as the
+    channel's session: asyncssh's callbacks put what arrives in one buffer and wake the one
+    reader, without the locks and per-read bookkeeping of its stream session. Flow control
+    stays asyncssh's: while ``READ_MAX`` bytes wait unread, the channel's reading is paused
+    (its window is not reopened, so the client stops sending); a write waits while asyncssh
+    holds more than its high-water mark for the client's window."""
 
-    def __init__(self, reader: asyncssh.SSHReader[bytes],
-                 writer: asyncssh.SSHWriter[bytes]) -> None:
-        self.reader, self.writer = reader, writer
+    def __init__(self) -> None:
+        self.chan: asyncssh.SSHTCPChannel[bytes] | None = None
+        self._held: list[bytes] = []
+        self._size = 0
+        self._eof = False  # the client sent its EOF, or the channel closed
+        self._error: Exception | None = None  # how the channel was lost, if not cleanly
+        self._lost = False
+        self._paused = False  # reading paused: READ_MAX bytes wait unread
+        self._full = False  # writing paused by asyncssh
+        self._reader: asyncio.Future[None] | None = None
+        self._writer: asyncio.Future[None] | None = None
+
+    # -- the channel's session (asyncssh calls these) --------------------------------------
+
+    def connection_made(self, chan: asyncssh.SSHTCPChannel[bytes]) -> None:
+        self.chan = chan
+
+    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        self._held.append(data)
+        self._size += len(data)
+        if self._size >= READ_MAX and not self._paused and self.chan is not None:
+            self._paused = True
+            self.chan.pause_reading()
+        _wake(self._reader)
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        _wake(self._reader)
+        return True  # (half-open: the edge ends its side when its exchange is over)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._eof = self._lost = True
+        self._error = exc
+        _wake(self._reader)
+        _wake(self._writer)
+
+    def pause_writing(self) -> None:
+        self._full = True
+
+    def resume_writing(self) -> None:
+        self._full = False
+        _wake(self._writer)
+
+    # -- the edge's pipe -------------------------------------------------------------------
 
     async def read(self) -> bytes:
-        try:
-            return await self.reader.read(READ_MAX)
-        except _GONE as exc:
-            raise UpstreamGone(f"the SSH client closed the channel ({exc})") from None
+        while not self._held:
+            if self._eof:
+                if self._error is not None:
+                    raise UpstreamGone(f"the SSH client closed the channel ({self._error})")
+                return b""
+            self._reader = asyncio.get_running_loop().create_future()
+            try:
+                await self._reader
+            finally:
+                self._reader = None
+        held = self._held
+        data = held[0] if len(held) == 1 else b"".join(held)
+        self._held, self._size = [], 0
+        if self._paused and self.chan is not None:
+            self._paused = False
+            self.chan.resume_reading()
+        return data
+
+    def write_nowait(self, data: bytes) -> bool:
+        if self._full or self.chan is None:
+            return False
+        self._send(data)
+        return True
 
     async def write(self, data: bytes) -> None:
-        if self.writer.is_closing():
+        self._send(data)
+        while self._full and not self._lost:
+            self._writer = asyncio.get_running_loop().create_future()
+            try:
+                await self._writer
+            finally:
+                self._writer = None
+        if self._lost and (self._error is not None or self._full):
+            raise UpstreamGone(f"the SSH client closed the channel ({self._error or 'lost'})")
+
+    def _send(self, data: bytes) -> None:
+        chan = self.chan
+        if chan is None or chan.is_closing():
             raise UpstreamGone("the SSH client closed the channel")
         try:
-            self.writer.write(data)
-            await self.writer.drain()
+            chan.write(data)
         except _GONE as exc:
             raise UpstreamGone(f"the SSH client closed the channel ({exc})") from None
 
     async def write_eof(self) -> None:
-        with contextlib.suppress(*_GONE):
-            self.writer.write_eof()
+        if self.chan is not None:
+            with contextlib.suppress(*_GONE):
+                self.chan.write_eof()
 
     @property
     def ended(self) -> bool:
-        return self.reader.at_eof() or self.writer.is_closing()
+        return (self._eof and not self._held) or self.chan is None or self.chan.is_closing()
 
     def close(self) -> None:
-        with contextlib.suppress(*_GONE):
-            self.writer.write_eof()
-            self.writer.close()
+        if self.chan is not None:
+            with contextlib.suppress(*_GONE):
+                self.chan.write_eof()
+                self.chan.close()
 
     def abort(self) -> None:
-        with contextlib.suppress(*_GONE):
-            self.writer.channel.abort()
+        if self.chan is not None:
+            with contextlib.suppress(*_GONE):
+                self.chan.abort()
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
 
 
 class SshCarrier:
@@ -115,8 +197,8 @@ class SshCarrier:
         host, port = _split(client)
         try:
             async with asyncio.timeout(OPEN_TIMEOUT):
-                reader, writer = await self.conn.open_connection(
-                    forward.host, forward.port, host, port, window=WINDOW,
+                _, pipe = await self.conn.create_connection(
+                    ChannelPipe, forward.host, forward.port, host, port, window=WINDOW,
                     max_pktsize=MAX_PACKET)
         except TimeoutError:
             raise UpstreamGone(f"the SSH client did not open the channel within "
@@ -128,6 +210,6 @@ class SshCarrier:
             raise UpstreamGone(f"the SSH client is gone ({exc})") from None
         if proto != "http" and proto != "https":
             self._opened(tunnel, client)
-        pipe = ChannelPipe(reader, writer)
+        assert isinstance(pipe, ChannelPipe)
         self._pipes.add(pipe)
         return pipe

@@ -32,7 +32,7 @@ import structlog
 
 from edgeway import catalog, ids
 from edgeway.caps import Ticket
-from edgeway.sshgw import command
+from edgeway.sshgw import command, wire
 from edgeway.sshgw.channels import SshCarrier
 from edgeway.sshgw.command import Command, CommandError
 from edgeway.sshgw.forwards import Forwards, Listener, Services
@@ -84,6 +84,8 @@ class GatewayConnection(asyncssh.SSHServer):
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self.ssh = conn
+        wire.coalesce(conn)
+        wire.no_cbc_ignores(conn)
         self.peer = str((conn.get_extra_info("peername") or ("",))[0])
         self.forwards = Forwards(self, self.services, SshCarrier(conn, self._raw_connection),
                                  self.terminal, self._spawn, self.peer)
