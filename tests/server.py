@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import atexit
 import fcntl
+import functools
 import os
 import random
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
+import certifi
 import httpx
 
 from tests import forkserver
@@ -113,6 +116,14 @@ def free_block(size: int) -> list[int]:
     raise RuntimeError(f"no {size} free consecutive loopback ports in {_PORTS}")
 
 
+
+@functools.cache
+def trust() -> ssl.SSLContext:
+    """The context every httpx client of the tests verifies with: httpx otherwise loads
+    certifi's CA bundle into a new one for each client, about 20 ms of CPU, and the tests make
+    thousands of clients (most for plain-HTTP URLs, where it is never used)."""
+    return ssl.create_default_context(cafile=certifi.where())
+
 @dataclass
 class Server:
     base_url: str
@@ -129,7 +140,7 @@ class Server:
 
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {**HEADERS, "Authorization": f"Bearer {token or self.token}"}
-        return httpx.Client(base_url=self.base_url, headers=headers, timeout=30)
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=30, verify=trust())
 
     def log(self) -> str:
         return self.log_path.read_text()

@@ -21,7 +21,7 @@ import pytest
 
 from tests.edge import upstream
 from tests.edge.agents import EdgeClient, agent
-from tests.server import Server, free_port, start
+from tests.server import Server, free_port, start, trust
 
 if not os.environ.get("CI"):
     pytest.importorskip("ngrok", reason="pip install --ignore-requires-python ngrok==1.7.0")
@@ -35,7 +35,8 @@ class Agent:
     def api(self, method: str, path: str, host: str | None = None, **kw: Any
             ) -> httpx.Response:
         headers = {"Host": host} if host else {}
-        return httpx.request(method, self.web + path, headers=headers, timeout=30, **kw)
+        return httpx.request(method, self.web + path, headers=headers, timeout=30,
+                             verify=trust(), **kw)
 
     def stop(self) -> str:
         self.proc.terminate()

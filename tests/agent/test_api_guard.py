@@ -20,7 +20,7 @@ import pytest
 from tests.agent.test_agent import Agent, run_agent, write_config
 from tests.agent.test_inspect import captures, counting_upstream
 from tests.edge.agents import EdgeClient
-from tests.server import Server, free_block, free_port
+from tests.server import Server, free_block, free_port, trust
 
 OPTION = "allow_unauthenticated: true"
 
@@ -44,7 +44,7 @@ def raw(port: int, request: str) -> tuple[int, dict[str, object]]:
 
 
 def call(a: Agent, method: str, path: str, **kw: Any) -> httpx.Response:
-    return httpx.request(method, a.web + path, timeout=30, **kw)
+    return httpx.request(method, a.web + path, timeout=30, **kw, verify=trust())
 
 
 def names(a: Agent) -> set[str]:

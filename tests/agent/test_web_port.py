@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from tests.agent.terminal import Pty
-from tests.server import free_port
+from tests.server import free_port, trust
 
 
 def test_web_addr_port_0_serves_on_the_port_it_shows(tmp_path: Path) -> None:
@@ -25,9 +25,9 @@ def test_web_addr_port_0_serves_on_the_port_it_shows(tmp_path: Path) -> None:
         assert shown, term.text[-3000:]
         port = int(shown.group(1))
         assert port != 0
-        r = httpx.get(f"http://127.0.0.1:{port}/api/status", timeout=10)
+        r = httpx.get(f"http://127.0.0.1:{port}/api/status", timeout=10, verify=trust())
         assert r.status_code == 200 and r.json()["uri"] == "/api/status", r.text
-        page = httpx.get(f"http://127.0.0.1:{port}/inspect/http", timeout=10)
+        page = httpx.get(f"http://127.0.0.1:{port}/inspect/http", timeout=10, verify=trust())
         assert page.status_code == 200 and "Replay with changes" in page.text
         assert term.interrupt() == 0, term.text[-3000:]
         assert "Traceback" not in term.text

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import httpx
 
-from tests.server import HEADERS, Server
+from tests.server import HEADERS, Server, trust
 
 
 def from_address(srv: Server, address: str) -> httpx.Client:
-    transport = httpx.HTTPTransport(local_address=address)
+    transport = httpx.HTTPTransport(local_address=address, verify=trust())
     return httpx.Client(base_url=srv.base_url, transport=transport,
                         headers={**HEADERS, "Authorization": f"Bearer {srv.token}"})
 

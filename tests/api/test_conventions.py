@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.conftest import CORS_ORIGIN
-from tests.server import Server
+from tests.server import Server, trust
 
 
 def code(r: httpx.Response) -> str:
@@ -19,7 +19,8 @@ def code(r: httpx.Response) -> str:
 
 
 def test_auth_failures_are_403_with_the_error_body(server: Server) -> None:
-    with httpx.Client(base_url=server.base_url, headers={"Edgeway-Version": "2"}) as c:
+    with httpx.Client(base_url=server.base_url, headers={"Edgeway-Version": "2"},
+                      verify=trust()) as c:
         cases = {
             None: "_200",
             "Basic abc": "_201",
@@ -54,7 +55,7 @@ def test_a_deleted_api_key_stops_working_at_once(api: httpx.Client, server: Serv
 
 def test_version_header(server: Server) -> None:
     auth = {"Authorization": f"Bearer {server.token}"}
-    with httpx.Client(base_url=server.base_url, headers=auth) as c:
+    with httpx.Client(base_url=server.base_url, headers=auth, verify=trust()) as c:
         r = c.get("/ip_policies")
         assert r.status_code == 400 and code(r).endswith("_218")
         assert "Edgeway-Version" in r.json()["msg"]
@@ -93,7 +94,7 @@ def test_a_deeply_nested_body_is_a_400(server: Server, version: str) -> None:
     vendor = version == "Ngrok-Version"
     headers = {version: "2", "Authorization": f"Bearer {server.token}",
                "Content-Type": "application/json"}
-    with httpx.Client(base_url=server.base_url, headers=headers) as c:
+    with httpx.Client(base_url=server.base_url, headers=headers, verify=trust()) as c:
         for depth in (500, 100_000):
             body = b'{"description":' + b"[" * depth + b"]" * depth + b',"x":"github"}'
             r = c.post("/ip_policies", content=body)
@@ -155,7 +156,7 @@ def test_an_empty_or_blank_body_on_create_is_not_json(api: httpx.Client, server:
 def test_the_vendor_dialect_refuses_an_empty_create_body_with_its_code(server: Server) -> None:
     headers = {"Ngrok-Version": "2", "Authorization": f"Bearer {server.token}",
                "Content-Type": "application/json"}
-    with httpx.Client(base_url=server.base_url, headers=headers) as c:
+    with httpx.Client(base_url=server.base_url, headers=headers, verify=trust()) as c:
         r = c.post("/ip_policies", content=b"  ")
         assert r.status_code == 400 and r.json()["error_code"] == "ERR_NGROK_213", r.text
 
@@ -237,7 +238,7 @@ def test_openapi_lists_exactly_the_served_operations(api: httpx.Client) -> None:
 def test_cors_preflight_and_answers_for_allowed_origins_only(server: Server) -> None:
     preflight = {"Origin": CORS_ORIGIN, "Access-Control-Request-Method": "PATCH",
                  "Access-Control-Request-Headers": "authorization, content-type, edgeway-version"}
-    with httpx.Client(base_url=server.base_url, timeout=30) as anon:
+    with httpx.Client(base_url=server.base_url, timeout=30, verify=trust()) as anon:
         r = anon.options("/ip_policies/ipp_x", headers=preflight)
         assert r.status_code == 200, r.text
         assert r.headers["access-control-allow-origin"] == CORS_ORIGIN
@@ -267,7 +268,7 @@ def test_no_cors_unless_configured() -> None:
 
 def test_the_vendor_dialect_ignores_unknown_query_parameters(server: Server) -> None:
     headers = {"Ngrok-Version": "2", "Authorization": f"Bearer {server.token}"}
-    with httpx.Client(base_url=server.base_url, headers=headers) as vendor, \
+    with httpx.Client(base_url=server.base_url, headers=headers, verify=trust()) as vendor, \
             server.client() as api:
         made = api.post("/ip_policies", json={"description": "queried"}).json()["id"]
         r = vendor.get("/ip_policies", params={"color": "red", "limit": "1"})
@@ -283,7 +284,7 @@ def test_the_vendor_dialect_ignores_unknown_query_parameters(server: Server) -> 
 def test_ids_the_path_already_gives_are_accepted_in_bodies_when_they_agree(
         server: Server, version: str) -> None:
     headers = {version: "2", "Authorization": f"Bearer {server.token}"}
-    with httpx.Client(base_url=server.base_url, headers=headers) as c:
+    with httpx.Client(base_url=server.base_url, headers=headers, verify=trust()) as c:
         policy = c.post("/ip_policies", json={}).json()["id"]
         r = c.patch(f"/ip_policies/{policy}", json={"id": policy, "description": "same id"})
         assert r.status_code == 200 and r.json()["description"] == "same id", r.text

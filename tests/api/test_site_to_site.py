@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import httpx
 
-from tests.server import Server
+from tests.server import Server, trust
 
 
 def test_site_to_site_steps(server: Server) -> None:
     headers = {"Authorization": f"Bearer {server.token}", "Edgeway-Version": "2",
                "Content-Type": "application/json"}
-    with httpx.Client(base_url=server.base_url, headers=headers) as c:
+    with httpx.Client(base_url=server.base_url, headers=headers, verify=trust()) as c:
         # Step 2: the custom agent ingress; save ns_targets and region_domains.
         r = c.post("/agent_ingresses", json={"description": "acme connect",
                                              "domain": "connect.acme-s2s.com"})

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.dashboard.visitor import csrf_of, post, signed_in, visitor
-from tests.server import Server, start
+from tests.server import Server, start, trust
 
 
 def field_error(page: httpx.Response, name: str) -> str:
@@ -158,7 +158,7 @@ def test_no_dashboard_leaves_the_api_as_it_was(tmp_path: Path) -> None:
 
 
 def test_a_browser_is_sent_from_the_root_to_the_dashboard(server: Server) -> None:
-    with httpx.Client(base_url=server.base_url) as client:
+    with httpx.Client(base_url=server.base_url, verify=trust()) as client:
         r = client.get("/", headers={"Accept": "text/html,application/xhtml+xml"})
         assert r.status_code == 303 and r.headers["location"] == "/dashboard/"
         assert client.get("/").json()["name"] == "edgeway"  # (an API client: as before)

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import httpx
 
-from tests.server import Server
+from tests.server import Server, trust
 
 CSRF = re.compile(r'name="csrf" value="([^"]*)"')
 ORIGIN_HEADERS = {"Accept": "text/html"}
@@ -24,9 +24,10 @@ def csrf_of(page: httpx.Response) -> str:
 
 
 def visitor(srv: Server, local_address: str | None = None) -> httpx.Client:
-    transport = httpx.HTTPTransport(local_address=local_address) if local_address else None
+    transport = httpx.HTTPTransport(local_address=local_address, verify=trust()) \
+        if local_address else None
     return httpx.Client(base_url=srv.base_url, headers=ORIGIN_HEADERS, timeout=30,
-                        transport=transport)
+                        transport=transport, verify=trust())
 
 
 def sign_in(client: httpx.Client, token: str) -> httpx.Response:

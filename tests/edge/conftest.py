@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import BACKENDS, Shared, backend_server
 from tests.edge import upstream
-from tests.server import Server, free_port
+from tests.server import Server, free_port, trust
 
 if not os.environ.get("CI"):
     pytest.importorskip("ngrok", reason="pip install --ignore-requires-python ngrok==1.7.0")
@@ -58,7 +58,8 @@ def issuer() -> Iterator[str]:
     deadline = time.monotonic() + 30
     while True:
         try:
-            if httpx.get(f"{url}/.well-known/openid-configuration").status_code == 200:
+            if httpx.get(f"{url}/.well-known/openid-configuration",
+                         verify=trust()).status_code == 200:
                 break
         except httpx.HTTPError:
             pass

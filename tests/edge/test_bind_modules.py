@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 
 from tests.edge.agents import EdgeClient, agent
-from tests.server import Server
+from tests.server import Server, trust
 
 POLICY = json.dumps({
     "on_http_request": [
@@ -60,7 +60,7 @@ def test_oidc_login_with_allowed_emails_on_an_sdk_endpoint(srv: Server, token: s
         (url,) = a.urls
         # eve claims alice's address, which the provider did not verify
         r = httpx.put(f"{issuer}/users/eve", json={"email": "alice@example.com",
-                                                   "email_verified": False})
+                                                   "email_verified": False}, verify=trust())
         assert r.status_code == 204, r.text
         with EdgeClient(srv) as web:
             outcomes = {}
@@ -71,7 +71,8 @@ def test_oidc_login_with_allowed_emails_on_an_sdk_endpoint(srv: Server, token: s
                 state = r.headers["set-cookie"].split(";", 1)[0]
                 authorize = r.headers["location"]
                 assert parse_qs(urlsplit(authorize).query)["client_id"] == ["sdk-client"]
-                back = httpx.post(authorize, data={"sub": user}, follow_redirects=False)
+                back = httpx.post(authorize, data={"sub": user}, follow_redirects=False,
+                                  verify=trust())
                 callback = urlsplit(back.headers["location"])
                 web.http.cookies.clear()
                 r = web.get(f"{url}{callback.path}?{callback.query}", headers={"Cookie": state})

@@ -16,7 +16,7 @@ import pytest
 
 from tests.edge import upstream
 from tests.edge.agents import agent, ca_context, parse_responses, read_all
-from tests.server import Server
+from tests.server import Server, trust
 
 A, B = "app.front-a.example.net", "x.front-b.example.net"
 Seen = dict[str, list[str]]  # host -> the paths its upstream service received
@@ -147,5 +147,5 @@ def test_an_unknown_server_name_carries_that_name_only(srv: Server, seen: Seen) 
 
 
 def test_plain_http_is_not_affected(srv: Server, seen: Seen) -> None:
-    r = httpx.get(f"http://127.0.0.1:{srv.http_port}/p", headers={"Host": A})
+    r = httpx.get(f"http://127.0.0.1:{srv.http_port}/p", headers={"Host": A}, verify=trust())
     assert r.status_code == 308 and r.headers["location"].startswith(f"https://{A}:")

@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import BACKENDS
 from tests.edge.agents import SCRIPT, EdgeClient, agent
 from tests.pgfaults import Link, dbname, terminate_now
-from tests.server import Server, fresh_pg_database, start
+from tests.server import Server, fresh_pg_database, start, trust
 
 pytestmark = pytest.mark.skipif("postgres" not in BACKENDS,
                                 reason="PostgreSQL backend not selected")
@@ -74,7 +74,7 @@ def _check(srv: Server, url: str, link: Link, service: int) -> None:
             assert web.get(first.urls[0] + "/c").status_code == 200
             challenge = httpx.get(  # a CA's http-01 request: it cannot be read, and says so
                 f"http://127.0.0.1:{srv.http_port}/.well-known/acme-challenge/{'t' * 43}",
-                headers={"Host": "site.example.com"}, timeout=60)
+                headers={"Host": "site.example.com"}, timeout=60, verify=trust())
             assert challenge.status_code == 503, challenge.text
             assert challenge.headers["edgeway-error-code"] == "ERR_EDGEWAY_4017"
             refused = _connect(srv, token, forward)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.edge.agents import EdgeClient
 from tests.edge.test_edges import made, route
-from tests.server import Server, free_port
+from tests.server import Server, free_port, trust
 
 HOST = "login.example.com"
 
@@ -50,7 +50,7 @@ def log_in(web: EdgeClient, user: str, target: str = "/headers?x=1"
     query = parse_qs(urlsplit(authorize).query)
     assert query["redirect_uri"] == [f"https://{HOST}/.edgeway/oidc/callback"]
     assert query["client_id"] == ["edge-client"] and "openid" in query["scope"][0].split()
-    consent = httpx.post(authorize, data={"sub": user}, follow_redirects=False)
+    consent = httpx.post(authorize, data={"sub": user}, follow_redirects=False, verify=trust())
     assert consent.status_code == 302, consent.text
     callback = urlsplit(consent.headers["location"])
     assert callback.hostname == HOST

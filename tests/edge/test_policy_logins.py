@@ -17,7 +17,7 @@ from edgeway.edge.hooks import Unenforced
 from edgeway.edge.modules import traffic_policy as tp
 from tests.edge.agents import EdgeClient, agent
 from tests.edge.test_edges import made, route
-from tests.server import Server
+from tests.server import Server, trust
 
 
 def policy(issuer: str) -> str:
@@ -39,7 +39,7 @@ def login(web: EdgeClient, url: str, user: str) -> httpx.Response:
     state = r.headers["set-cookie"].split(";", 1)[0]
     authorize = r.headers["location"]
     assert parse_qs(urlsplit(authorize).query)["client_id"] == ["policy-client"]
-    back = httpx.post(authorize, data={"sub": user}, follow_redirects=False)
+    back = httpx.post(authorize, data={"sub": user}, follow_redirects=False, verify=trust())
     callback = urlsplit(back.headers["location"])
     r = web.get(f"{url}{callback.path}?{callback.query}", headers={"Cookie": state})
     assert r.status_code == 302, r.text

@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import BACKENDS, Shared
 from tests.events import capture
 from tests.events.capture import Capture
-from tests.server import Server, free_port, fresh_pg_database, start
+from tests.server import Server, free_port, fresh_pg_database, start, trust
 
 T = TypeVar("T")
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -59,7 +59,7 @@ def moto() -> Iterator[str]:
 
     def up() -> bool:
         try:
-            return httpx.get(f"{url}/moto-api/", timeout=1).status_code == 200
+            return httpx.get(f"{url}/moto-api/", timeout=1, verify=trust()).status_code == 200
         except httpx.HTTPError:
             return proc.poll() is not None and pytest.fail("moto_server exited")
     wait_for("moto_server", up, 30)

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from tests.agent.terminal import Pty
-from tests.server import Server
+from tests.server import Server, trust
 from tests.sshgw.client import SshUser, poll
 
 
@@ -29,7 +29,7 @@ def test_the_interactive_session_on_a_terminal(server: Server, user: SshUser, se
         url = found.group(1)
         host = url.split("://", 1)[1]
         r = httpx.get(f"http://127.0.0.1:{server.http_port}/from-a-person",
-                      headers={"Host": host}, timeout=20)
+                      headers={"Host": host}, timeout=20, verify=trust())
         assert (r.status_code, r.text) == (200, "svc /from-a-person")
         term.wait_for("/from-a-person")  # the request line, on the person's screen
         term.type(b"\x03")  # Ctrl+C, as the keyboard sends it (ssh passes it on)
@@ -45,5 +45,6 @@ def test_the_interactive_session_on_a_terminal(server: Server, user: SshUser, se
         poll(lambda: not [s for s in api.get("/tunnel_sessions").json()["tunnel_sessions"]
                           if s.get("credential", {}).get("id") == cred["id"]],
              "the session to end")
-    r = httpx.get(f"http://127.0.0.1:{server.http_port}/", headers={"Host": host}, timeout=20)
+    r = httpx.get(f"http://127.0.0.1:{server.http_port}/", headers={"Host": host}, timeout=20,
+                  verify=trust())
     assert r.status_code == 404

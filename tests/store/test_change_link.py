@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import BACKENDS
 from tests.edge import upstream
 from tests.edge.agents import agent
-from tests.server import PG_URL, Server, fresh_pg_database, start
+from tests.server import PG_URL, Server, fresh_pg_database, start, trust
 
 FOLLOWS_WITHIN = 1.5  # seconds; the notification takes milliseconds, the poll up to 5 s
 
@@ -56,10 +56,12 @@ def test_a_key_deleted_through_one_node_is_refused_by_the_other(
     with b.client() as api:
         made = api.post("/api_keys", json={"description": "short-lived"}).json()
     key = {"Authorization": f"Bearer {made['token']}", "Edgeway-Version": "2"}
-    assert httpx.get(f"{a.base_url}/api_keys", headers=key).status_code == 200  # (cached)
+    assert httpx.get(f"{a.base_url}/api_keys", headers=key,
+                     verify=trust()).status_code == 200  # (cached)
     with b.client() as api:
         assert api.delete(f"/api_keys/{made['id']}").status_code == 204
-    follows(lambda: httpx.get(f"{a.base_url}/api_keys", headers=key).status_code in (401, 403),
+    follows(lambda: httpx.get(f"{a.base_url}/api_keys", headers=key,
+                              verify=trust()).status_code in (401, 403),
             "node A refusing the deleted key")
 
 
@@ -84,7 +86,7 @@ def test_an_ip_restriction_made_through_one_node_is_enforced_by_the_other(
 
             def status() -> int:
                 return httpx.get(f"http://127.0.0.1:{a.http_port}/", headers={"Host": host},
-                                 timeout=10).status_code
+                                 timeout=10, verify=trust()).status_code
             assert status() == 200
             with b.client() as api:
                 pid = _restricting(api)

@@ -13,7 +13,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from tests.edge.agents import EdgeClient
-from tests.server import Server
+from tests.server import Server, trust
 
 
 class _Form(HTMLParser):
@@ -45,7 +45,7 @@ class Browser:
     def __init__(self, srv: Server, user_agent: str = CHROME) -> None:
         self.user_agent = user_agent  # sent with every request
         self.edge = EdgeClient(srv)
-        self.direct = httpx.Client(timeout=30)
+        self.direct = httpx.Client(timeout=30, verify=trust())
         self.jar: dict[str, dict[str, tuple[str, str]]] = {}  # host -> name -> value, SameSite
         self.history: list[httpx.Response] = []
 
