@@ -19,6 +19,7 @@ pinned version (``asyncssh<3``) has; tests/sshgw/test_wire.py fails if it stops 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import asyncssh
@@ -43,7 +44,8 @@ class Coalesced:
     def flush(self) -> None:
         held, self._held = self._held, []
         if held and not self.transport.is_closing():
-            self.transport.writelines(held)
+            with contextlib.suppress(ConnectionError):  # (as asyncssh's own write: its end
+                self.transport.writelines(held)       # comes through connection_lost)
 
     def close(self) -> None:
         self.flush()

@@ -92,7 +92,7 @@ async def _ssh_pair() -> AsyncIterator[Pair]:
     made: asyncio.Future[asyncssh.SSHServerConnection] = \
         asyncio.get_running_loop().create_future()
 
-    class Server(asyncssh.SSHServer):
+    class Gateway(asyncssh.SSHServer):
         def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
             wire.coalesce(conn)
             wire.no_cbc_ignores(conn)
@@ -106,7 +106,7 @@ async def _ssh_pair() -> AsyncIterator[Pair]:
 
     key = asyncssh.generate_private_key("ssh-ed25519")
     acceptor = await asyncssh.listen(
-        "127.0.0.1", 0, server_host_keys=[key], server_factory=Server,
+        "127.0.0.1", 0, server_host_keys=[key], server_factory=Gateway,
         encryption_algs=ENCRYPTION, mac_algs=MACS, config=None)
     client = await asyncssh.connect("127.0.0.1", acceptor.get_port(), known_hosts=None,
                                     username="t", config=None, client_keys=None)
