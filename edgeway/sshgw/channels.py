@@ -21,13 +21,12 @@ from dataclasses import dataclass
 import asyncssh
 
 from edgeway.tunnel.binds import BindRequest
-from edgeway.tunnel.pipes import Pipe, UpstreamGone
+from edgeway.tunnel.pipes import READ_MAX, Pipe, UpstreamGone
 from edgeway.tunnel.registry import Tunnel
 
-READ_MAX = 1 << 20
 WINDOW, MAX_PACKET = 2 << 20, 256 << 10  # what the client may send us on a channel
 OPEN_TIMEOUT = 30.0  # for the client to accept a channel (it connects to its service first)
-_GONE = (asyncssh.Error, OSError, asyncio.IncompleteReadError)
+_GONE = (asyncssh.Error, OSError)
 
 
 @dataclass(frozen=True)

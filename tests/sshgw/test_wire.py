@@ -15,8 +15,9 @@ import asyncssh
 import pytest
 
 from edgeway.sshgw import wire
-from edgeway.sshgw.channels import MAX_PACKET, READ_MAX, WINDOW, ChannelPipe
+from edgeway.sshgw.channels import MAX_PACKET, WINDOW, ChannelPipe
 from edgeway.sshgw.server import ENCRYPTION, MACS
+from edgeway.tunnel.pipes import READ_MAX
 from tests.server import Server
 from tests.sshgw.client import SshUser
 from tests.sshgw.test_gateway import _public
@@ -142,8 +143,13 @@ async def _open(pair: Pair, dest: int) -> ChannelPipe:
     return pipe
 
 
-async def _until(check: Callable[[], bool]) -> None:
-    while not check():
+async def _window_shut(pipe: ChannelPipe, seconds: float = 30) -> None:
+    """Until the client has used up the channel's window: it can send nothing more. (Polled
+    with a deadline: asyncssh tells of no such moment.)"""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while pipe.chan is None or pipe.chan._recv_window > 0:  # (asyncssh's own count)
+        assert asyncio.get_running_loop().time() < deadline, \
+            f"the client still had window with {pipe._size} bytes held: reading never paused"
         await asyncio.sleep(0.01)
 
 
@@ -158,8 +164,9 @@ def test_a_lagging_reader_pauses_the_channel_and_loses_nothing() -> None:
             reads = 0
             async with asyncio.timeout(60):
                 while True:
-                    if reads < 3:  # the first reads lag until the channel is paused
-                        await _until(lambda: pipe._paused)
+                    if reads < 3:  # the first reads lag until the client cannot send
+                        await _window_shut(pipe)
+                        assert pipe._paused
                     chunk = await pipe.read()
                     if not chunk:
                         break
