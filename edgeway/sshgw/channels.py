@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import asyncssh
 
+from edgeway.sshgw import wire
 from edgeway.tunnel.binds import BindRequest
 from edgeway.tunnel.pipes import READ_MAX, Pipe, UpstreamGone
 from edgeway.tunnel.registry import Tunnel
@@ -65,6 +66,7 @@ class ChannelPipe(Pipe, asyncssh.SSHTCPSession[bytes]):
 
     def connection_made(self, chan: asyncssh.SSHTCPChannel[bytes]) -> None:
         self.chan = chan
+        wire.quiet(chan)
 
     def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
         self._held.append(data)

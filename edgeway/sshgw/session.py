@@ -86,6 +86,7 @@ class GatewayConnection(asyncssh.SSHServer):
         self.ssh = conn
         wire.coalesce(conn)
         wire.no_cbc_ignores(conn)
+        wire.quiet(conn)
         self.peer = str((conn.get_extra_info("peername") or ("",))[0])
         self.forwards = Forwards(self, self.services, SshCarrier(conn, self._raw_connection),
                                  self.terminal, self._spawn, self.peer)

@@ -12,8 +12,14 @@ packet after the key exchange, each one built, padded, encrypted and authenticat
   cipher (``server.ENCRYPTION``: counter and GCM modes only, as OpenSSH, which sends no such
   packets), so it is not sent. Other ignore packets go as asyncssh sends them.
 
-Both reach into asyncssh's connection (its ``_transport``, its ``send_packet``), which the
-pinned version (``asyncssh<3``) has; tests/sshgw/test_wire.py fails if it stops having them.
+- ``quiet``: asyncssh formats a line for every packet a connection or channel sends or
+  receives (the packet type's name, its length) and only then asks its logger whether packet
+  logging (its debug level 3) is on; unless it is, a handler's two packet-logging methods do
+  nothing.
+
+They reach into asyncssh's connection (its ``_transport``, its ``send_packet``) and logger
+(its debug level), which the pinned version (``asyncssh<3``) has; tests/sshgw/test_wire.py
+fails if it stops having them.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import asyncssh
 
 MSG_IGNORE = 2  # RFC 4253 §11.2
 _EMPTY = b"\x00\x00\x00\x00"  # an empty SSH string: what asyncssh's ignore packets carry
+PACKET_LOGGING = 3  # asyncssh's debug level that logs every packet
 
 
 class Coalesced:
@@ -76,3 +83,15 @@ def no_cbc_ignores(conn: asyncssh.SSHServerConnection) -> None:
         send(pkttype, *args, **kwargs)
 
     conn.send_packet = send_packet  # type: ignore[method-assign]
+
+
+def _unlogged(pkttype: int, pktid: int | None, packet: object, note: str = "") -> None:
+    return None
+
+
+def quiet(handler: asyncssh.SSHServerConnection | asyncssh.SSHTCPChannel[bytes]) -> None:
+    """Skip the packet log lines of ``handler`` (a connection or a channel) when asyncssh's
+    debug level does not write them (below 3, its default is 1; it is read here, once)."""
+    if handler.logger._debug_level < PACKET_LOGGING:
+        handler.log_sent_packet = _unlogged  # type: ignore[method-assign]
+        handler.log_received_packet = _unlogged  # type: ignore[method-assign]

@@ -5,6 +5,7 @@ group route reaching an SSH tunnel by its label."""
 
 from __future__ import annotations
 
+import random
 import re
 import socket
 import subprocess
@@ -211,18 +212,31 @@ def test_a_tunnel_group_route_reaches_an_ssh_tunnel_by_label(server: Server, use
 def test_ciphers_cheap_per_packet_are_negotiated_and_chacha20_is_not_offered(
         server: Server, user: SshUser, service: int) -> None:
     """OpenSSH's default order (chacha20-poly1305 first) meets a gateway that does not offer
-    it: AES-CTR with HMAC-SHA2-256-ETM; a client asking for AES-GCM gets it; a client that
-    only takes chacha20-poly1305 (its per-packet cost here is six times AES-GCM's) is
-    refused in the key exchange, with OpenSSH's own message."""
+    it: AES-CTR with HMAC-SHA2-256-ETM; a client asking for another cipher or MAC the gateway
+    offers gets it, and a body of many packets crosses each way intact (the gateway's own
+    packet encryption, ``sshgw/ciphers.py``, against OpenSSH's); a client that only takes
+    chacha20-poly1305 (its per-packet cost here is six times AES-GCM's) is refused in the key
+    exchange, with OpenSSH's own message."""
     with server.client() as api:
         user.credential(api)
-    for options, cipher in (((), "aes128-ctr MAC: hmac-sha2-256-etm@openssh.com"),
-                            (("-c", "aes128-gcm@openssh.com"), "aes128-gcm@openssh.com")):
+    body = random.Random(5).randbytes(300_000)  # ~10 packets of the client's 32 KiB
+    for options, negotiated in (
+            ((), "aes128-ctr MAC: hmac-sha2-256-etm@openssh.com"),
+            (("-c", "aes128-gcm@openssh.com"), "aes128-gcm@openssh.com MAC: <implicit>"),
+            (("-c", "aes256-gcm@openssh.com"), "aes256-gcm@openssh.com MAC: <implicit>"),
+            (("-c", "aes256-ctr", "-m", "hmac-sha2-512-etm@openssh.com"),
+             "aes256-ctr MAC: hmac-sha2-512-etm@openssh.com"),
+            (("-c", "aes192-ctr", "-m", "hmac-sha2-256"), "aes192-ctr MAC: hmac-sha2-256"),
+            (("-m", "hmac-sha2-512"), "aes128-ctr MAC: hmac-sha2-512")):
         ssh = user.start(f"0:localhost:{service}", command=["http"], options=("-v", *options))
         [url] = ssh.urls()
         r = _public(server, url, "/cipher")
         assert (r.status_code, r.text) == (200, "svc /cipher")
-        assert f"kex: server->client cipher: {cipher}" in ssh.stderr()
+        with EdgeClient(server) as web:
+            echoed = web.request("POST", url + "/echo", content=body)
+        assert (echoed.status_code, echoed.content == body) == (200, True), negotiated
+        for direction in ("server->client", "client->server"):
+            assert f"kex: {direction} cipher: {negotiated} " in ssh.stderr()
         ssh.stop()
     refused = user.start("0:localhost:1", command=["http"],
                          options=("-c", "chacha20-poly1305@openssh.com"))

@@ -97,6 +97,7 @@ async def _ssh_pair() -> AsyncIterator[Pair]:
         def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
             wire.coalesce(conn)
             wire.no_cbc_ignores(conn)
+            wire.quiet(conn)
             made.set_result(conn)
 
         def begin_auth(self, username: str) -> bool:
@@ -200,4 +201,39 @@ def test_writes_reach_the_service_and_its_end_is_seen() -> None:
                 await served
             assert pipe.ended
             pipe.close()
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("level", [1, 3])
+def test_packet_log_lines_are_made_only_when_asyncssh_writes_them(
+        level: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At asyncssh's default debug level (1) the gateway's connection and open channels format
+    no packet log line (the client's own, untouched, do); at level 3, where asyncssh writes
+    them, they still do."""
+    formatted: list[object] = []
+    original = asyncssh.packet.SSHPacketLogger._log_packet
+
+    def counted(self: object, *args: object, **kwargs: object) -> None:
+        formatted.append(self)
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(asyncssh.packet.SSHPacketLogger, "_log_packet", counted)
+    monkeypatch.setattr(asyncssh.logging.SSHLogger, "_debug_level", level)
+
+    async def main() -> None:
+        async with _ssh_pair() as pair:
+            port, served = await _dest(lambda conn: conn.sendall(b"x" * (1 << 20)))
+            pipe = await _open(pair, port)
+            formatted.clear()  # (a channel is quieted once it is open: from its first data)
+            async with asyncio.timeout(60):
+                got = 0
+                while chunk := await pipe.read():
+                    got += len(chunk)
+                await served
+            assert got == 1 << 20
+            server, client = pair
+            ours = sum(1 for h in formatted if h is server or h is pipe.chan)
+            theirs = sum(1 for h in formatted if h is client)
+            assert theirs > 0  # (the count sees packets)
+            assert (ours > 0) == (level >= wire.PACKET_LOGGING), (level, ours)
     asyncio.run(main())
