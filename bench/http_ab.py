@@ -14,7 +14,9 @@ Run from the repository root:
 
 ``--agent edgeway``: each tree's own Edgeway agent (``edgeway http``, inspection off) instead
 of the SDK, and its CPU per request beside the server's; ``--agent edgeway-inspect``: the
-same with inspection on.
+same with inspection on; ``--agent ssh``: each tree's SSH gateway, an OpenSSH ``ssh -R`` to
+it (as ``sshgw_bench``: needs ``ssh``, and ``sshd`` for the key pair's setup, run as root),
+the client's CPU beside the server's.
 
 Pinned like ``http_paths`` (server side on the last CPU, wrk on the first). Needs wrk, Node and
 the SDK as ``edge_bench`` does.
@@ -41,6 +43,7 @@ from bench.api_bench import parse_wrk, pin  # noqa: E402
 from bench.common import Children  # noqa: E402
 from bench.common import edgeway_agent as start_edgeway_agent  # noqa: E402
 from bench.edge_bench import Agent, cpu_split, upstream  # noqa: E402
+from bench.sshgw_bench import OpenSsh, gateway_tunnel  # noqa: E402
 from tests.server import Server, start  # noqa: E402
 
 
@@ -78,6 +81,9 @@ def serve(tree: Tree, tmp: Path, children: Children, up: int, kind: str,
     pin(tree.server.proc.pid, cpus)
     with tree.server.client() as api:
         token = api.post("/credentials", json={"description": tree.name}).json()["token"]
+    if which == "ssh":
+        tree.host = ssh_tunnel(tree, tmp, children, up)
+        return
     if which != "sdk":
         tree.host = edgeway_agent(tree, tmp, children, token, up, which == "edgeway-inspect")
         return
@@ -102,6 +108,20 @@ def edgeway_agent(tree: Tree, tmp: Path, children: Children, token: str, up: int
             os.environ["PYTHONPATH"] = before
     tree.agent = proc.pid
     return host
+
+
+def ssh_tunnel(tree: Tree, tmp: Path, children: Children, up: int) -> str:
+    """An OpenSSH ``ssh -R`` to the tree's SSH gateway for ``up`` (plain HTTP); its host."""
+    assert tree.server is not None
+    keys = tmp / f"ssh-{tree.name}"
+    keys.mkdir()
+    ssh = OpenSsh(keys, children, None, sshd=f"sshd-{tree.name}")
+    with tree.server.client() as api:
+        ssh.register(api)
+    name = f"ssh-{tree.name}"
+    url = gateway_tunnel(children, ssh, tree.server, name, up, "http")
+    tree.agent = children.procs[name].pid
+    return url.split("://", 1)[1].split("/", 1)[0]
 
 
 def measure(tree: Tree, args: argparse.Namespace, warm: bool) -> None:
@@ -140,7 +160,8 @@ def main() -> int:
     p.add_argument("--duration", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--agent", choices=("sdk", "edgeway", "edgeway-inspect"), default="sdk",
+    p.add_argument("--agent", choices=("sdk", "edgeway", "edgeway-inspect", "ssh"),
+                   default="sdk",
                    help="the agent each tree's server is measured with")
     p.add_argument("--close", action="store_true",
                    help="a new connection for every request (Connection: close)")

@@ -70,7 +70,8 @@ def descendants(pid: int) -> list[int]:
 class OpenSsh:
     """A key pair, a local sshd that logs this user in with it, and ssh client commands."""
 
-    def __init__(self, tmp: Path, children: Children, cipher: str | None) -> None:
+    def __init__(self, tmp: Path, children: Children, cipher: str | None,
+                 sshd: str = "sshd") -> None:
         self.tmp, self.children, self.cipher = tmp, children, cipher
         self.key = tmp / "id_ed25519"
         for path, kind in ((self.key, "ed25519"), (tmp / "host_key", "ed25519")):
@@ -85,7 +86,7 @@ class OpenSsh:
             "UsePAM no", "StrictModes no", "PidFile none", "AllowTcpForwarding yes",
             "GatewayPorts no", "LogLevel ERROR", ""]))
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation directory
-        self.sshd = children.start("sshd", [SSHD, "-D", "-e", "-f", str(tmp / "sshd_config")])
+        self.sshd = children.start(sshd, [SSHD, "-D", "-e", "-f", str(tmp / "sshd_config")])
         children.wait_port(self.sshd_port, "sshd")
 
     def register(self, api: httpx.Client) -> None:
