@@ -227,7 +227,11 @@ def test_ciphers_cheap_per_packet_are_negotiated_and_chacha20_is_not_offered(
             (("-c", "aes256-ctr", "-m", "hmac-sha2-512-etm@openssh.com"),
              "aes256-ctr MAC: hmac-sha2-512-etm@openssh.com"),
             (("-c", "aes192-ctr", "-m", "hmac-sha2-256"), "aes192-ctr MAC: hmac-sha2-256"),
-            (("-m", "hmac-sha2-512"), "aes128-ctr MAC: hmac-sha2-512")):
+            (("-m", "hmac-sha2-512"), "aes128-ctr MAC: hmac-sha2-512"),
+            # a client that exchanges keys again every 64 KiB (new packet encryption each
+            # time, mid-body)
+            (("-c", "aes128-gcm@openssh.com", "-o", "RekeyLimit=64K"),
+             "aes128-gcm@openssh.com MAC: <implicit>")):
         ssh = user.start(f"0:localhost:{service}", command=["http"], options=("-v", *options))
         [url] = ssh.urls()
         r = _public(server, url, "/cipher")
@@ -237,6 +241,9 @@ def test_ciphers_cheap_per_packet_are_negotiated_and_chacha20_is_not_offered(
         assert (echoed.status_code, echoed.content == body) == (200, True), negotiated
         for direction in ("server->client", "client->server"):
             assert f"kex: {direction} cipher: {negotiated} " in ssh.stderr()
+        if "RekeyLimit=64K" in options:  # (the client's bytes after a rekey it starts wait
+            # for its new keys: two or more went out before the body's last bytes)
+            assert ssh.stderr().count("SSH2_MSG_NEWKEYS sent") >= 3, ssh.stderr()
         ssh.stop()
     refused = user.start("0:localhost:1", command=["http"],
                          options=("-c", "chacha20-poly1305@openssh.com"))
