@@ -9,8 +9,10 @@ chunked framing. Bodies are kept up to 64 KiB per message (``truncated`` says mo
 A side's parser sees every byte of a message and goes on to the next one while it agrees
 about where the last ended (not after an answer to HEAD, say, nor a message it refused): a
 parser made and dropped per message was a tenth of the agent's CPU. When nothing is
-captured (the light mode: the tunnel's metrics and the console's recent requests), no
-callback is made per header either.
+captured (the light mode: the tunnel's metrics and the console's recent requests), there is
+no parser: the start line (RFC 9112 §3, §4) and the framing headers are read from the head's
+bytes, chunked framing is this module's own, and a start line that is not HTTP/1.x stops the
+tap as soon as its line ends.
 
 On the request side of a tunnel whose Host header the agent sets (``host_header``), the side
 also produces the bytes to forward (``out``): each head with its Host replaced, as soon as the
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import re
 import time
-from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import httptools
@@ -37,6 +38,11 @@ if TYPE_CHECKING:
 HEAD_MAX = 64 * 1024  # a longer head (or more bytes held during an upgrade) stops the tap
 LINE_MAX = 4096  # chunk-size and trailer lines
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
+# the start lines the light mode reads itself (RFC 9112 §3, §4: a method token, a target
+# without spaces or controls, HTTP/1.0 or 1.1; a three-digit status, a reason or none)
+_REQUEST_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+) ([^\x00-\x20\x7f]+) HTTP/(1\.[01])\r\n")
+_METHOD = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*(?: |\Z)")  # a request line's beginning
+_STATUS_LINE = re.compile(rb"HTTP/(1\.[01]) ([0-9]{3})(?: ([^\x00-\x08\x0a-\x1f\x7f]*))?\r\n")
 HEAD, LENGTH, SIZE, DATA, TRAILER, CLOSE, HOLD = range(7)
 # what the tap itself reads of a head: all a side keeps when nothing is captured, read from
 # the head's bytes (llhttp checked its syntax) rather than through a callback per header
@@ -91,13 +97,10 @@ class Side:
         self.began = (0.0, 0)
         self.host = tap.host if request else ""  # the Host to send, when the agent sets it
         self.out = bytearray()  # with ``host``: the bytes to forward
-        # nothing is captured nor rewritten: no raw bytes kept, only the framing headers
+        # nothing is captured nor rewritten: no raw bytes kept, only the framing headers, and
+        # no llhttp parser (its start lines and framing are read here)
         self.light = tap.store is None and not self.host
-        self._calls: object = self if not self.light else SimpleNamespace(
-            on_url=self.on_url, on_status=self.on_status,  # (no on_header: none is called)
-            on_headers_complete=self.on_headers_complete,
-            on_message_complete=self.on_message_complete)
-        self.parser: HttpParser = self._new_parser()  # (made again by _begin when it must)
+        self.parser: HttpParser | None = None if self.light else self._new_parser()
 
     def on_url(self, url: bytes) -> None:
         self.msg.uri += url.decode("latin-1")
@@ -155,7 +158,9 @@ class Side:
         else:
             self.buf += view[pos:pos + limit + len(mark) - old]
             at = self.buf.find(mark, max(0, old - len(mark) + 1))
-            if self.state == HEAD and at < 0:
+            if self.state == HEAD and at < 0 and self.light and not self._plausible():
+                raise Stop("not an HTTP head")  # (garbage shows at once)
+            elif self.state == HEAD and at < 0 and self.parser is not None:
                 try:
                     self.parser.feed_data(self.buf[old:])  # so that garbage shows at once
                 except httptools.HttpParserError:
@@ -191,20 +196,20 @@ class Side:
         msg.body += len(piece)
         if self.host:
             self.out += piece
-        if self.state != CLOSE:
+        if self.state != CLOSE and self.parser is not None:
             self.parser.feed_data(piece)  # (chunked framing, checked by llhttp)
 
     def _begin(self) -> None:
         self.began = (time.time(), time.monotonic_ns())
         self.msg = Message(bytearray())
         self.reused = self.complete  # (llhttp saw the last one end too)
-        if not self.reused:
+        if not self.reused and not self.light:
             self.parser = self._new_parser()
         self.headers_done = self.complete = False
 
     def _new_parser(self) -> HttpParser:
         return (httptools.HttpRequestParser if self.request
-                else httptools.HttpResponseParser)(self._calls)
+                else httptools.HttpResponseParser)(self)
 
     def _refeed(self, seen: bytes) -> None:
         """A parser that went on from the last message refused this one (it takes bytes
@@ -217,34 +222,16 @@ class Side:
 
     def _head(self, head: bytes, rest: bytes) -> None:
         """The head is complete: ``rest`` is the part of it the parser has not seen."""
-        msg, parser = self.msg, self.parser
-        if not self.light:
-            msg.raw += with_host(head, self.host) if self.host else head
-        try:  # noqa: SIM105 (contextlib.suppress: a context manager per message costs more)
-            parser.feed_data(rest)  # (past the head's end, llhttp only pauses)
-        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
-            pass
-        if not self.headers_done and self.reused:
-            try:  # noqa: SIM105
-                self._refeed(head)
-            except (httptools.HttpParserError, httptools.HttpParserUpgrade):
-                pass
-            parser = self.parser
-        if not self.headers_done:
-            raise Stop("not an HTTP head")
+        msg = self.msg
         if self.light:
-            msg.headers = framing_headers(head)
-        if self.host:
-            self.out += msg.raw
-        msg.proto = "HTTP/" + parser.get_http_version()
-        if isinstance(parser, httptools.HttpRequestParser):
-            msg.method = parser.get_method().decode("latin-1")
+            self._light_head(head)
+        else:
+            self._parsed_head(head, rest)
+        if self.request:
             self.exchange = self.tap.request_head(msg, self.began)
-        elif isinstance(parser, httptools.HttpResponseParser):
-            msg.status_code = parser.get_status_code()
-            if self.tap.response_head(msg):  # no body
-                self._end()
-                return
+        elif self.tap.response_head(msg):  # no body
+            self._end()
+            return
         headers = msg.headers
         coding = ",".join(headers["Transfer-Encoding"]).lower() \
             if "Transfer-Encoding" in headers else ""
@@ -269,8 +256,56 @@ class Side:
         else:
             self.state = CLOSE
 
+    def _parsed_head(self, head: bytes, rest: bytes) -> None:
+        """Its head through llhttp (its syntax checked, every header kept)."""
+        msg, parser = self.msg, self.parser
+        assert parser is not None  # (not the light mode)
+        msg.raw += with_host(head, self.host) if self.host else head
+        try:  # noqa: SIM105 (contextlib.suppress: a context manager per message costs more)
+            parser.feed_data(rest)  # (past the head's end, llhttp only pauses)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            pass
+        if not self.headers_done and self.reused:
+            try:  # noqa: SIM105
+                self._refeed(head)
+            except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+                pass
+            parser = self.parser
+            assert parser is not None
+        if not self.headers_done:
+            raise Stop("not an HTTP head")
+        if self.host:
+            self.out += msg.raw
+        msg.proto = "HTTP/" + parser.get_http_version()
+        if isinstance(parser, httptools.HttpRequestParser):
+            msg.method = parser.get_method().decode("latin-1")
+        elif isinstance(parser, httptools.HttpResponseParser):
+            msg.status_code = parser.get_status_code()
+
+    def _plausible(self) -> bool:
+        """Whether the part of a head held so far may begin an HTTP/1.x message."""
+        buf = self.buf
+        if b"\r\n" in buf:
+            return (_REQUEST_LINE if self.request else _STATUS_LINE).match(buf) is not None
+        if self.request:
+            return _METHOD.match(buf) is not None
+        return b"HTTP/".startswith(bytes(buf[:5]))
+
+    def _light_head(self, head: bytes) -> None:
+        """Its start line and framing headers, read here (the light mode)."""
+        msg = self.msg
+        line = (_REQUEST_LINE if self.request else _STATUS_LINE).match(head)
+        if line is None:
+            raise Stop("not an HTTP head")
+        if self.request:
+            msg.method, msg.uri = line[1].decode("latin-1"), line[2].decode("latin-1")
+        else:
+            msg.status_code, msg.reason = int(line[2]), (line[3] or b"").decode("latin-1")
+        msg.proto = "HTTP/" + line[1 if not self.request else 3].decode("latin-1")
+        msg.headers = framing_headers(head)
+
     def _end(self) -> None:
-        if self.state in (SIZE, DATA, TRAILER) and not self.complete:
+        if self.state in (SIZE, DATA, TRAILER) and not self.complete and not self.light:
             raise Stop("llhttp disagrees about the end of a chunked body")
         self.state = HEAD
         self.tap.message_end(self, self.msg)
