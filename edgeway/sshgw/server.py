@@ -38,14 +38,14 @@ LOGIN_TIMEOUT = 30.0  # to authenticate, from the connection
 KEEPALIVE_MISSES = 3  # unanswered keep-alives that end a connection
 WATCHED = ("ssh_credentials", "ssh_certificate_authorities", "bot_users", *RESTRICTION_KINDS)
 RECHECK_EVERY = 10.0  # changes made through another node's API reach us this late
-# Ciphers and MACs, by what a packet costs here (on ``cryptography``, per 200-byte packet:
-# AES-GCM and AES-CTR with HMAC-SHA2 ~1.5 µs with their keys set up once per key exchange
-# (``ciphers``; ~5 µs as asyncssh does them), UMAC-64 ~10 µs, chacha20-poly1305 ~30 µs, as
-# asyncssh builds its cipher and MAC objects for every packet). The client's order decides
-# among what both offer (RFC 4253 §7.1), so the costly ones are not offered: OpenSSH clients
-# (chacha20-poly1305 first, then AES-CTR, then AES-GCM) get aes128-ctr with
-# hmac-sha2-256-etm; ``ssh -c aes128-gcm@openssh.com`` gets AES-GCM. Every OpenSSH since
-# 6.2 and PuTTY since 0.76 speak them. SHA-1 and MD5 MACs are not offered.
+# Ciphers and MACs, by what a packet costs here (on ``cryptography``, per 200-byte packet,
+# sealed and opened: AES-GCM ~2 µs and AES-CTR with HMAC-SHA2 ~2.5 µs with their keys set up
+# once per key exchange (``ciphers``; 3.5-5 µs as asyncssh does them), UMAC-64 ~10 µs,
+# chacha20-poly1305 ~25 µs, as asyncssh builds its cipher and MAC objects for every packet).
+# The client's order decides among what both offer (RFC 4253 §7.1), so the costly ones are
+# not offered: OpenSSH clients (chacha20-poly1305 first, then AES-CTR, then AES-GCM) get
+# aes128-ctr with hmac-sha2-256-etm; ``ssh -c aes128-gcm@openssh.com`` gets AES-GCM. Every
+# OpenSSH since 6.2 and PuTTY since 0.76 speak them. SHA-1 and MD5 MACs are not offered.
 ENCRYPTION = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes192-ctr",
               "aes256-ctr")
 MACS = ("hmac-sha2-256-etm@openssh.com", "hmac-sha2-512-etm@openssh.com", "hmac-sha2-256",
