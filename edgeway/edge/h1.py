@@ -110,6 +110,15 @@ def connection_names(headers: Headers, names: list[bytes] | None = None) -> set[
             if n == b"connection" for t in v.split(b",")} - {b""}
 
 
+def _keep_alive_only(headers: Headers, names: list[bytes]) -> bool:
+    """Whether every ``Connection`` header says just ``keep-alive`` (what most responses
+    say): it names no header beyond the hop-by-hop ones (a set less to build per message)."""
+    for (_, v), n in zip(headers, names, strict=True):
+        if n == b"connection" and v.lower() != b"keep-alive":
+            return False
+    return True
+
+
 def lowered(headers: Headers) -> list[bytes]:
     """The names of ``headers`` in lower case (once, for the checks of one message)."""
     return [k.lower() for k, _ in headers]
@@ -124,7 +133,7 @@ def end_to_end(headers: Headers, keep: frozenset[bytes] = frozenset(),
     the caller may change."""
     names = names if names is not None else lowered(headers)
     gone = HOP_BY_HOP | drop if drop else HOP_BY_HOP
-    if b"connection" in names:
+    if b"connection" in names and not _keep_alive_only(headers, names):
         gone = gone | (connection_names(headers, names) - FRAMING)
     gone = gone - keep if keep else gone
     if gone.isdisjoint(names):

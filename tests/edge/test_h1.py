@@ -239,6 +239,18 @@ def test_hop_by_hop_headers_stay_on_their_hop() -> None:
     assert (b"Upgrade", b"websocket") in h1.end_to_end(headers, frozenset({b"upgrade"}))
 
 
+def test_keep_alive_alone_names_nothing_more_and_every_connection_header_counts() -> None:
+    """``Connection: keep-alive`` (most responses) removes only the hop-by-hop headers; a
+    second ``Connection`` header naming another still removes that one."""
+    plain = [(b"Connection", b"Keep-Alive"), (b"Keep-Alive", b"timeout=5"), (b"X-A", b"1")]
+    assert h1.end_to_end(plain) == [(b"X-A", b"1")]
+    two = [(b"Connection", b"keep-alive"), (b"X-Private", b"1"), (b"Connection", b"X-Private"),
+           (b"X-A", b"1")]
+    assert h1.end_to_end(two) == [(b"X-A", b"1")]
+    spaced = [(b"Connection", b"keep-alive , X-Private"), (b"X-Private", b"1"), (b"X-A", b"1")]
+    assert h1.end_to_end(spaced) == [(b"X-A", b"1")]
+
+
 def test_a_response_keeps_the_framing_its_connection_header_names() -> None:
     headers = [(b"Connection", b"Content-Length, Host, X-Private"), (b"Content-Length", b"5"),
                (b"Host", b"x"), (b"X-Private", b"1")]
