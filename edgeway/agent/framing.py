@@ -42,6 +42,7 @@ _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
 # without spaces or controls, HTTP/1.0 or 1.1; a three-digit status, a reason or none)
 _REQUEST_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+) ([^\x00-\x20\x7f]+) HTTP/(1\.[01])\r\n")
 _METHOD = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*(?: |\Z)")  # a request line's beginning
+METHOD_MAX = 32  # bytes of it read before its line ends (registered methods: 16 at most)
 _STATUS_LINE = re.compile(rb"HTTP/(1\.[01]) ([0-9]{3})(?: ([^\x00-\x08\x0a-\x1f\x7f]*))?\r\n")
 HEAD, LENGTH, SIZE, DATA, TRAILER, CLOSE, HOLD = range(7)
 # what the tap itself reads of a head: all a side keeps when nothing is captured, read from
@@ -92,6 +93,7 @@ class Side:
         self.msg = Message(bytearray())
         # for msg, from llhttp; ``complete`` before the first: its parser is between messages
         self.headers_done, self.complete = False, True
+        self.line_read = False  # the light mode read this head's start line (it had ended)
         self.reused = False  # msg's parser went on from the last message
         self.exchange: Exchange | None = None  # the request side's current one
         self.began = (0.0, 0)
@@ -158,7 +160,7 @@ class Side:
         else:
             self.buf += view[pos:pos + limit + len(mark) - old]
             at = self.buf.find(mark, max(0, old - len(mark) + 1))
-            if self.state == HEAD and at < 0 and self.light and not self._plausible():
+            if self.state == HEAD and at < 0 and self.light and not self._plausible(old):
                 raise Stop("not an HTTP head")  # (garbage shows at once)
             elif self.state == HEAD and at < 0 and self.parser is not None:
                 try:
@@ -205,7 +207,7 @@ class Side:
         self.reused = self.complete  # (llhttp saw the last one end too)
         if not self.reused and not self.light:
             self.parser = self._new_parser()
-        self.headers_done = self.complete = False
+        self.headers_done = self.complete = self.line_read = False
 
     def _new_parser(self) -> HttpParser:
         return (httptools.HttpRequestParser if self.request
@@ -282,13 +284,19 @@ class Side:
         elif isinstance(parser, httptools.HttpResponseParser):
             msg.status_code = parser.get_status_code()
 
-    def _plausible(self) -> bool:
-        """Whether the part of a head held so far may begin an HTTP/1.x message."""
+    def _plausible(self, old: int) -> bool:
+        """Whether the part of a head held so far (``old`` bytes of it before this piece) may
+        begin an HTTP/1.x message: its start line is read once it has ended, and before that
+        only its first bytes (the work per piece bounded by the piece: a head sent a byte at
+        a time must not cost its length squared)."""
+        if self.line_read:
+            return True
         buf = self.buf
-        if b"\r\n" in buf:
+        if buf.find(b"\r\n", max(0, old - 1)) >= 0:
+            self.line_read = True
             return (_REQUEST_LINE if self.request else _STATUS_LINE).match(buf) is not None
         if self.request:
-            return _METHOD.match(buf) is not None
+            return _METHOD.match(buf, 0, METHOD_MAX) is not None
         return b"HTTP/".startswith(bytes(buf[:5]))
 
     def _light_head(self, head: bytes) -> None:

@@ -179,6 +179,24 @@ def test_without_captures_a_start_line_that_is_not_http_stops_the_tap_by_its_end
     assert not fine.stopped
 
 
+def test_without_captures_a_long_head_a_byte_at_a_time_is_framed() -> None:
+    """A 39 kB head (a long target, many headers) sent one byte at a time, then its body,
+    then another request: both exchanges are seen, the first with its whole target."""
+    target = b"/" + b"t" * 20_000
+    head = (b"POST " + target + b" HTTP/1.1\r\nHost: h\r\n" + b"X-Pad: pad\r\n" * 1600
+            + b"Content-Length: 4\r\n\r\n")
+    done: list[Exchange] = []
+    light = Tap(None, "web", "203.0.113.7:4321", done=done.append)
+    for byte in head:
+        light.request(bytes([byte]))
+    light.request(b"body" + GET)
+    light.response(GONE + OK)
+    assert not light.stopped and len(head) > 39_000
+    assert [(ex.request.method, ex.request.uri, ex.response and ex.response.status_code)
+            for ex in done] == [("POST", target.decode(), 404), ("GET", "/a?x=1", 200)]
+    assert done[0].request.body == 4
+
+
 def test_without_captures_status_lines_and_request_lines_are_read_as_llhttp_reads_them(
         ) -> None:
     """A reason with spaces, or none; HTTP/1.0; a method that is a token but not a known
