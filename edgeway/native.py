@@ -3,7 +3,7 @@ choice, at import, between them and their pure-Python sources.
 
 The sans-I/O protocol cores on the hot paths: HTTP/1.1 heads (``edge/h1``,
 ``edge/h1_response``), muxado's frames, session and streams (``tunnel/muxado``) and the
-agent's HTTP tap (``agent/framing``); and what drives them per request: the edge's HTTP
+agent's HTTP tap (``agent/framing``, ``heads``); and what drives them per request: the edge's HTTP
 path (``edge/http``, ``forwarding``, ``relay``, ``client``, ``pool``) and the agent's proxy
 streams (``agent/proxy``, ``inspect``). They are mypy-strict Python, compiled as they are:
 the same source
@@ -41,6 +41,7 @@ MODULES = (
     "edgeway/tunnel/muxado/receive.py",
     "edgeway/tunnel/muxado/core.py",
     "edgeway/tunnel/muxado/session.py",
+    "edgeway/agent/heads.py",
     "edgeway/agent/framing.py",
     "edgeway/agent/inspect.py",
     "edgeway/agent/proxy.py",

@@ -10,9 +10,9 @@ A side's parser sees every byte of a message and goes on to the next one while i
 about where the last ended (not after an answer to HEAD, say, nor a message it refused): a
 parser made and dropped per message was a tenth of the agent's CPU. When nothing is
 captured (the light mode: the tunnel's metrics and the console's recent requests), there is
-no parser: the start line (RFC 9112 §3, §4) and the framing headers are read from the head's
-bytes, chunked framing is this module's own, and a start line that is not HTTP/1.x stops the
-tap as soon as its line ends.
+no parser: the start line and the framing headers are read from the head's bytes
+(``heads``), chunked framing is this module's own, and a start line that is not HTTP/1.x
+stops the tap by the end of that line.
 
 On the request side of a tunnel whose Host header the agent sets (``host_header``), the side
 also produces the bytes to forward (``out``): each head with its Host replaced, as soon as the
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import httptools
 
 from edgeway.agent.captures import BODY_CAP, Message, canonical
+from edgeway.agent.heads import framing_headers, may_begin, request_line, status_line, with_host
 
 if TYPE_CHECKING:
     from httptools.parser.parser import HttpParser  # the common base, not exported
@@ -38,46 +39,7 @@ if TYPE_CHECKING:
 HEAD_MAX = 64 * 1024  # a longer head (or more bytes held during an upgrade) stops the tap
 LINE_MAX = 4096  # chunk-size and trailer lines
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
-# the start lines the light mode reads itself (RFC 9112 §3, §4: a method token, a target
-# without spaces or controls, HTTP/1.0 or 1.1; a three-digit status, a reason or none)
-_REQUEST_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+) ([^\x00-\x20\x7f]+) HTTP/(1\.[01])\r\n")
-_METHOD = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*(?: |\Z)")  # a request line's beginning
-METHOD_MAX = 32  # bytes of it read before its line ends (registered methods: 16 at most)
-_STATUS_LINE = re.compile(rb"HTTP/(1\.[01]) ([0-9]{3})(?: ([^\x00-\x08\x0a-\x1f\x7f]*))?\r\n")
 HEAD, LENGTH, SIZE, DATA, TRAILER, CLOSE, HOLD = range(7)
-# what the tap itself reads of a head: all a side keeps when nothing is captured, read from
-# the head's bytes (llhttp checked its syntax) rather than through a callback per header
-FRAMING = ((b"\r\ncontent-length", "Content-Length"),
-           (b"\r\ntransfer-encoding", "Transfer-Encoding"),
-           (b"\r\nconnection", "Connection"), (b"\r\nupgrade", "Upgrade"))
-
-
-def framing_headers(head: bytes) -> dict[str, list[str]]:
-    """The framing headers of a whole head (its lines' values, in order, spaces and tabs
-    around them dropped), found in its lowered bytes (a regular expression ignoring case
-    took three times as long)."""
-    lowered = head.lower()
-    out: dict[str, list[str]] = {}
-    for mark, name in FRAMING:
-        at = lowered.find(mark)
-        while at >= 0:
-            colon = at + len(mark)
-            while lowered[colon] in (32, 9):  # (a head ends with CRLF CRLF: never past it)
-                colon += 1
-            if lowered[colon] == 58:  # ":", else a longer name
-                value = head[colon + 1:head.index(b"\r\n", colon)].strip(b" \t")
-                out.setdefault(name, []).append(value.decode("latin-1"))
-            at = lowered.find(mark, colon)
-    return out
-
-
-def with_host(head: bytes, host: str) -> bytes:
-    """A request head with its Host header(s) replaced by ``host`` (added if it had none)."""
-    lines = head[:-4].split(b"\r\n")
-    kept = [ln for ln in lines[1:] if ln.split(b":", 1)[0].strip().lower() != b"host"]
-    return b"\r\n".join([lines[0], b"Host: " + host.encode("latin-1"), *kept]) + b"\r\n\r\n"
-
-
 class Stop(Exception):
     """The tap cannot follow this connection any more."""
 
@@ -292,24 +254,24 @@ class Side:
         if self.line_read:
             return True
         buf = self.buf
-        if buf.find(b"\r\n", max(0, old - 1)) >= 0:
-            self.line_read = True
-            return (_REQUEST_LINE if self.request else _STATUS_LINE).match(buf) is not None
-        if self.request:
-            return _METHOD.match(buf, 0, METHOD_MAX) is not None
-        return b"HTTP/".startswith(bytes(buf[:5]))
+        if buf.find(b"\r\n", max(0, old - 1)) < 0:
+            return may_begin(buf, self.request)
+        self.line_read = True
+        return (request_line(buf) if self.request else status_line(buf)) is not None
 
     def _light_head(self, head: bytes) -> None:
         """Its start line and framing headers, read here (the light mode)."""
         msg = self.msg
-        line = (_REQUEST_LINE if self.request else _STATUS_LINE).match(head)
-        if line is None:
-            raise Stop("not an HTTP head")
         if self.request:
-            msg.method, msg.uri = line[1].decode("latin-1"), line[2].decode("latin-1")
+            request = request_line(head)
+            if request is None:
+                raise Stop("not an HTTP head")
+            msg.method, msg.uri, msg.proto = request
         else:
-            msg.status_code, msg.reason = int(line[2]), (line[3] or b"").decode("latin-1")
-        msg.proto = "HTTP/" + line[1 if not self.request else 3].decode("latin-1")
+            status = status_line(head)
+            if status is None:
+                raise Stop("not an HTTP head")
+            msg.proto, msg.status_code, msg.reason = status
         msg.headers = framing_headers(head)
 
     def _end(self) -> None:

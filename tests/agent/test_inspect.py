@@ -19,7 +19,7 @@ import pytest
 
 from edgeway.agent.captures import BODY_CAP, OVERHEAD, Exchange, Message, Store
 from edgeway.agent.configcheck import DEFAULT_INSPECT_DB_SIZE
-from edgeway.agent.framing import framing_headers
+from edgeway.agent.heads import framing_headers
 from edgeway.agent.inspect import Tap
 from tests.edge.agents import EdgeClient
 from tests.server import Server, free_port
