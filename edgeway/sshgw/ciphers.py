@@ -6,11 +6,11 @@ new Python ``hmac`` object (two hash objects and their key pads) for every HMAC;
 gateway's packet sizes that is most of the cost: 3.5 to 5 µs a 200-byte packet sealed or
 opened, against about 2 to 3 µs with the key material kept (``cryptography``'s ``AESGCM``
 and ``HMAC``, whose ``copy`` starts each packet from the keyed state), measured in a quiet
-moment; more on a loaded core. The packets are the same bytes: these
-classes do what asyncssh's ``GCMEncryption``, ``BasicEncryption`` and ``ETMEncryption`` do
-(RFC 5647 with OpenSSH's ``aes*-gcm@openssh.com`` layout, RFC 4253 §6 and OpenSSH's
-encrypt-then-MAC), for the algorithms the gateway offers (``server.ENCRYPTION``,
-``server.MACS``); any other pair is asyncssh's own.
+moment; more on a loaded core. The packets are the same bytes: these classes do what
+asyncssh's ``GCMEncryption``, ``BasicEncryption`` and ``ETMEncryption`` do (RFC 5647 with
+OpenSSH's ``aes*-gcm@openssh.com`` layout, RFC 4253 §6 and OpenSSH's encrypt-then-MAC), for
+the algorithms the gateway offers (``server.ENCRYPTION``, ``server.MACS``); any other pair
+is asyncssh's own.
 
 ``install`` puts ``get_encryption`` in place of asyncssh's in ``asyncssh.connection`` (where
 its key exchange calls it), for every asyncssh connection of the process: the gateway's are
@@ -36,7 +36,6 @@ HASHES: dict[bytes, type[hashes.HashAlgorithm]] = {
     b"hmac-sha2-256": hashes.SHA256, b"hmac-sha2-512": hashes.SHA512,
     b"hmac-sha2-256-etm@openssh.com": hashes.SHA256,
     b"hmac-sha2-512-etm@openssh.com": hashes.SHA512}
-TAG = 16  # AES-GCM's tag
 COUNTER = (1 << 64) - 1  # the invocation counter of the GCM nonce (RFC 5647 §7.1)
 
 
