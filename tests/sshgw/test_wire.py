@@ -21,6 +21,7 @@ from edgeway.tunnel.pipes import READ_MAX
 from tests.server import Server
 from tests.sshgw.client import SshUser
 from tests.sshgw.test_gateway import _public
+from tests.waiting import until
 
 
 def test_no_cbc_cipher_is_offered() -> None:
@@ -147,11 +148,11 @@ async def _open(pair: Pair, dest: int) -> ChannelPipe:
 async def _window_shut(pipe: ChannelPipe, seconds: float = 30) -> None:
     """Until the client has used up the channel's window: it can send nothing more. (Polled
     with a deadline: asyncssh tells of no such moment.)"""
-    deadline = asyncio.get_running_loop().time() + seconds
-    while pipe.chan is None or pipe.chan._recv_window > 0:  # (asyncssh's own count)
-        assert asyncio.get_running_loop().time() < deadline, \
-            f"the client still had window with {pipe._size} bytes held: reading never paused"
-        await asyncio.sleep(0.01)
+    def shut() -> bool:
+        return pipe.chan is not None and pipe.chan._recv_window <= 0  # (asyncssh's own count)
+
+    await until(shut, lambda: f"the client still had window with {pipe._size} bytes held: "
+                "reading never paused", seconds)
 
 
 def test_a_lagging_reader_pauses_the_channel_and_loses_nothing() -> None:

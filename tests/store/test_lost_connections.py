@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import asyncpg
@@ -21,6 +21,7 @@ from edgeway.store.pg import PgDatabase
 from tests.conftest import BACKENDS
 from tests.pgfaults import Link, dbname, terminate
 from tests.server import fresh_pg_database
+from tests.waiting import until
 
 needs_pg = pytest.mark.skipif("postgres" not in BACKENDS, reason="PostgreSQL backend not selected")
 
@@ -53,13 +54,6 @@ async def rows(url: str, table: str) -> dict[str, str]:
         return {r[0]: r[1] for r in await conn.fetch(f"SELECT id, doc FROM {table}")}
     finally:
         await conn.close()
-
-
-async def until(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 @needs_pg
