@@ -253,7 +253,7 @@ def sign(ca: PrivateKey, req: CertRequest) -> str:
     if req.principals:
         builder = builder.valid_principals([p.encode() for p in req.principals])
     else:
-        builder = builder.valid_for_all_principals()  # type: ignore[no-untyped-call]
+        builder = builder.valid_for_all_principals()  # type: ignore[no-untyped-call,unused-ignore]
     # Values go in raw: the builder does the nested string encoding OpenSSH expects.
     for name, value in sorted(req.critical_options.items()):
         builder = builder.add_critical_option(name.encode(), value.encode())
