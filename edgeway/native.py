@@ -49,6 +49,7 @@ MODULES = (
     "edgeway/edge/forwarding.py",
     "edgeway/edge/client.py",
     "edgeway/edge/pool.py",
+    "edgeway/edge/fast.py",
     "edgeway/tunnel/muxado/stream.py",
     "edgeway/edge/http.py",
 )

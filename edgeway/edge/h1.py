@@ -168,6 +168,10 @@ class ParserBase:
         self._in_head = False
         self._trailers: Headers = []
 
+    def unread(self, *events: Event) -> None:
+        """Events given back: the next ``next_event`` calls return them again, in order."""
+        self._events.extendleft(reversed(events))
+
     def on_message_begin(self) -> None:
         self._headers, self._trailers = [], []
         self._head_size, self._in_head = 0, True

@@ -23,7 +23,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Protocol
 
-from edgeway.edge import h1, traffic
+from edgeway.edge import fast, h1, traffic
 from edgeway.edge.answers import Retry, bad_gateway, fixed, local_answer
 from edgeway.edge.backends import Static
 from edgeway.edge.client import Deadline, drain, next_event, read_body
@@ -66,6 +66,9 @@ class Routing(Protocol):
     async def http(self, req: Request, ip: str, scheme: str, https_port: int,
                    tls_edge: Edge | None = None) -> Decision: ...
 
+    def quick(self, req: Request, ip: str, scheme: str, https_port: int,
+              tls_edge: Edge | None = None) -> Decision | None: ...
+
     def internal(self, host: str, scheme: str) -> Tunnel | Cloud | None: ...
 
     def guarded(self, target: Tunnel | Cloud) -> bool: ...
@@ -96,20 +99,39 @@ class HttpEdge:
 
     # -- one public connection -------------------------------------------------------------
 
+    async def run(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                  peer: tuple[str, int], tls_edge: Edge | None = None,
+                  certified: tuple[str, ...] | None = None, sni: str = "") -> None:
+        """One public connection (the arguments are ``serve``'s): its requests answered by
+        ``fast.Connection`` from the transport's callbacks, and by ``serve`` those it hands
+        over (and the connection back once they are answered)."""
+        conn = fast.Connection(self, reader, writer, peer, tls_edge, certified, sni,
+                               HEAD_TIMEOUT, IDLE_TIMEOUT)
+        try:
+            while await conn.handed():
+                if not await self.serve(reader, writer, peer, tls_edge, certified, sni, conn):
+                    return
+                conn.take_back()
+        finally:
+            conn.close()
+
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     peer: tuple[str, int], tls_edge: Edge | None = None,
-                    certified: tuple[str, ...] | None = None, sni: str = "") -> None:
+                    certified: tuple[str, ...] | None = None, sni: str = "",
+                    conn: fast.Connection | None = None) -> bool:
         """One public connection; ``tls_edge``: the HTTPS edge its TLS server name chose
         (whose client certificate check, if any, the handshake passed); ``certified``: the
         names of the certificate it was handshaken with (None: plain HTTP); ``sni``: the
         server name it was made with. A request for another host is misdirected (domain
-        fronting, ``hosts.directed``): 421."""
-        parser = RequestParser()
+        fronting, ``hosts.directed``): 421. With ``conn``, the request it handed over (in
+        its parser) is answered, then True gives the connection back (False: it ended)."""
+        parser = conn.parser if conn is not None else RequestParser()
         local = accepted(writer.get_extra_info("sockname"), self.region)
         deadline = Deadline(writer.transport)
         tls = writer.get_extra_info("ssl_object")
         client_cert = tls is not None and bool(tls.getpeercert())  # (checked in the handshake)
         wait = HEAD_TIMEOUT  # a new connection is for a request: its head within 30 s
+        kept = False
         try:
             while True:
                 try:
@@ -117,9 +139,9 @@ class HttpEdge:
                 except BadMessage as exc:
                     await fixed(writer, None, page(
                         exc.status, "Bad request", str(exc), 4000), close=True)
-                    return
+                    return False
                 if not isinstance(event, Request):
-                    return  # the client closed, or was too slow
+                    return False  # the client closed, or was too slow
                 restrictions = self.restrictions
                 if restrictions is not None and not restrictions.none("endpoints") and \
                         await restrictions.refusing("endpoints", peer[0]) is not None:
@@ -127,7 +149,7 @@ class HttpEdge:
                     # applies to its next request)
                     await fixed(writer, event, page(403, "Forbidden", "Your IP address may "
                                                     "not access this site.", 4003), close=True)
-                    return
+                    return False
                 if certified is not None and (not directed(
                         sni, certified, host := request_host(event.headers)) or (
                         not client_cert and self.router.agent_client_cas(host))):
@@ -135,27 +157,35 @@ class HttpEdge:
                                            if not directed(sni, certified, host)
                                            else uncertified(host))
                     if not (answered and await drain(parser, reader, deadline, HEAD_TIMEOUT)):
-                        return
+                        return False
                 elif not await self._answer(parser, reader, writer, event, peer, deadline,
-                                            tls_edge, local):
-                    return
+                                            tls_edge, local, conn.decided(event)
+                                            if conn is not None else None):
+                    return False
                 parser.resume()
+                if conn is not None:
+                    kept = True
+                    return True
                 wait = HEAD_TIMEOUT if parser.mid_message else IDLE_TIMEOUT
         except (ConnectionError, OSError, BadMessage):
-            pass
+            return False
         finally:
             deadline.cancel()
-            with contextlib.suppress(ConnectionError, OSError, RuntimeError):
-                writer.close()
+            if not kept:
+                with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+                    writer.close()
 
     async def _answer(self, parser: RequestParser, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, req: Request, peer: tuple[str, int],
-                      deadline: Deadline, tls_edge: Edge | None, local: Local) -> bool:
+                      deadline: Deadline, tls_edge: Edge | None, local: Local,
+                      decided: Decision | None = None) -> bool:
         """Answer one request; whether the public connection may carry another. The route's
         request hooks run in order (``edge/pipeline.py``); the first verdict answers. Its
-        traffic event, when subscribed, is queued once it is answered (or given up on)."""
+        traffic event, when subscribed, is queued once it is answered (or given up on).
+        ``decided``: the router's decision for it, made already."""
         started = time.monotonic()
-        decision = await self.router.http(req, peer[0], self.scheme, self.https_port, tls_edge)
+        decision = decided if decided is not None else await self.router.http(
+            req, peer[0], self.scheme, self.https_port, tls_edge)
         x = Exchange(req, peer[0], peer[1], self.scheme, self.services,
                      partial(read_body, parser, reader), writer.write, local)
         try:
@@ -182,16 +212,21 @@ class HttpEdge:
             return await self._forward(parser, reader, writer, x, decision, peer, deadline,
                                        tls_edge)
         finally:
-            if self.events is not None and self.events.wants(traffic.HTTP):
-                traffic.emit_http(self.events, x, req, decision, started)
-            if self.recent is not None and (decision.edge_id or isinstance(decision.target,
-                                                                           Tunnel)):
-                target = decision.target
-                key, label = (decision.edge_id, "") if decision.edge_id else \
-                    (target.id, target.url) if isinstance(target, Tunnel) else ("", "")
-                self.recent.served(key, req.method, req.target, x.status, x.ip, x.port,
-                                   time.monotonic() - started, self.scheme,
-                                   decision.route_id, label)
+            self.record(x, req, decision, started)
+
+    def record(self, x: Exchange, req: Request, decision: Decision, started: float) -> None:
+        """A request answered (or given up on): its traffic event, when subscribed, and
+        the dashboard's recent traffic."""
+        if self.events is not None and self.events.wants(traffic.HTTP):
+            traffic.emit_http(self.events, x, req, decision, started)
+        if self.recent is not None and (decision.edge_id or isinstance(decision.target,
+                                                                       Tunnel)):
+            target = decision.target
+            key, label = (decision.edge_id, "") if decision.edge_id else \
+                (target.id, target.url) if isinstance(target, Tunnel) else ("", "")
+            self.recent.served(key, req.method, req.target, x.status, x.ip, x.port,
+                               time.monotonic() - started, self.scheme,
+                               decision.route_id, label)
 
     def _internal(self, decision: Decision, x: Exchange
                   ) -> tuple[Decision, tuple[Hook, ...]]:

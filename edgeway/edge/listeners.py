@@ -152,7 +152,7 @@ class PublicListeners:
         except (ConnectionError, OSError):
             return
         try:
-            await self.http.serve(reader, writer, peer)
+            await self.http.run(reader, writer, peer)
         finally:
             with contextlib.suppress(ConnectionError, OSError, RuntimeError):
                 writer.close()
@@ -243,9 +243,9 @@ class PublicListeners:
                                        options.min_version) if cert_name \
                     else self.certs.default
                 reader, writer = await open_streams(sock, context)
-                await self.https.serve(reader, writer, peer, https_edge,
-                                       (cert_name,) if cert_name else self.certs.default_names,
-                                       name)
+                await self.https.run(reader, writer, peer, https_edge,
+                                     (cert_name,) if cert_name else self.certs.default_names,
+                                     name)
         except (ConnectionError, OSError, ssl.SSLError, TimeoutError):
             with contextlib.suppress(OSError):
                 sock.close()

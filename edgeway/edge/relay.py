@@ -62,10 +62,7 @@ class Relay:
             except (UpstreamGone, BadMessage) as exc:
                 return await self._failed(exc)
             if isinstance(event, bytes):
-                self.x.sent += len(event)
-                if self.x.rewrite is not None:
-                    event = self.x.rewrite.data(event)
-                self.out += self.framer.data(self.x.gzip.data(event) if self.x.gzip else event)
+                self.out += body_out(self.x, self.framer, event)
                 if len(self.out) >= FLUSH_AT:
                     await self._flush()
             elif isinstance(event, Response):
@@ -89,9 +86,8 @@ class Relay:
 
     async def _more(self) -> None:
         """Nothing more parsed: write what is gathered and read from the upstream."""
-        gzip, upstream, body = self.x.gzip, self.upstream, self.body
-        if gzip is not None and (pending := gzip.flush()):
-            self.out += self.framer.data(pending)
+        upstream, body = self.upstream, self.body
+        self.out += flushed(self.x, self.framer)
         if self.out:
             await self._flush()
         if body is not None and body.done() and body.exception() is not None:
@@ -145,12 +141,10 @@ class Relay:
     def _head(self, event: Response) -> None:
         """A response head other than a 101: interim ones passed on, the final one through
         the hooks."""
-        req = self.x.req
-        if event.status < 200:  # 100 Continue, 103 Early Hints: not for HTTP/1.0
-            if not req.http10:
-                self.out += h1.head(b"HTTP/1.1 %d %b\r\n" % (event.status, event.reason),
-                                    h1.end_to_end(event.headers))
+        if event.status < 200:
+            self.out += interim(self.x, event)
             return
+        req = self.x.req
         if self.observer is not None:
             self.observer(req.method, req.target, event.status)
         self.final = event
@@ -182,12 +176,7 @@ class Relay:
         return None
 
     async def _end(self, event: End) -> Result:
-        if self.x.rewrite is not None:
-            rest = self.x.rewrite.end()
-            self.out += self.framer.data(self.x.gzip.data(rest) if self.x.gzip else rest)
-        if self.x.gzip is not None:
-            self.out += self.framer.data(self.x.gzip.end())
-        self.out += self.framer.end(event.trailers)
+        self.out += end_out(self.x, self.framer, event)
         writer = self.writer
         writer.write(self.out)
         if must_drain(writer):
@@ -200,6 +189,42 @@ class Relay:
             except (UpstreamGone, TimeoutError, BadMessage):
                 return False, FAILED
         return self.keep, REUSE if reuse and upstream.parser.idle else DONE
+
+
+def body_out(x: Exchange, framer: Framer, data: bytes) -> bytes:
+    """A piece of the response body as this hop sends it: rewritten, gzipped, framed."""
+    x.sent += len(data)
+    if x.rewrite is not None:
+        data = x.rewrite.data(data)
+    return framer.data(x.gzip.data(data) if x.gzip else data)
+
+
+def flushed(x: Exchange, framer: Framer) -> bytes:
+    """What the gzip stream holds of the body so far (when nothing more is here for now: a
+    compressed event stream still goes event by event)."""
+    if x.gzip is not None and (pending := x.gzip.flush()):
+        return framer.data(pending)
+    return b""
+
+
+def end_out(x: Exchange, framer: Framer, end: End) -> bytes:
+    """What ends the response body on this hop: the rest of a rewrite and of the gzip
+    stream, then the last chunk and the trailers when chunked."""
+    out = b""
+    if x.rewrite is not None:
+        rest = x.rewrite.end()
+        out += framer.data(x.gzip.data(rest) if x.gzip else rest)
+    if x.gzip is not None:
+        out += framer.data(x.gzip.end())
+    return out + framer.end(end.trailers)
+
+
+def interim(x: Exchange, resp: Response) -> bytes:
+    """An interim head (100 Continue, 103 Early Hints) as passed on: not to HTTP/1.0."""
+    if x.req.http10:
+        return b""
+    return h1.head(b"HTTP/1.1 %d %b\r\n" % (resp.status, resp.reason),
+                   h1.end_to_end(resp.headers))
 
 
 def response_head(x: Exchange, plan: Plan, resp: Response) -> tuple[bool, Framer, bytes]:

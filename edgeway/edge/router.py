@@ -222,6 +222,24 @@ class EdgeRouter:
         ) is not None:
             return Decision(acme)  # a CA validating a certificate order: before any tunnel
         snap = await self.current() if self._reload.stale else self.snapshot
+        return self._decide(snap, req, ip, scheme, https_port, tls_edge, host)
+
+    def quick(self, req: Request, ip: str, scheme: str, https_port: int,
+              tls_edge: Edge | None = None) -> Decision | None:
+        """``http``'s decision when it needs no wait: None for what it awaits (a CONNECT, a
+        bounce to HTTPS, an ACME challenge's answer, a snapshot to reload, a tunnel expected
+        back), which ``http`` decides."""
+        if req.method == b"CONNECT" or self._reload.stale or (
+                scheme == "http" and req.target.startswith(certificates.CHALLENGES)):
+            return None
+        host = request_host(req.headers)
+        if self.bounce is not None and scheme == "https" and self.bounce(req, host) is not None:
+            return None
+        decision = self._decide(self.snapshot, req, ip, scheme, https_port, tls_edge, host)
+        return decision if decision.missing is None else None
+
+    def _decide(self, snap: Snapshot, req: Request, ip: str, scheme: str, https_port: int,
+                tls_edge: Edge | None, host: str) -> Decision:
         if host in snap.banned:
             return Decision(page(403, "Taken down", f"{host} was taken down after a report of "
                                  "abuse.", 4018))

@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import BACKENDS, Shared, backend_server
 from tests.edge import upstream
+from tests.edge.agents import Agent, agent
 from tests.server import Server, free_port, trust
 
 if not os.environ.get("CI"):
@@ -36,6 +37,25 @@ def srv(request: pytest.FixtureRequest, shared: Shared,
 def service() -> Iterator[int]:
     with upstream.running("svc") as port:
         yield port
+
+
+@pytest.fixture(scope="module")
+def one_srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One SQLite server, for tests of the data path alone (it does not depend on the store)."""
+    with backend_server("sqlite", Path(tmp_path_factory.mktemp("data-path"))) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def sdk(one_srv: Server, service: int) -> Iterator[tuple[Agent, str]]:
+    """An SDK agent with a plain-HTTP endpoint to the test service: (agent, its Host)."""
+    with one_srv.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+    a = agent(one_srv, token, {"kind": "http", "forward": f"http://127.0.0.1:{service}"})
+    try:
+        yield a, a.urls[0].split("://", 1)[1]
+    finally:
+        a.stop()
 
 
 @pytest.fixture

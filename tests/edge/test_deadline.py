@@ -14,10 +14,17 @@ import pytest
 from edgeway.edge import client, h1, http
 from edgeway.edge.http import HttpEdge
 
+# the two ways a public connection is answered: ``serve`` (a task reading its stream) and
+# ``run`` (from the transport's callbacks, ``fast.Connection``, handing over to ``serve``)
+ENTRIES = pytest.mark.parametrize("entry", ["serve", "run"])
 
-async def serve_one(edge: HttpEdge) -> tuple[asyncio.Server, int]:
+
+async def serve_one(edge: HttpEdge, entry: str = "serve") -> tuple[asyncio.Server, int]:
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await edge.serve(reader, writer, ("127.0.0.1", 1))
+        if entry == "run":
+            await edge.run(reader, writer, ("127.0.0.1", 1))
+        else:
+            await edge.serve(reader, writer, ("127.0.0.1", 1))
 
     server = await asyncio.start_server(client, "127.0.0.1", 0)
     return server, server.sockets[0].getsockname()[1]
@@ -32,13 +39,15 @@ async def closed_after(port: int, send: bytes) -> float:
     return time.monotonic() - t0
 
 
+@ENTRIES
 @pytest.mark.parametrize("send", [b"", b"GET / HTTP/1.1\r\nHost: slow"])
-def test_idle_and_slow_heads_are_closed(monkeypatch: pytest.MonkeyPatch, send: bytes) -> None:
+def test_idle_and_slow_heads_are_closed(monkeypatch: pytest.MonkeyPatch, send: bytes,
+                                        entry: str) -> None:
     monkeypatch.setattr(http, "IDLE_TIMEOUT", 0.3)
     monkeypatch.setattr(http, "HEAD_TIMEOUT", 0.3)
 
     async def main() -> float:
-        server, port = await serve_one(HttpEdge(None, "http"))  # type: ignore[arg-type]
+        server, port = await serve_one(HttpEdge(None, "http"), entry)  # type: ignore[arg-type]
         async with server:
             return await closed_after(port, send)
 
@@ -131,14 +140,16 @@ async def drip(port: int, data: bytes, every: float) -> float:
     return time.monotonic() - t0
 
 
+@ENTRIES
 def test_a_head_sent_slowly_is_cut_at_the_head_limit_not_the_idle_one(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Slow-loris on a new connection: the head must be whole within the head limit."""
+        monkeypatch: pytest.MonkeyPatch, entry: str) -> None:
+    """Slow-loris on a new connection: the head must be whole within the head limit (each
+    byte that arrives does not move it)."""
     monkeypatch.setattr(http, "IDLE_TIMEOUT", 5.0)
     monkeypatch.setattr(http, "HEAD_TIMEOUT", 0.4)
 
     async def main() -> float:
-        server, port = await serve_one(HttpEdge(None, "http"))  # type: ignore[arg-type]
+        server, port = await serve_one(HttpEdge(None, "http"), entry)  # type: ignore[arg-type]
         async with server:
             return await drip(port, b"GET / HTTP/1.1\r\nHost: slow\r\nX-A: " + b"a" * 100,
                               0.05)

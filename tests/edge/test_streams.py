@@ -15,32 +15,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import backend_server
 from tests.edge import upstream
 from tests.edge.agents import Agent, agent
 from tests.server import Server
-
-
-@pytest.fixture(scope="module")
-def one_srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with backend_server("sqlite", Path(tmp_path_factory.mktemp("streams"))) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def sdk(one_srv: Server, service: int) -> Iterator[tuple[Agent, str]]:
-    """An SDK agent with a plain-HTTP endpoint to the test service: (agent, its Host)."""
-    with one_srv.client() as api:
-        token = api.post("/credentials", json={}).json()["token"]
-    a = agent(one_srv, token, {"kind": "http", "forward": f"http://127.0.0.1:{service}"})
-    try:
-        yield a, a.urls[0].split("://", 1)[1]
-    finally:
-        a.stop()
 
 
 def sessions(srv: Server) -> list[str]:

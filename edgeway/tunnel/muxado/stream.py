@@ -47,6 +47,10 @@ class MuxStream:
         self._readers: list[asyncio.Future[None]] | None = None
         self._writers: list[asyncio.Future[None]] | None = None
         self.on_window: Callable[[], None] | None = None
+        # ``deliver``: data goes to ``_on_data`` as it arrives instead of waiting for
+        # ``read`` (window is returned with ``taken``), and the end to ``_on_end``
+        self._on_data: Callable[[bytes], None] | None = None
+        self._on_end: Callable[[], None] | None = None
         self._closing: asyncio.TimerHandle | None = None  # set by ``close``
 
     @property
@@ -57,6 +61,11 @@ class MuxStream:
     def ended(self) -> bool:
         """The peer half-closed or the stream failed: nothing more will be read."""
         return self._eof or self._error is not None
+
+    @property
+    def broken(self) -> bool:
+        """The stream failed (a reset, the connection's end) rather than ended with a FIN."""
+        return self._error is not None and not self._eof
 
     async def read(self, n: int = 65536) -> bytes:
         """Up to ``n`` bytes; ``b""`` once the peer half-closed and everything was read."""
@@ -89,6 +98,35 @@ class MuxStream:
         if self._error is not None and not self._eof:
             raise StreamClosed(self._error)
         return b""
+
+    def deliver(self, on_data: Callable[[bytes], None], on_end: Callable[[], None]) -> None:
+        """From now, each piece of data goes to ``on_data`` as it arrives (what ``read``
+        would return; the receiver gives window back with ``taken``), and the end of the
+        stream (the peer's FIN, a reset, the connection's end) to ``on_end``, once: those
+        already here first. ``hold`` stops it (data waits for ``read`` or ``deliver``)."""
+        self._on_data, self._on_end = on_data, on_end
+        chunks = self._chunks
+        while chunks and self._on_data is on_data:
+            chunk = chunks.popleft()
+            on_data(chunk if type(chunk) is bytes else bytes(chunk))
+        if self._on_data is on_data and (self._eof or self._error is not None):
+            self._end()
+
+    def hold(self) -> None:
+        """Stop ``deliver``-ing."""
+        self._on_data = self._on_end = None
+
+    def taken(self, n: int) -> None:
+        """``n`` bytes ``deliver``-ed were taken: their window goes back to the peer."""
+        conn = self._conn
+        conn.session.consumed(self.id, n)
+        conn.kick()
+
+    def _end(self) -> None:
+        on_end = self._on_end
+        self._on_data = self._on_end = None
+        if on_end is not None:
+            on_end()
 
     async def readexactly(self, n: int) -> bytes:
         out = bytearray()
@@ -188,6 +226,9 @@ class MuxStream:
         if self._closing is not None:  # closed: dropped, and the peer may send more
             self._conn.session.consumed(self.id, len(data))
             return
+        if self._on_data is not None:
+            self._on_data(data)
+            return
         self._chunks.append(data)
         if self._readers:
             _wake(self._readers)
@@ -195,6 +236,7 @@ class MuxStream:
     def _ended(self) -> None:
         self._eof = True
         _wake(self._readers)
+        self._end()
 
     def _window(self) -> None:
         if self._writers:
@@ -210,3 +252,4 @@ class MuxStream:
         _wake(self._writers)
         if self.on_window is not None:
             self.on_window()
+        self._end()
