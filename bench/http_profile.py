@@ -7,6 +7,10 @@ with what it calls) and of each module, so that a change to the hot path can be 
 Run from the repository root:  python -m bench.http_profile [--connections 64] [--seconds 15]
 Needs wrk, Node and the SDK as edge_bench does, and py-spy (``pip install py-spy``; found on
 PATH or beside this Python). ``--raw FILE`` keeps py-spy's collapsed stacks.
+
+``--perf``: Linux perf instead of py-spy (``perf record -g``), which sees into the compiled
+modules (mypyc's C functions, llhttp, the interpreter, the kernel) and counts CPU only; prints
+the symbols' own shares and each shared object's.
 """
 
 from __future__ import annotations
@@ -101,6 +105,29 @@ def profile(run: Run, args: argparse.Namespace) -> None:
     load = subprocess.Popen(wrk, stdout=subprocess.PIPE, text=True,
                             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     time.sleep(1)  # (past the first connections: the steady state is what is sampled)
+    if args.perf:
+        data = raw.with_suffix(".perf")
+        subprocess.run(["perf", "record", "-F", "1999", "-g", "-o", str(data), "-p",
+                        str(server.proc.pid), "--", "sleep", str(max(1, args.seconds - 3))],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        out, _ = load.communicate(timeout=args.seconds + 60)
+        spent = _cpu(server.proc.pid) - before
+        agent.close()
+        print(out)
+        requests = next((int(line.split()[0]) for line in out.splitlines()
+                         if "requests in" in line), 0)
+        if requests:
+            print(f"server CPU: {spent / requests * 1e6:.1f} µs per request "
+                  f"({requests} requests, perf's sampling included)")
+        for sort in ("symbol", "dso"):
+            report = subprocess.run(
+                ["perf", "report", "-i", str(data), "--stdio", "--no-children", "-g", "none",
+                 "--percent-limit", "0.5", "--sort", sort], capture_output=True, text=True,
+                check=True).stdout
+            print("\n".join(line for line in report.splitlines()
+                            if line.strip() and not line.startswith("#")))
+        note(f"perf data: {data} (perf report -i {data})")
+        return
     subprocess.run([_spy(), "record", "--pid", str(server.proc.pid), "--duration",
                     str(max(1, args.seconds - 3)), "--rate", "500", "--format", "raw",
                     "--output", str(raw), "--nonblocking"], check=True,
@@ -123,6 +150,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--seconds", type=int, default=15)
     parser.add_argument("--raw", default="")
+    parser.add_argument("--perf", action="store_true",
+                        help="sample with Linux perf (native frames, CPU only) for py-spy")
     args = parser.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     args.server_cpus = {cpus[0]} if len(cpus) > 1 else None
