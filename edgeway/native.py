@@ -51,6 +51,7 @@ MODULES = (
     "edgeway/edge/pool.py",
     "edgeway/edge/fast.py",
     "edgeway/tunnel/muxado/stream.py",
+    "edgeway/tunnel/muxado/aio.py",
     "edgeway/edge/http.py",
 )
 LIBRARY = "edgeway.cores"  # mypyc's group: the shared library is edgeway/cores__mypyc.*.so

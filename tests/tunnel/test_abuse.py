@@ -50,6 +50,13 @@ ENDINGS = {
 }
 
 
+def watch(conn: MuxConnection) -> weakref.ref[asyncio.Event]:
+    """A weak reference that dies with ``conn``: to its own ``closed`` event, which nothing
+    else keeps once it was set and waited for (compiled, the connection itself takes no
+    weak references)."""
+    return weakref.ref(conn.closed)
+
+
 @pytest.mark.parametrize("ending", ENDINGS)
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_an_ended_connection_is_freed_without_the_cycle_collector(tmp_path: Path,
@@ -62,14 +69,14 @@ def test_an_ended_connection_is_freed_without_the_cycle_collector(tmp_path: Path
     tail, eof = ENDINGS[ending]
 
     async def main() -> None:
-        gone: list[weakref.ref[MuxConnection]] = []
+        gone: list[weakref.ref[asyncio.Event]] = []
         done = asyncio.Event()
         writers: list[asyncio.StreamWriter] = []
 
         async def on_client(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             writers.append(w)
             conn = MuxConnection(r, w, client=False)
-            gone.append(weakref.ref(conn))
+            gone.append(watch(conn))
             while await conn.accept() is not None:
                 pass
             await conn.closed.wait()
@@ -257,14 +264,14 @@ def test_the_tunnel_listener_frees_ended_connections_without_the_cycle_collector
     the cycle collector rarely (``heap.settle``), and an idle one may not run it for long,
     so a cycle kept every junk connection's buffers (an error caught from ``wait_for`` held
     the task that held it)."""
-    made: list[weakref.ref[MuxConnection]] = []
+    made: list[weakref.ref[asyncio.Event]] = []
 
-    class Watched(MuxConnection):
-        def __init__(self, *args: Any, **kw: Any) -> None:
-            super().__init__(*args, **kw)
-            made.append(weakref.ref(self))
+    def watched(*args: Any, **kw: Any) -> MuxConnection:
+        conn = MuxConnection(*args, **kw)
+        made.append(watch(conn))
+        return conn
 
-    monkeypatch.setattr(tunnel_server, "MuxConnection", Watched)
+    monkeypatch.setattr(tunnel_server, "MuxConnection", watched)
 
     async def main() -> None:
         db = await open_database(None, tmp_path)
