@@ -3,16 +3,22 @@ to the full pipeline and back, on real sockets through the official SDK, as a ho
 careless client drives it: requests of both kinds pipelined in one write (answered in order,
 whichever side answers each), more pipelined than is read ahead, a download through a client
 that reads slowly (every byte, in order, while its stream waits for it), and a malformed
-request after good ones. (A client that goes while its answer is awaited: ``test_streams``.)
+request after good ones; a defect raised in a callback, which ends its connection alone.
+(A client that goes while its answer is awaited: ``test_streams``.)
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import socket
+from collections.abc import MutableMapping
+from typing import Any
 
 import h11
+import structlog.testing
 
+from edgeway.edge.http import HttpEdge
 from tests.edge.agents import Agent
 from tests.server import Server
 
@@ -147,3 +153,32 @@ def test_a_malformed_request_after_good_ones_gets_its_page(one_srv: Server, sdk:
         assert [(s, b[:6]) for s, _, b in got[:2]] == [(200, b"svc /a"), (200, b"svc /b")]
         assert got[2][0] == 400 and b"exactly one Host header" in got[2][2]
         assert sock.recv(1) == b""
+
+
+def test_a_defect_in_a_callback_ends_that_connection_alone() -> None:
+    """A defect raised while a request is answered from the callbacks (here the router's)
+    is logged and ends that connection, not the listener: the next connection is served
+    (and meets the same defect)."""
+    class Broken:
+        def quick(self, *_args: object) -> None:
+            raise RuntimeError("a defect")
+
+    async def main() -> list[MutableMapping[str, Any]]:
+        edge = HttpEdge(Broken(), "http")  # type: ignore[arg-type]
+
+        async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await edge.run(reader, writer, ("127.0.0.1", 1))
+
+        server = await asyncio.start_server(client, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            with structlog.testing.capture_logs() as logs:
+                for _ in range(2):
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                    assert await asyncio.wait_for(reader.read(), 10) == b""
+                    writer.close()
+        return logs
+
+    logs = asyncio.run(main())
+    assert [e["event"] for e in logs] == ["http_fast_path_failed"] * 2
