@@ -61,6 +61,12 @@ class Deadline:
         self._transport.abort()
 
 
+def certified_client(writer: asyncio.StreamWriter) -> bool:
+    """The client showed a certificate in the TLS handshake (which checked it)."""
+    tls = writer.get_extra_info("ssl_object")
+    return tls is not None and bool(tls.getpeercert())
+
+
 async def next_event(parser: RequestParser, reader: asyncio.StreamReader,
                      deadline: Deadline | None = None, seconds: float = 0.0,
                      head_seconds: float | None = None) -> h1.Event | None:

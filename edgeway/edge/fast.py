@@ -25,15 +25,16 @@ from typing import TYPE_CHECKING, cast
 import structlog
 
 from edgeway.edge.answers import outcome
-from edgeway.edge.client import WATCH_AFTER, Deadline
+from edgeway.edge.client import WATCH_AFTER, Deadline, certified_client
 from edgeway.edge.h1 import BadMessage, End, Event, Framer, Request, RequestParser, Response
 from edgeway.edge.hooks import Exchange, accepted
-from edgeway.edge.hosts import directed, request_host
+from edgeway.edge.hosts import request_host
 from edgeway.edge.pool import Upstream
 from edgeway.edge.relay import body_out, end_out, flushed, interim, response_head
 from edgeway.edge.router import Decision
 from edgeway.edge.snapshot import Edge
 from edgeway.tunnel.muxado.stream import MuxStream
+from edgeway.tunnel.muxado.transport import held
 from edgeway.tunnel.pipes import StreamPipe, UpstreamGone
 from edgeway.tunnel.registry import Tunnel
 
@@ -67,8 +68,7 @@ class Connection:
         self.slow = cast(asyncio.StreamReaderProtocol, transport.get_protocol())
         self.parser = RequestParser()
         self.local = accepted(writer.get_extra_info("sockname"), edge.region)
-        tls = writer.get_extra_info("ssl_object")
-        self.client_cert = tls is not None and bool(tls.getpeercert())
+        self.client_cert = certified_client(writer)
         self.deadline = Deadline(transport)
         self.loop = asyncio.get_running_loop()
         self.head_began = 0.0  # when the head the parser is in began (the loop's time)
@@ -120,12 +120,9 @@ class Connection:
     def _adopt(self) -> None:
         """From here the callbacks answer: what the stream reader holds is parsed here."""
         self.mode = FAST
-        reader = self.reader
-        held = getattr(reader, "_buffer", None)
-        if held:
-            self.parser.feed(bytes(held))
-            held.clear()
-        self.eof = reader.exception() is not None or reader.at_eof()
+        early, self.eof = held(self.reader)
+        if early:
+            self.parser.feed(early)
         if not self.eof and not self.transport.is_reading():
             self.transport.resume_reading()  # (the stream reader had paused it)
 
@@ -156,10 +153,7 @@ class Connection:
         """The connection is over (or the server stops): an answer in flight is given up."""
         if self.x is not None:
             self._drop(False)
-        self.deadline.cancel()
-        self.mode = DONE
-        with contextlib.suppress(ConnectionError, OSError, RuntimeError):
-            self.transport.close()
+        self._finish()
 
     # -- the transport's protocol ----------------------------------------------------------
 
@@ -219,9 +213,7 @@ class Connection:
         """A defect raised in a callback: logged, and this connection alone ends (not the
         tunnel session whose stream called it, nor the event loop's transport handling)."""
         log.exception("http_fast_path_failed", peer=self.peer[0])
-        if self.x is not None:
-            self._drop(False)
-        self._finish()
+        self.close()
 
     # -- requests --------------------------------------------------------------------------
 
@@ -268,11 +260,10 @@ class Connection:
         restrictions = edge.restrictions
         if restrictions is not None and not restrictions.none("endpoints"):
             return None
-        if self.certified is not None:
-            host = request_host(req.headers)
-            if not directed(self.sni, self.certified, host) or (
-                    not self.client_cert and edge.router.agent_client_cas(host)):
-                return None  # (answered as misdirected there)
+        if self.certified is not None and edge.unfit(self.sni, self.certified,
+                                                     self.client_cert,
+                                                     request_host(req.headers)):
+            return None  # (answered as misdirected there)
         return edge.router.quick(req, self.peer[0], edge.scheme, edge.https_port,
                                  self.tls_edge)
 

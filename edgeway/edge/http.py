@@ -26,7 +26,7 @@ from typing import Protocol
 from edgeway.edge import fast, h1, traffic
 from edgeway.edge.answers import Retry, bad_gateway, fixed, local_answer
 from edgeway.edge.backends import Static
-from edgeway.edge.client import Deadline, drain, next_event, read_body
+from edgeway.edge.client import Deadline, certified_client, drain, next_event, read_body
 from edgeway.edge.forwarding import Forwarder, replayable
 from edgeway.edge.h1 import BadMessage, End, Request, RequestParser
 from edgeway.edge.hooks import (
@@ -125,13 +125,14 @@ class HttpEdge:
         server name it was made with. A request for another host is misdirected (domain
         fronting, ``hosts.directed``): 421. With ``conn``, the request it handed over (in
         its parser) is answered, then True gives the connection back (False: it ended)."""
-        parser = conn.parser if conn is not None else RequestParser()
-        local = accepted(writer.get_extra_info("sockname"), self.region)
+        if conn is not None:  # (what it found of the connection)
+            parser, local, client_cert = conn.parser, conn.local, conn.client_cert
+        else:
+            parser = RequestParser()
+            local = accepted(writer.get_extra_info("sockname"), self.region)
+            client_cert = certified_client(writer)
         deadline = Deadline(writer.transport)
-        tls = writer.get_extra_info("ssl_object")
-        client_cert = tls is not None and bool(tls.getpeercert())  # (checked in the handshake)
         wait = HEAD_TIMEOUT  # a new connection is for a request: its head within 30 s
-        kept = False
         try:
             while True:
                 try:
@@ -150,9 +151,8 @@ class HttpEdge:
                     await fixed(writer, event, page(403, "Forbidden", "Your IP address may "
                                                     "not access this site.", 4003), close=True)
                     return False
-                if certified is not None and (not directed(
-                        sni, certified, host := request_host(event.headers)) or (
-                        not client_cert and self.router.agent_client_cas(host))):
+                if certified is not None and self.unfit(
+                        sni, certified, client_cert, host := request_host(event.headers)):
                     answered = await fixed(writer, event, misdirected(host, sni, certified)
                                            if not directed(sni, certified, host)
                                            else uncertified(host))
@@ -164,16 +164,23 @@ class HttpEdge:
                     return False
                 parser.resume()
                 if conn is not None:
-                    kept = True
                     return True
                 wait = HEAD_TIMEOUT if parser.mid_message else IDLE_TIMEOUT
         except (ConnectionError, OSError, BadMessage):
             return False
         finally:
             deadline.cancel()
-            if not kept:
+            if conn is None:  # (else ``run`` closes it once it ended)
                 with contextlib.suppress(ConnectionError, OSError, RuntimeError):
                     writer.close()
+
+    def unfit(self, sni: str, certified: tuple[str, ...], client_cert: bool, host: str
+              ) -> bool:
+        """A request on a TLS connection not fit for its host: another name than the
+        certificate's or the server name's (domain fronting: 421), or no client certificate
+        where the host's agent endpoint asks for one."""
+        return not directed(sni, certified, host) or (
+            not client_cert and bool(self.router.agent_client_cas(host)))
 
     async def _answer(self, parser: RequestParser, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, req: Request, peer: tuple[str, int],

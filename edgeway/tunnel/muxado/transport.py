@@ -45,6 +45,16 @@ def quickack(fd: int) -> None:
 _HANDLERS: set[asyncio.Task[object]] = set()  # connection handlers kept alive (``adopt``)
 
 
+def held(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
+    """The bytes a stream reader holds, taken from it, and whether it had seen the end (EOF
+    or an error): for a protocol that takes its transport's bytes from here on."""
+    buffer = getattr(reader, "_buffer", None)
+    early = bytes(buffer) if buffer else b""
+    if isinstance(buffer, bytearray):
+        buffer.clear()
+    return early, reader.exception() is not None or bool(getattr(reader, "_eof", False))
+
+
 def adopt(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
           protocol: asyncio.BaseProtocol) -> tuple[bytes, bool]:
     """Make ``protocol`` the protocol of the transport under a stream pair (from
@@ -52,15 +62,11 @@ def adopt(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     through the ``StreamReader``. Returns the bytes the reader already held, and whether it had
     seen the end (EOF or an error): then no more will come. The writer stays good for
     ``write``, ``write_eof`` and ``close``, not for ``drain`` or ``wait_closed``."""
-    held = getattr(reader, "_buffer", None)
-    early = bytes(held) if held else b""
-    if isinstance(held, bytearray):
-        held.clear()
+    early, ended = held(reader)
     transport = cast(asyncio.Transport, writer.transport)
     previous = transport.get_protocol()
     transport.set_protocol(protocol)
-    ended = (reader.exception() is not None or bool(getattr(reader, "_eof", False))
-             or transport.is_closing())
+    ended = ended or transport.is_closing()
     if isinstance(previous, asyncio.StreamReaderProtocol):
         # Its life with this transport is over: let it drop the writer, whose link back to
         # it would otherwise make a cycle holding the transport (and its TLS state) until
