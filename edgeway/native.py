@@ -4,10 +4,10 @@ choice, at import, between them and their pure-Python sources.
 The sans-I/O protocol cores on the hot paths: HTTP/1.1 heads (``edge/h1``,
 ``edge/h1_response``), muxado's frames, session and streams (``tunnel/muxado``) and the
 agent's HTTP tap (``agent/framing``, ``heads``); and what drives them per request: the edge's HTTP
-path (``edge/http``, ``forwarding``, ``relay``, ``client``, ``pool``) and the agent's proxy
-streams (``agent/proxy``, ``inspect``). They are mypy-strict Python, compiled as they are:
-the same source
-is the pure fallback, used when the build had no compiler (a build that fails installs the
+path (``edge/http``, ``forwarding``, ``relay``, ``client``, ``pool``), the agent's proxy
+streams (``agent/proxy``, ``inspect``) and a stream spliced with a transport
+(``tunnel/splice``). They are mypy-strict Python, compiled as they are: the same source is
+the pure fallback, used when the build had no compiler (a build that fails installs the
 package without them), with ``EDGEWAY_PURE=1``, or when a compiled module is stale: a
 source edited after its build (an editable install) would otherwise be shadowed by the
 extension beside it. Then every one of them is loaded from source, never a mix (compiled
@@ -52,6 +52,7 @@ MODULES = (
     "edgeway/edge/fast.py",
     "edgeway/tunnel/muxado/stream.py",
     "edgeway/tunnel/muxado/aio.py",
+    "edgeway/tunnel/splice.py",
     "edgeway/edge/http.py",
 )
 LIBRARY = "edgeway.cores"  # mypyc's group: the shared library is edgeway/cores__mypyc.*.so

@@ -19,18 +19,17 @@ What is kept, and how much of it, is ``edgeway.agent.captures``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import cast
 
 import structlog
 
 from edgeway.agent.captures import Exchange, Message, Store
 from edgeway.agent.framing import CLOSE, HEAD, HOLD, Side, Stop
-from edgeway.tunnel.muxado.events import StreamError
-from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
-from edgeway.tunnel.pipes import must_drain
+from edgeway.tunnel.muxado.stream import MuxStream
+from edgeway.tunnel.splice import Splice
 
 log = structlog.get_logger()
 
@@ -128,52 +127,45 @@ class Tap:
             self.requests.feed(held)
 
 
-def _reset(stream: MuxStream) -> None:
-    with contextlib.suppress(StreamClosed, StreamError):
-        stream.reset()
+class _Tapped(Splice):
+    """The splice of an HTTP tunnel's proxy stream with its local service (the transport),
+    both directions shown to the tap: requests as they go to the service (or rewritten by
+    the tap: ``host``), answers once they went into the stream."""
+
+    def __init__(self, stream: MuxStream, transport: asyncio.Transport, over_ssl: bool,
+                 tap: Tap) -> None:
+        super().__init__(stream, transport, over_ssl, tls_waits=True)
+        self.tap = tap
+
+    def _sent(self, data: bytes) -> None:
+        tap = self.tap
+        tap.response(data)
+        if tap.host and (held := tap.take()):  # requests held for an upgrade's answer
+            self.transport.write(held)
+
+    def _eof(self) -> None:
+        self.tap.response_eof()
+
+    def _write(self, data: bytes) -> None:
+        tap = self.tap
+        if tap.host:
+            tap.request(data)
+            if tap.failed:  # never pass on a request whose Host was not set
+                self.fail()
+                return
+            self.transport.write(tap.take())
+        else:
+            self.transport.write(data)
+            tap.request(data)
 
 
 async def splice_tapped(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         stream: MuxStream, tap: Tap) -> None:
-    """``splice`` for HTTP tunnels: each piece is forwarded as soon as it is read (no extra
+    """``splice`` for HTTP tunnels: each piece is forwarded as soon as it arrives (no extra
     buffering; half-closes passed on) and shown to the tap, or rewritten by it (``host``)."""
-
-    async def outbound() -> None:  # the service's answer, to the public client
-        while data := await reader.read(65536):
-            if not stream.send_nowait(data):  # (a coroutine only when it must wait)
-                await stream.drain()
-            tap.response(data)
-            if tap.host and (held := tap.take()):  # requests held for an upgrade's answer
-                writer.write(held)
-        tap.response_eof()
-        await stream.write_eof()
-
-    def failed(task: asyncio.Task[None]) -> None:  # the service's side broke: end it all
-        if not task.cancelled() and task.exception() is not None:
-            _reset(stream)
-
-    pump = asyncio.create_task(outbound())
-    pump.add_done_callback(failed)
+    over_ssl = writer.get_extra_info("sslcontext") is not None
     try:
-        while data := await stream.read(65536):
-            if tap.host:
-                tap.request(data)
-                if tap.failed:  # never pass on a request whose Host was not set
-                    _reset(stream)
-                    return
-                writer.write(tap.take())
-            else:
-                writer.write(data)
-                tap.request(data)
-            if must_drain(writer):
-                await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-        await pump
-    except (StreamClosed, StreamError, ConnectionError, OSError):
-        _reset(stream)
+        await _Tapped(stream, cast(asyncio.Transport, writer.transport), over_ssl, tap).run(
+            reader, writer)
     finally:
-        pump.cancel()
         tap.stop()
-        with contextlib.suppress(ConnectionError, OSError, RuntimeError):
-            writer.close()

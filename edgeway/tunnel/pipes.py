@@ -7,8 +7,9 @@ blocks, so the public socket is not read; while the public client is slow, ``dra
 so the stream is not read and the agent's window is not reopened.
 
 A splice with an agent's stream (TCP tunnels, TLS passthrough, WebSocket upgrades) takes the
-public transport over (``_Public``): client bytes go into the stream from the transport's read
-callback, and reading pauses instead of a writer blocking.
+public transport over and carries both directions from callbacks (``edgeway.tunnel.splice``):
+reading pauses instead of a writer blocking, and the stream's window waits for the transport
+to drain.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from typing import cast
 
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
-from edgeway.tunnel.muxado.transport import adopt
+from edgeway.tunnel.splice import splice_stream
 
 READ_MAX = 1 << 20  # from a stream: whatever it holds (at most a window), in one piece
 
@@ -158,7 +158,7 @@ class SocketPipe(Pipe):
 async def splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pipe: Pipe) -> None:
     """Bytes both ways until both directions ended (half-closes passed on) or one failed."""
     if isinstance(pipe, StreamPipe):
-        await _splice_stream(reader, writer, pipe)
+        await splice_stream(reader, writer, pipe.stream)
         return
 
     async def inbound() -> None:
@@ -181,121 +181,5 @@ async def splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pip
         pipe.abort()
     finally:
         pump.cancel()
-        with contextlib.suppress(ConnectionError, OSError, RuntimeError):
-            writer.close()
-
-
-class _Public(asyncio.Protocol):
-    """The public connection of a splice with an agent's stream, as the protocol of its
-    transport: what the client sends goes into the stream from the read callback (no
-    ``StreamReader`` copies, no task per chunk), and reading pauses while more than the
-    stream's high-water mark waits for the agent's window."""
-
-    def __init__(self, stream: MuxStream, transport: asyncio.Transport, over_ssl: bool) -> None:
-        self.stream, self.transport, self.over_ssl = stream, transport, over_ssl
-        loop = asyncio.get_running_loop()
-        self.inbound: asyncio.Future[None] = loop.create_future()  # client -> agent ended
-        self.error: Exception | None = None  # ... because this failed
-        self.lost = False
-        self._read_paused = False
-        self._write_paused = False
-        self._drained: asyncio.Future[None] | None = None
-        stream.on_window = self._window
-
-    def data_received(self, data: bytes) -> None:
-        if self.inbound.done():
-            return
-        try:
-            if not self.stream.send_nowait(data):
-                self._read_paused = True
-                self.transport.pause_reading()
-        except (StreamClosed, StreamError) as exc:
-            self.end(UpstreamGone(f"the agent closed the stream ({exc})"))
-
-    def eof_received(self) -> bool:
-        self.end(None)
-        return not self.over_ssl  # TCP: keep sending the agent's bytes (a half-close)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-        self.end(exc)
-        if exc is not None:
-            with contextlib.suppress(StreamClosed, StreamError):
-                self.stream.reset()  # the agent's side ends too, not just ours
-        self._wake_writer()
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        self._wake_writer()
-
-    async def drain(self) -> None:
-        if self._write_paused and not self.lost:
-            self._drained = asyncio.get_running_loop().create_future()
-            try:
-                await self._drained
-            finally:
-                self._drained = None
-        if self.lost:
-            raise ConnectionResetError("Connection lost")
-
-    def _window(self) -> None:
-        if self._read_paused and self.stream.writable():
-            self._read_paused = False
-            with contextlib.suppress(ConnectionError, OSError, RuntimeError):
-                self.transport.resume_reading()
-
-    def end(self, exc: Exception | None) -> None:
-        """The client's direction ended: EOF passed on to the agent, or ``exc``."""
-        if self.inbound.done():
-            return
-        if exc is None:
-            with contextlib.suppress(StreamClosed, StreamError):
-                self.stream.send_nowait(b"", eof=True)
-        self.error = exc
-        self.inbound.set_result(None)
-
-    def _wake_writer(self) -> None:
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-
-
-async def _splice_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         pipe: StreamPipe) -> None:
-    stream = pipe.stream
-    public = _Public(stream, cast(asyncio.Transport, writer.transport),
-                     writer.get_extra_info("sslcontext") is not None)
-    early, ended = adopt(reader, writer, public)
-    if early:
-        public.data_received(early)
-    if ended:  # what the stream reader had seen, as the transport would have told us
-        exc = reader.exception()
-        if exc is not None or public.transport.is_closing():
-            public.connection_lost(exc if isinstance(exc, Exception) else None)
-        else:
-            public.eof_received()
-    try:
-        while True:
-            try:
-                data = await stream.read(READ_MAX)
-            except StreamClosed as exc:
-                raise UpstreamGone(f"the agent closed the stream ({exc})") from None
-            if not data:
-                break
-            writer.write(data)
-            await public.drain()
-        if writer.can_write_eof():
-            writer.write_eof()  # (a half-close: the client may go on sending)
-            await public.inbound
-        else:  # TLS has no half-close: the agent's end ends the connection (a WebSocket's
-            public.end(None)  # client waits for it after the closing handshake)
-        if public.error is not None:
-            raise public.error
-    except (UpstreamGone, ConnectionError, OSError):
-        pipe.abort()
-    finally:
-        stream.on_window = None
         with contextlib.suppress(ConnectionError, OSError, RuntimeError):
             writer.close()

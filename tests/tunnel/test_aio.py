@@ -211,21 +211,32 @@ def test_bytes_the_stream_reader_already_held_are_not_lost() -> None:
     run(main)
 
 
+SMALL = 32 << 10  # socket buffers of a public client that reads slowly
+
+
 @asynccontextmanager
-async def spliced(client: MuxConnection, server: MuxConnection
+async def spliced(client: MuxConnection, server: MuxConnection, small: bool = False
                   ) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
     """A public TCP connection spliced (as a TCP tunnel does) to a stream the edge end
-    (``server``) opens to the agent end (``client``); yields the public client's pair."""
+    (``server``) opens to the agent end (``client``); yields the public client's pair.
+    ``small``: the kernel's buffers between them are kept small (``SMALL``)."""
     tasks: list[asyncio.Task[None]] = []
 
     async def on_public(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         tasks.append(task)
+        if small:
+            w.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SMALL)
         await splice(r, w, StreamPipe(await server.open_stream()))
 
     public = await asyncio.start_server(on_public, "127.0.0.1", 0)
-    r, w = await asyncio.open_connection("127.0.0.1", public.sockets[0].getsockname()[1])
+    sock = socket.socket()
+    if small:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, public.sockets[0].getsockname())
+    r, w = await asyncio.open_connection(sock=sock)
     try:
         yield r, w
     finally:
@@ -250,6 +261,33 @@ def test_splice_passes_bytes_and_half_closes_both_ways_with_backpressure() -> No
             assert await read_all(stream) == up  # ... and the client's EOF came after it
             await stream.write(down, eof=True)
             assert await r.read() == down  # EOF: the half-close passed on the other way
+
+    run(main)
+
+
+def test_a_public_client_that_does_not_read_holds_back_the_agent() -> None:
+    """What the agent sends goes to the public client from the stream's callbacks: its window
+    must go back only as the client's transport drains, or a client that never reads would
+    make the edge buffer all that the agent sends."""
+
+    async def main() -> None:
+        async with connected() as (agent, edge), spliced(agent, edge, small=True) as (r, w):
+            data = os.urandom(8 << 20)
+            w.write(b"go")  # (the stream reaches the agent with its first bytes)
+            accepted = await asyncio.wait_for(agent.accept(), 5)
+            assert accepted is not None and await accepted.read() == b"go"
+            stream = accepted
+            w.transport.pause_reading()  # the client reads nothing
+            writer = asyncio.create_task(stream.write(data, eof=True))
+            # Once the edge holds what its buffers take (its transport's high-water mark,
+            # one window, the small kernel buffers), the rest waits at the agent for window.
+            while agent.session.pending(stream.id) < len(data) - (2 << 20):
+                assert not writer.done(), "the edge took everything from the agent"
+                await asyncio.sleep(0.01)
+            assert not writer.done()
+            w.transport.resume_reading()
+            assert await asyncio.wait_for(r.read(), 20) == data  # all of it, in order
+            await asyncio.wait_for(writer, 5)
 
     run(main)
 
