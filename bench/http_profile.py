@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,9 +96,11 @@ def profile(run: Run, args: argparse.Namespace) -> None:
     server = run.serve()
     with server.client() as api:
         token = api.post("/credentials", json={"description": "profile"}).json()["token"]
+    stop: Callable[[], None]
     if args.agent == "edgeway":
         proc, host = edgeway_agent(children, "agent", server, token, up, args.inspect)
-        agent_pid, stop = proc.pid, lambda: children.stop("agent")
+        agent_pid = proc.pid
+        stop = functools.partial(children.stop, "agent")
     else:
         agent = Agent(children, "agent", server, token)
         url = agent.bind("http", f"http://127.0.0.1:{up}")[0]

@@ -11,6 +11,7 @@ import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import cast
 
 import pytest
 from hypothesis import given
@@ -277,7 +278,8 @@ def test_a_public_client_that_does_not_read_holds_back_the_agent() -> None:
             accepted = await asyncio.wait_for(agent.accept(), 5)
             assert accepted is not None and await accepted.read() == b"go"
             stream = accepted
-            w.transport.pause_reading()  # the client reads nothing
+            client = cast(asyncio.Transport, w.transport)
+            client.pause_reading()  # the client reads nothing
             writer = asyncio.create_task(stream.write(data, eof=True))
             # Once the edge holds what its buffers take (its transport's high-water mark,
             # one window, the small kernel buffers), the rest waits at the agent for window.
@@ -285,7 +287,7 @@ def test_a_public_client_that_does_not_read_holds_back_the_agent() -> None:
                 assert not writer.done(), "the edge took everything from the agent"
                 await asyncio.sleep(0.01)
             assert not writer.done()
-            w.transport.resume_reading()
+            client.resume_reading()
             assert await asyncio.wait_for(r.read(), 20) == data  # all of it, in order
             await asyncio.wait_for(writer, 5)
 
