@@ -118,7 +118,8 @@ def profile(run: Run, args: argparse.Namespace) -> None:
     time.sleep(1)  # (past the first connections: the steady state is what is sampled)
     if args.perf:
         data = raw.with_suffix(".perf")
-        subprocess.run(["perf", "record", "-F", "1999", "-g", "-o", str(data), "-p",
+        graph = ["--call-graph", "dwarf,16384"] if args.dwarf else ["-g"]
+        subprocess.run(["perf", "record", "-F", "1999", *graph, "-o", str(data), "-p",
                         str(pid), "--", "sleep", str(max(1, args.seconds - 3))],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         out, _ = load.communicate(timeout=args.seconds + 60)
@@ -163,6 +164,8 @@ def main() -> None:
     parser.add_argument("--raw", default="")
     parser.add_argument("--perf", action="store_true",
                         help="sample with Linux perf (native frames, CPU only) for py-spy")
+    parser.add_argument("--dwarf", action="store_true",
+                        help="with --perf: call graphs from DWARF (what compiled code calls)")
     parser.add_argument("--agent", choices=("sdk", "edgeway"), default="sdk",
                         help="the agent: the official SDK, or the Edgeway agent (edgeway http)")
     parser.add_argument("--inspect", action="store_true", help="the Edgeway agent inspecting")

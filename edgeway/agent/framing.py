@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING
 import httptools
 
 from edgeway.agent.captures import BODY_CAP, Message, canonical
-from edgeway.agent.heads import framing_headers, may_begin, request_line, status_line, with_host
+from edgeway.agent.heads import (
+    BODY_FRAMING,
+    framing_headers,
+    may_begin,
+    request_line,
+    status_line,
+    with_host,
+)
 
 if TYPE_CHECKING:
     from httptools.parser.parser import HttpParser  # the common base, not exported
@@ -199,8 +206,11 @@ class Side:
         headers = msg.headers
         coding = ",".join(headers["Transfer-Encoding"]).lower() \
             if "Transfer-Encoding" in headers else ""
-        lengths = {v.strip() for v in ",".join(headers["Content-Length"]).split(",")} \
-            if "Content-Length" in headers else {""}
+        given = headers.get("Content-Length")
+        if given is not None and len(given) == 1 and given[0].isdigit() and given[0].isascii():
+            lengths = {given[0]}  # (the common case: one plain number)
+        else:
+            lengths = {v.strip() for v in ",".join(given).split(",")} if given else {""}
         if coding:
             if coding.rsplit(",", 1)[-1].strip() == "chunked":
                 self.state = SIZE
@@ -272,7 +282,8 @@ class Side:
             if status is None:
                 raise Stop("not an HTTP head")
             msg.proto, msg.status_code, msg.reason = status
-        msg.headers = framing_headers(head)
+        msg.headers = framing_headers(head) if self.request else framing_headers(
+            head, BODY_FRAMING)
 
     def _end(self) -> None:
         if self.state in (SIZE, DATA, TRAILER) and not self.complete and not self.light:

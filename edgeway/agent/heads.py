@@ -21,6 +21,9 @@ METHOD_MAX = 32  # bytes of it read before its line ends (registered methods: 16
 FRAMING = ((b"\r\ncontent-length", "Content-Length"),
            (b"\r\ntransfer-encoding", "Transfer-Encoding"),
            (b"\r\nconnection", "Connection"), (b"\r\nupgrade", "Upgrade"))
+BODY_FRAMING = FRAMING[:2]  # a response's: its upgrade is told by its status
+STATUS_LINES = 256  # distinct status lines remembered (``status_line``)
+_status_lines: dict[bytes, tuple[str, int, str] | None] = {}
 
 
 def request_line(head: bytes | bytearray) -> tuple[str, str, str] | None:
@@ -33,12 +36,22 @@ def request_line(head: bytes | bytearray) -> tuple[str, str, str] | None:
 
 
 def status_line(head: bytes | bytearray) -> tuple[str, int, str] | None:
-    """(protocol, status, reason) of the status line ``head`` begins with, else None."""
+    """(protocol, status, reason) of the status line ``head`` begins with, else None. A
+    service answers with few distinct lines: the last ``STATUS_LINES`` are remembered."""
+    end = head.find(b"\r\n")
+    line = bytes(head[:end + 2]) if end >= 0 else b""
+    try:
+        return _status_lines[line]
+    except KeyError:
+        pass
     found = _STATUS_LINE.match(head)
-    if found is None:
-        return None
-    return ("HTTP/" + found[1].decode("latin-1"), int(found[2]),
-            (found[3] or b"").decode("latin-1"))
+    read = None if found is None else (
+        "HTTP/" + found[1].decode("latin-1"), int(found[2]), (found[3] or b"").decode("latin-1"))
+    if line:
+        if len(_status_lines) >= STATUS_LINES:
+            _status_lines.clear()
+        _status_lines[line] = read
+    return read
 
 
 def may_begin(start: bytearray, request: bool) -> bool:
@@ -49,13 +62,14 @@ def may_begin(start: bytearray, request: bool) -> bool:
     return b"HTTP/".startswith(bytes(start[:5]))
 
 
-def framing_headers(head: bytes) -> dict[str, list[str]]:
+def framing_headers(head: bytes, marks: tuple[tuple[bytes, str], ...] = FRAMING
+                    ) -> dict[str, list[str]]:
     """The framing headers of a whole head (its lines' values, in order, spaces and tabs
     around them dropped), found in its lowered bytes (a regular expression ignoring case
-    took three times as long)."""
+    took three times as long); ``marks``: which (``BODY_FRAMING``: a body's alone)."""
     lowered = head.lower()
     out: dict[str, list[str]] = {}
-    for mark, name in FRAMING:
+    for mark, name in marks:
         at = lowered.find(mark)
         while at >= 0:
             colon = at + len(mark)

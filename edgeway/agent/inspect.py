@@ -102,9 +102,9 @@ class Tap:
         if side.request:
             if side.exchange is not None and self.store is not None:
                 self.store.resize(side.exchange)
-            connection = ",".join(msg.headers.get("Connection", ())).lower().split(",")
-            if msg.method == "CONNECT" or ("Upgrade" in msg.headers and "upgrade" in
-                                           {token.strip() for token in connection}):
+            if msg.method == "CONNECT" or ("Upgrade" in msg.headers and "upgrade" in {
+                    token.strip() for token in
+                    ",".join(msg.headers.get("Connection", ())).lower().split(",")}):
                 side.state = HOLD  # until the answer says whether HTTP goes on
             return
         code = msg.status_code

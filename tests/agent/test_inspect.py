@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from edgeway.agent import heads
 from edgeway.agent.captures import BODY_CAP, OVERHEAD, Exchange, Message, Store
 from edgeway.agent.configcheck import DEFAULT_INSPECT_DB_SIZE
-from edgeway.agent.heads import framing_headers
+from edgeway.agent.heads import STATUS_LINES, framing_headers, status_line
 from edgeway.agent.inspect import Tap
 from tests.edge.agents import EdgeClient
 from tests.server import Server, free_port
@@ -217,6 +218,18 @@ def test_without_captures_status_lines_and_request_lines_are_read_as_llhttp_read
         assert (ex.response.status_code, ex.response.proto) == (
             c["response"]["status_code"], c["response"]["proto"])
     assert [ex.response.reason for ex in done if ex.response] == ["It went  well", ""]
+
+
+def test_remembered_status_lines_stay_bounded_and_read_the_same() -> None:
+    """Status lines are remembered (a service repeats few): the memory is bounded, whatever
+    a service sends, and a line read from it is the line read afresh (a bad one too)."""
+    lines = [f"HTTP/1.1 {200 + n % 300} Reason {n}\r\n".encode() for n in range(3 * STATUS_LINES)]
+    lines += [b"HTTP/1.1 200 OK\x01\r\n", b"HTTP/2 200 OK\r\n"]
+    first = [status_line(line + b"X: y\r\n\r\n") for line in lines]
+    assert len(heads._status_lines) <= STATUS_LINES
+    again = [status_line(line + b"\r\n") for line in lines]
+    assert first == again and first[-2:] == [None, None]
+    assert first[0] == ("HTTP/1.1", 200, "Reason 0")
 
 
 def test_garbage_after_an_exchange_keeps_it() -> None:
