@@ -1,13 +1,15 @@
 """A public HTTP connection answered from its transport's callbacks: the common request (a
-safe, bodiless one whose route needs nothing awaited, to a tunnel with an idle proxy stream
-in the pool) goes upstream from ``data_received`` and its answer back from the stream's
-``deliver`` callbacks, with no task, future or stream reader per request. Every other
+safe, bodiless one whose route needs nothing awaited, to a tunnel with an idle pipe in the
+pool whose answers come as callbacks: an agent's proxy stream, an SSH client's channel;
+``tunnel.pipes.Delivering``) goes upstream from ``data_received`` and its answer back from
+the pipe's ``deliver`` callbacks, with no task, future or stream reader per request. Every other
 request, and one whose upstream failed before any byte of its answer went out, is handed
 over whole (its head and end put back into the parser) to ``HttpEdge.serve``, which answers
 it as it answers every request and gives the connection back.
 
 What it keeps of ``serve``: one deadline per connection (a head within ``head_timeout`` of
-its first byte, the next request within ``idle_timeout``), pipelined requests answered in
+its first byte, or of its turn when it came pipelined behind a request being answered; the
+next request within ``idle_timeout``), pipelined requests answered in
 order (what arrives meanwhile read up to ``READ_AHEAD`` bytes, then reading pauses), the
 response relayed as ``relay`` writes it (its hooks, framing, compression and rewrites), the
 client's write buffer bounding the stream (its window is returned only as the client takes
@@ -33,9 +35,8 @@ from edgeway.edge.pool import Upstream
 from edgeway.edge.relay import body_out, end_out, flushed, interim, response_head
 from edgeway.edge.router import Decision
 from edgeway.edge.snapshot import Edge
-from edgeway.tunnel.muxado.stream import MuxStream
 from edgeway.tunnel.muxado.transport import held
-from edgeway.tunnel.pipes import StreamPipe, UpstreamGone
+from edgeway.tunnel.pipes import Delivering, UpstreamGone
 from edgeway.tunnel.registry import Tunnel
 
 if TYPE_CHECKING:
@@ -72,6 +73,9 @@ class Connection:
         self.deadline = Deadline(transport)
         self.loop = asyncio.get_running_loop()
         self.head_began = 0.0  # when the head the parser is in began (the loop's time)
+        # when the last request was answered (or the connection made): a head pipelined
+        # behind it, or read while it was answered, is timed from here
+        self.ready_at = self.loop.time()
         self.mode = FAST
         self.served = 0  # requests answered on this connection (by either side)
         self.eof = False  # the client's side ended
@@ -84,7 +88,7 @@ class Connection:
         self.end = End()
         self.decision: Decision | None = None
         self.upstream: Upstream | None = None
-        self.stream: MuxStream | None = None
+        self.stream: Delivering | None = None  # the upstream's answer comes from it
         self.started = 0.0
         self.final: Response | None = None
         self.framer = Framer(False)
@@ -114,6 +118,7 @@ class Connection:
     def take_back(self) -> None:
         """``serve`` answered what was handed over: the connection is answered here again."""
         self.served += 1
+        self.ready_at = self.loop.time()
         if self.mode != DONE:
             self._adopt()
 
@@ -231,18 +236,19 @@ class Connection:
                 except BadMessage:
                     self._hand()  # (``serve`` takes the same error and answers it)
                     return
-                if event is None:
+                if event is None:  # all that was read is answered: read on
+                    if self.read_paused:  # (the rest of a head cut where reading paused
+                        self.read_paused = False  # too: it cannot end unread)
+                        self.transport.resume_reading()
                     if self.eof:
                         self._finish()
-                    elif parser.mid_message:  # (within the limit from its first byte)
-                        self.deadline.arm(max(0.0, self.head_began + self.head_timeout -
+                    elif parser.mid_message:  # (within the limit from its first byte, or
+                        began = max(self.head_began, self.ready_at)  # from when its turn came)
+                        self.deadline.arm(max(0.0, began + self.head_timeout -
                                               self.loop.time()))
                     else:
                         self.deadline.arm(self.idle_timeout if self.served else
                                           self.head_timeout)
-                        if self.read_paused:
-                            self.read_paused = False
-                            self.transport.resume_reading()
                     return
                 self.deadline.disarm()
                 if isinstance(event, Request):
@@ -287,7 +293,8 @@ class Connection:
         target = decision.target if decision is not None else None
         upstream = self.edge.pool.take(target.key) if decision is not None and \
             isinstance(target, Tunnel) and self._fits(decision) else None
-        if decision is None or upstream is None or not isinstance(upstream.pipe, StreamPipe):
+        delivering = upstream.pipe.delivering() if upstream is not None else None
+        if decision is None or upstream is None or delivering is None:
             if upstream is not None:
                 self.edge.pool.put(upstream)
             self._hand(req, end, decision=decision)
@@ -310,8 +317,8 @@ class Connection:
         self.keep = self.wrote = False
         self.ahead = 0
         upstream.parser.expect(req.method == b"HEAD")
-        self.stream = stream = upstream.pipe.stream
-        stream.deliver(self._data, self._ended)
+        self.stream = delivering
+        delivering.deliver(self._data, self._ended)
 
     # -- its answer ------------------------------------------------------------------------
 
@@ -405,6 +412,7 @@ class Connection:
         else:
             upstream.pipe.close()
         self.served += 1
+        self.ready_at = self.loop.time()
         self.edge.record(x, x.req, decision, self.started)
         if not self.keep:
             self._finish()

@@ -61,6 +61,11 @@ class ChannelPipe(Pipe, asyncssh.SSHTCPSession[bytes]):
         self._full = False  # writing paused by asyncssh
         self._reader: asyncio.Future[None] | None = None
         self._writer: asyncio.Future[None] | None = None
+        self._fin = False  # the client sent its EOF (not just a lost channel)
+        # ``deliver``: what arrives goes to ``_on_data`` (the edge's callback path), the
+        # end to ``_on_end``
+        self._on_data: Callable[[bytes], None] | None = None
+        self._on_end: Callable[[], None] | None = None
 
     # -- the channel's session (asyncssh calls these) --------------------------------------
 
@@ -69,6 +74,9 @@ class ChannelPipe(Pipe, asyncssh.SSHTCPSession[bytes]):
         wire.quiet(chan)
 
     def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        if self._on_data is not None:
+            self._on_data(data)
+            return
         self._held.append(data)
         self._size += len(data)
         if self._size >= READ_MAX and not self._paused and self.chan is not None:
@@ -77,8 +85,9 @@ class ChannelPipe(Pipe, asyncssh.SSHTCPSession[bytes]):
         _wake(self._reader)
 
     def eof_received(self) -> bool:
-        self._eof = True
+        self._eof = self._fin = True
         _wake(self._reader)
+        self._end()
         return True  # (half-open: the edge ends its side when its exchange is over)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -86,6 +95,7 @@ class ChannelPipe(Pipe, asyncssh.SSHTCPSession[bytes]):
         self._error = exc
         _wake(self._reader)
         _wake(self._writer)
+        self._end()
 
     def pause_writing(self) -> None:
         self._full = True
@@ -95,6 +105,41 @@ class ChannelPipe(Pipe, asyncssh.SSHTCPSession[bytes]):
         _wake(self._writer)
 
     # -- the edge's pipe -------------------------------------------------------------------
+
+    def delivering(self) -> ChannelPipe:
+        return self
+
+    def deliver(self, on_data: Callable[[bytes], None], on_end: Callable[[], None]) -> None:
+        """From now, what arrives goes to ``on_data`` (what waited first), the channel's end
+        to ``on_end``, once (``tunnel.pipes.Delivering``). The window is asyncssh's: it
+        reopens as each piece is handed on, so ``taken`` has nothing to do; while held,
+        reading pauses at ``READ_MAX`` as for ``read``."""
+        self._on_data, self._on_end = on_data, on_end
+        while self._held and self._on_data is on_data:
+            data = self._held.pop(0)
+            self._size -= len(data)
+            on_data(data)
+        if self._paused and not self._held and self.chan is not None:
+            self._paused = False
+            self.chan.resume_reading()
+        if self._on_data is on_data and self._eof:
+            self._end()
+
+    def hold(self) -> None:
+        self._on_data = self._on_end = None
+
+    def taken(self, n: int) -> None:
+        return None
+
+    @property
+    def broken(self) -> bool:
+        return self._error is not None or (self._lost and not self._fin)
+
+    def _end(self) -> None:
+        on_end = self._on_end
+        self._on_data = self._on_end = None
+        if on_end is not None:
+            on_end()
 
     async def read(self) -> bytes:
         while not self._held:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from collections.abc import Callable
+from typing import Protocol
 
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.stream import MuxStream, StreamClosed
@@ -27,6 +29,26 @@ READ_MAX = 1 << 20  # from a stream: whatever it holds (at most a window), in on
 
 class UpstreamGone(Exception):
     """The agent or the static backend went away."""
+
+
+class Delivering(Protocol):
+    """A pipe's incoming side as callbacks (``MuxStream``'s, an SSH channel's): from
+    ``deliver`` on, data goes to ``on_data`` as it arrives and the end (once) to ``on_end``;
+    ``taken`` returns window for what was delivered; ``hold`` stops it (data waits for
+    ``read``); ``broken``: it ended by a failure rather than the other end's EOF."""
+
+    def deliver(self, on_data: Callable[[bytes], None], on_end: Callable[[], None]) -> None:
+        ...
+
+    def hold(self) -> None:
+        ...
+
+    def taken(self, n: int) -> None:
+        ...
+
+    @property
+    def broken(self) -> bool:
+        ...
 
 
 def must_drain(writer: asyncio.StreamWriter) -> bool:
@@ -51,6 +73,11 @@ class Pipe:
 
     async def write_eof(self) -> None:
         raise NotImplementedError
+
+    def delivering(self) -> Delivering | None:
+        """The incoming side as callbacks, when the pipe has them (the edge's callback path
+        then answers on it); None: ``read`` only."""
+        return None
 
     @property
     def ended(self) -> bool:
@@ -96,6 +123,9 @@ class StreamPipe(Pipe):
     async def write_eof(self) -> None:
         with contextlib.suppress(StreamClosed, StreamError):
             await self.stream.write_eof()
+
+    def delivering(self) -> MuxStream:
+        return self.stream
 
     @property
     def ended(self) -> bool:

@@ -98,6 +98,41 @@ def test_more_pipelined_requests_than_are_read_ahead(one_srv: Server, sdk: Sdk) 
     assert [b for _, _, b in got] == [f"svc /n{i}".encode() for i in range(3000)]
 
 
+def test_a_head_cut_where_reading_paused_is_read_on(one_srv: Server, sdk: Sdk) -> None:
+    """Requests pipelined while a big answer is held up by its reader: reading pauses past
+    the read-ahead, most likely inside a head. Once every complete one is answered, reading
+    must resume for the rest of that head (once it stalled until the head's deadline and
+    the connection was reset); the last head's end is sent only after every other answer."""
+    _, host = sdk
+    n, count = 32 << 20, 4000  # (about 200 kB of requests: past READ_AHEAD, in pieces)
+    sock = connect(one_srv)
+    sock.settimeout(20)
+    with sock:
+        sock.sendall(f"GET /bytes/{n} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        last = f"GET /last HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+        sock.sendall(b"".join(f"GET /p{i} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+                              for i in range(count)) + last[:20])
+        conn = h11.Connection(h11.CLIENT)
+        bodies: list[bytes] = []
+        for i in range(count + 2):
+            conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
+            conn.send(h11.EndOfMessage())
+            if i == count + 1:
+                sock.sendall(last[20:])  # (every other answer is in)
+            body = bytearray()
+            while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+                if event is h11.NEED_DATA:
+                    data = sock.recv(1 << 16)
+                    assert data, f"closed after {len(bodies)} answers"
+                    conn.receive_data(data)
+                elif isinstance(event, h11.Data):
+                    body += event.data
+            bodies.append(bytes(body))
+            conn.start_next_cycle()
+    assert len(bodies[0]) == n
+    assert bodies[1:] == [f"svc /p{i}".encode() for i in range(count)] + [b"svc /last"]
+
+
 def test_a_download_through_a_slow_reader_arrives_whole(one_srv: Server, sdk: Sdk) -> None:
     """32 MiB to a client with a 4 kB receive buffer reading 4 kB at a time: the client's
     transport pauses again and again, the stream waits meanwhile, and every byte arrives

@@ -5,6 +5,7 @@ group route reaching an SSH tunnel by its label."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 import socket
@@ -12,10 +13,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import h11
 import httpx
 
 from tests.edge import tls_upstream
 from tests.edge.agents import EdgeClient
+from tests.edge.test_fast_path import responses, responses_after
 from tests.server import Server
 from tests.sshgw.client import SshUser, made, poll, unique
 
@@ -248,3 +251,44 @@ def test_ciphers_cheap_per_packet_are_negotiated_and_chacha20_is_not_offered(
     refused = user.start("0:localhost:1", command=["http"],
                          options=("-c", "chacha20-poly1305@openssh.com"))
     assert refused.exited() == 255 and "no matching cipher found" in refused.stderr()
+
+
+def test_keep_alive_requests_over_one_channel_arrive_whole_and_in_order(
+        server: Server, user: SshUser, service: int) -> None:
+    """Requests after the first on a connection go on the pooled channel and are answered
+    from its callbacks: pipelined ones in order, and a download to a client that reads 4 kB
+    at a time arrives whole (its SHA-256 matches) before the next answer."""
+    with server.client() as api:
+        user.credential(api)
+    ssh = user.start(f"0:localhost:{service}", command=["http"])
+    [url] = ssh.urls()
+    host = url.split("://", 1)[1]
+    assert _public(server, url, "/warm").text == "svc /warm"  # (a channel to keep)
+    n = 8 << 20
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(60)
+    sock.connect(("127.0.0.1", server.http_port))
+    with sock:
+        sock.sendall(b"".join(f"GET /{i} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+                              for i in range(3)))
+        assert [body for _, _, body in responses(sock, 3)] == [b"svc /0", b"svc /1",
+                                                               b"svc /2"]
+        sock.sendall(f"GET /bytes/{n} HTTP/1.1\r\nHost: {host}\r\n\r\n"
+                     f"GET /after HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        conn = h11.Connection(h11.CLIENT)
+        conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
+        conn.send(h11.EndOfMessage())
+        digest, size, sha = hashlib.sha256(), 0, b""
+        while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+            if event is h11.NEED_DATA:
+                conn.receive_data(sock.recv(4096))
+            elif isinstance(event, h11.Response):
+                sha = dict(event.headers)[b"x-sha256"]
+            elif isinstance(event, h11.Data):
+                digest.update(event.data)
+                size += len(event.data)
+        assert size == n and digest.hexdigest().encode() == sha
+        conn.start_next_cycle()
+        assert responses_after(conn, sock) == b"svc /after"
+    ssh.stop()
