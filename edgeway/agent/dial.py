@@ -10,7 +10,6 @@ import ssl
 
 from edgeway.agent.config import AgentConfig
 from edgeway.agent.settings import server_host
-from edgeway.tlsobjects import direct
 from edgeway.tunnel.muxado.aio import MuxConnection
 
 
@@ -33,7 +32,7 @@ def context(root_cas: str, cert: str = "", key: str = "") -> ssl.SSLContext:
         ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
     if cert:
         ctx.load_cert_chain(cert, key)
-    return direct(ctx)
+    return ctx
 
 
 def refused(exc: BaseException, server: str) -> ssl.SSLError | None:
