@@ -147,21 +147,28 @@ def test_a_download_through_a_slow_reader_arrives_whole(one_srv: Server, sdk: Sd
         sock.sendall(f"GET /bytes/{n} HTTP/1.1\r\nHost: {host}\r\n\r\n"
                      f"GET /after HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
         conn = h11.Connection(h11.CLIENT)
-        conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
-        conn.send(h11.EndOfMessage())
-        digest, size, sha = hashlib.sha256(), 0, b""
-        while not isinstance(event := conn.next_event(), h11.EndOfMessage):
-            if event is h11.NEED_DATA:
-                conn.receive_data(sock.recv(4096))
-            elif isinstance(event, h11.Response):
-                sha = dict(event.headers)[b"x-sha256"]
-            elif isinstance(event, h11.Data):
-                digest.update(event.data)
-                size += len(event.data)
-        assert size == n and digest.hexdigest().encode() == sha
-        conn.start_next_cycle()
+        assert slow_download(conn, sock) == n
         rest = responses_after(conn, sock)
         assert rest == b"svc /after"
+
+
+def slow_download(conn: h11.Connection, sock: socket.socket) -> int:
+    """Read one ``/bytes/<n>`` answer from ``sock`` 4 kB at a time, its body checked against
+    the SHA-256 the service sent: its size (``conn`` is ready for the next answer after)."""
+    conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
+    conn.send(h11.EndOfMessage())
+    digest, size, sha = hashlib.sha256(), 0, b""
+    while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+        if event is h11.NEED_DATA:
+            conn.receive_data(sock.recv(4096))
+        elif isinstance(event, h11.Response):
+            sha = dict(event.headers)[b"x-sha256"]
+        elif isinstance(event, h11.Data):
+            digest.update(event.data)
+            size += len(event.data)
+    assert digest.hexdigest().encode() == sha
+    conn.start_next_cycle()
+    return size
 
 
 def responses_after(conn: h11.Connection, sock: socket.socket) -> bytes:

@@ -5,7 +5,6 @@ group route reaching an SSH tunnel by its label."""
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 import socket
@@ -18,7 +17,7 @@ import httpx
 
 from tests.edge import tls_upstream
 from tests.edge.agents import EdgeClient
-from tests.edge.test_fast_path import responses, responses_after
+from tests.edge.test_fast_path import responses, responses_after, slow_download
 from tests.server import Server
 from tests.sshgw.client import SshUser, made, poll, unique
 
@@ -277,18 +276,6 @@ def test_keep_alive_requests_over_one_channel_arrive_whole_and_in_order(
         sock.sendall(f"GET /bytes/{n} HTTP/1.1\r\nHost: {host}\r\n\r\n"
                      f"GET /after HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
         conn = h11.Connection(h11.CLIENT)
-        conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
-        conn.send(h11.EndOfMessage())
-        digest, size, sha = hashlib.sha256(), 0, b""
-        while not isinstance(event := conn.next_event(), h11.EndOfMessage):
-            if event is h11.NEED_DATA:
-                conn.receive_data(sock.recv(4096))
-            elif isinstance(event, h11.Response):
-                sha = dict(event.headers)[b"x-sha256"]
-            elif isinstance(event, h11.Data):
-                digest.update(event.data)
-                size += len(event.data)
-        assert size == n and digest.hexdigest().encode() == sha
-        conn.start_next_cycle()
+        assert slow_download(conn, sock) == n
         assert responses_after(conn, sock) == b"svc /after"
     ssh.stop()

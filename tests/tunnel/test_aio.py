@@ -26,6 +26,7 @@ from edgeway.tunnel.muxado.stream import HIGH_WATER, MuxStream, StreamClosed
 from edgeway.tunnel.muxado.transport import records
 from edgeway.tunnel.pipes import StreamPipe, splice
 from tests.edge.tls_upstream import localhost_contexts
+from tests.waiting import until
 
 
 @asynccontextmanager
@@ -283,9 +284,11 @@ def test_a_public_client_that_does_not_read_holds_back_the_agent() -> None:
             writer = asyncio.create_task(stream.write(data, eof=True))
             # Once the edge holds what its buffers take (its transport's high-water mark,
             # one window, the small kernel buffers), the rest waits at the agent for window.
-            while agent.session.pending(stream.id) < len(data) - (2 << 20):
+            def held_back() -> bool:
                 assert not writer.done(), "the edge took everything from the agent"
-                await asyncio.sleep(0.01)
+                return agent.session.pending(stream.id) >= len(data) - (2 << 20)
+
+            await until(held_back, "the rest to wait at the agent for window")
             assert not writer.done()
             client.resume_reading()
             assert await asyncio.wait_for(r.read(), 20) == data  # all of it, in order
