@@ -79,7 +79,9 @@ class Relay:
     async def _flush(self) -> None:
         writer = self.writer
         writer.write(self.out)
-        self.out.clear()
+        # (a new buffer, not this one cleared: a transport that cannot send it all at once,
+        # uvloop's, keeps it exported rather than copy it, and a resize then raises)
+        self.out = bytearray()
         self.started = True
         if must_drain(writer):
             await writer.drain()

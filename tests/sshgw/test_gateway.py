@@ -14,10 +14,17 @@ from typing import Any
 
 import h11
 import httpx
+import pytest
 
 from tests.edge import tls_upstream
 from tests.edge.agents import EdgeClient
-from tests.edge.test_fast_path import responses, responses_after, slow_download
+from tests.edge.test_fast_path import (
+    ANSWERED_BY,
+    download,
+    responses,
+    responses_after,
+    slow_download,
+)
 from tests.server import Server
 from tests.sshgw.client import SshUser, made, poll, unique
 
@@ -252,11 +259,13 @@ def test_ciphers_cheap_per_packet_are_negotiated_and_chacha20_is_not_offered(
     assert refused.exited() == 255 and "no matching cipher found" in refused.stderr()
 
 
+@pytest.mark.parametrize("by", ANSWERED_BY)
 def test_keep_alive_requests_over_one_channel_arrive_whole_and_in_order(
-        server: Server, user: SshUser, service: int) -> None:
+        server: Server, user: SshUser, service: int, by: str) -> None:
     """Requests after the first on a connection go on the pooled channel and are answered
     from its callbacks: pipelined ones in order, and a download to a client that reads 4 kB
-    at a time arrives whole (its SHA-256 matches) before the next answer."""
+    at a time arrives whole (its SHA-256 matches) before the next answer, whichever side
+    answers it."""
     with server.client() as api:
         user.credential(api)
     ssh = user.start(f"0:localhost:{service}", command=["http"])
@@ -273,8 +282,7 @@ def test_keep_alive_requests_over_one_channel_arrive_whole_and_in_order(
                               for i in range(3)))
         assert [body for _, _, body in responses(sock, 3)] == [b"svc /0", b"svc /1",
                                                                b"svc /2"]
-        sock.sendall(f"GET /bytes/{n} HTTP/1.1\r\nHost: {host}\r\n\r\n"
-                     f"GET /after HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        sock.sendall(download(host, n, by))
         conn = h11.Connection(h11.CLIENT)
         assert slow_download(conn, sock) == n
         assert responses_after(conn, sock) == b"svc /after"
