@@ -89,16 +89,29 @@ class Trimmer:
     allocator: Allocator
 
     async def run(self, every: float = EVERY) -> None:
+        """Until cancelled. A trim that fails (no worker thread could start, the process
+        out of descriptors for ``/proc``) is logged and tried again at the next sample: the
+        task must not end, or the heap would never be handed back again."""
         floor, used = resident(), self.allocator.in_use()
+        failing = False
         while True:
             await asyncio.sleep(every)
-            now, in_use = resident(), self.allocator.in_use()
-            if now < floor + GREW and in_use > used - FREED:
-                floor = min(floor, now)
+            try:
+                now, in_use = resident(), self.allocator.in_use()
+                if now < floor + GREW and in_use > used - FREED:
+                    floor = min(floor, now)
+                    continue
+                t0 = time.perf_counter()
+                await asyncio.to_thread(self.allocator.trim, 0)
+                floor, used = resident(), self.allocator.in_use()
+            except (OSError, RuntimeError) as exc:
+                if not failing:  # (a line when it begins to fail, not one a second)
+                    log.warning("heap_trim_failed", error=f"{type(exc).__name__}: {exc}")
+                failing = True
                 continue
-            t0 = time.perf_counter()
-            await asyncio.to_thread(self.allocator.trim, 0)
-            floor, used = resident(), self.allocator.in_use()
+            if failing:
+                log.info("heap_trim_recovered")
+            failing = False
             log.debug("heap_trimmed", returned_mib=round((now - floor) / 2**20, 1),
                       resident_mib=round(floor / 2**20, 1),
                       ms=round((time.perf_counter() - t0) * 1000, 1))

@@ -1,0 +1,76 @@
+"""The server's heap trimmer (``edgeway.heap``) on this process's real glibc allocator: the
+pages a burst freed are handed back within a few samples, and a trim that fails (here: the
+worker thread it runs on could not start) is logged once and tried again, the task alive."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Callable
+
+import pytest
+import structlog.testing
+
+from edgeway import heap
+from tests.waiting import until
+
+MIB = 1 << 20
+
+allocator = heap.Allocator.find()
+pytestmark = pytest.mark.skipif(allocator is None, reason="glibc's malloc_trim is not here")
+
+
+def burst() -> list[bytearray]:
+    """~120 MiB in chunks of 2 kB (from malloc's heap, not mmap), all but every 64th
+    freed: the survivors keep the heap from shrinking at its top, so only a trim returns
+    the free pages between them."""
+    chunks = [bytearray(2048) for _ in range(60_000)]
+    for c in chunks:
+        c[::512] = b"x" * 4  # (touched: resident)
+    kept = chunks[::64]
+    del chunks
+    gc.collect()
+    return kept
+
+
+async def _trimmed(trimmer: heap.Trimmer, then: Callable[[], bool] = lambda: True
+                   ) -> tuple[int, int]:
+    task = asyncio.create_task(trimmer.run(every=0.05))
+    await asyncio.sleep(0)  # (its first sizes taken: the burst comes after)
+    before = heap.resident()
+    kept = burst()
+    high = heap.resident()
+    assert high > before + 60 * MIB  # (the freed chunks are still resident)
+    try:
+        await until(lambda: heap.resident() < high - 60 * MIB and then(),
+                    "the freed pages were not handed back", within=20)
+        return high, heap.resident()
+    finally:
+        task.cancel()
+        del kept
+
+
+def test_the_pages_a_burst_freed_are_handed_back() -> None:
+    assert allocator is not None
+    high, low = asyncio.run(_trimmed(heap.Trimmer(allocator)))
+    assert low < high - 60 * MIB
+
+
+def test_a_failed_trim_is_logged_once_and_tried_again() -> None:
+    assert allocator is not None
+    failures = 3
+
+    def trim(pad: int) -> int:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise RuntimeError("can't start new thread")
+        return allocator.trim(pad)
+
+    with structlog.testing.capture_logs() as logs:
+        asyncio.run(_trimmed(heap.Trimmer(heap.Allocator(trim, allocator.info)),
+                             lambda: any(e["event"] == "heap_trim_recovered" for e in logs)))
+    events = [e["event"] for e in logs]
+    assert failures == 0
+    assert events.count("heap_trim_failed") == 1
+    assert "heap_trim_recovered" in events
