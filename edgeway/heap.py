@@ -84,7 +84,7 @@ class Allocator:
 @dataclass
 class Trimmer:
     """Trims the heap when the resident size grew or the memory in use fell since the last
-    trim."""
+    trim began."""
 
     allocator: Allocator
 
@@ -103,7 +103,9 @@ class Trimmer:
                     continue
                 t0 = time.perf_counter()
                 await asyncio.to_thread(self.allocator.trim, 0)
-                floor, used = resident(), self.allocator.in_use()
+                # what was in use before it: memory the loop frees while the trim runs (on
+                # its thread) is past where it looked, and a fall from there trims again
+                floor, used = resident(), in_use
             except (OSError, RuntimeError) as exc:
                 if not failing:  # (a line when it begins to fail, not one a second)
                     log.warning("heap_trim_failed", error=f"{type(exc).__name__}: {exc}")

@@ -1,11 +1,13 @@
 """The server's heap trimmer (``edgeway.heap``) on this process's real glibc allocator: the
-pages a burst freed are handed back within a few samples, and a trim that fails (here: the
-worker thread it runs on could not start) is logged once and tried again, the task alive."""
+pages a burst freed are handed back within a few samples, also those freed while a trim runs
+on its thread, and a trim that fails (here: the worker thread it runs on could not start) is
+logged once and tried again, the task alive."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -74,3 +76,44 @@ def test_a_failed_trim_is_logged_once_and_tried_again() -> None:
     assert failures == 0
     assert events.count("heap_trim_failed") == 1
     assert "heap_trim_recovered" in events
+
+
+def test_what_is_freed_while_a_trim_runs_is_trimmed_after() -> None:
+    """The loop frees a burst while a trim runs on its thread (past where that trim
+    looked): the fall from what was in use when it began calls for another trim."""
+    assert allocator is not None
+    began, go_on = threading.Event(), threading.Event()
+    trims = 0
+
+    def trim(pad: int) -> int:
+        nonlocal trims
+        trims += 1
+        got = allocator.trim(pad)
+        if trims == 1:  # (the first: the burst is freed meanwhile)
+            began.set()
+            go_on.wait(10)
+        return got
+
+    async def main() -> tuple[int, int]:
+        task = asyncio.create_task(heap.Trimmer(heap.Allocator(trim, allocator.info))
+                                   .run(every=0.05))
+        await asyncio.sleep(0)
+        chunks = [bytearray(2048) for _ in range(60_000)]  # all in use: the first trim
+        for c in chunks:                                     # returns nothing of them
+            c[::512] = b"x" * 4
+        await until(began.is_set, "no trim began", within=10)
+        kept = chunks[::64]
+        del chunks
+        gc.collect()
+        high = heap.resident()
+        go_on.set()
+        try:
+            await until(lambda: heap.resident() < high - 60 * MIB,
+                        "what was freed during the trim stayed resident", within=10)
+            return high, heap.resident()
+        finally:
+            task.cancel()
+            del kept
+
+    high, low = asyncio.run(main())
+    assert trims >= 2 and low < high - 60 * MIB
