@@ -22,24 +22,37 @@ allocator = heap.Allocator.find()
 pytestmark = pytest.mark.skipif(allocator is None, reason="glibc's malloc_trim is not here")
 
 
+def handed_back() -> int:
+    """What the heap of this process holds free handed back (a test worker's is large, and
+    the chunks would reuse its resident pages): its resident size then."""
+    assert allocator is not None
+    allocator.trim(0)
+    return heap.resident()
+
+
+def chunks() -> list[bytearray]:
+    """~120 MiB in chunks of 2 kB (from malloc's heap, not mmap), touched: resident."""
+    made = [bytearray(2048) for _ in range(60_000)]
+    for c in made:
+        c[::512] = b"x" * 4
+    return made
+
+
 def burst() -> list[bytearray]:
-    """~120 MiB in chunks of 2 kB (from malloc's heap, not mmap), all but every 64th
-    freed: the survivors keep the heap from shrinking at its top, so only a trim returns
-    the free pages between them."""
-    chunks = [bytearray(2048) for _ in range(60_000)]
-    for c in chunks:
-        c[::512] = b"x" * 4  # (touched: resident)
-    kept = chunks[::64]
-    del chunks
+    """``chunks``, all but every 64th freed: the survivors keep the heap from shrinking at
+    its top, so only a trim returns the free pages between them."""
+    made = chunks()
+    kept = made[::64]
+    del made
     gc.collect()
     return kept
 
 
 async def _trimmed(trimmer: heap.Trimmer, then: Callable[[], bool] = lambda: True
                    ) -> tuple[int, int]:
+    before = handed_back()
     task = asyncio.create_task(trimmer.run(every=0.05))
     await asyncio.sleep(0)  # (its first sizes taken: the burst comes after)
-    before = heap.resident()
     kept = burst()
     high = heap.resident()
     assert high > before + 60 * MIB  # (the freed chunks are still resident)
@@ -95,15 +108,14 @@ def test_what_is_freed_while_a_trim_runs_is_trimmed_after() -> None:
         return got
 
     async def main() -> tuple[int, int]:
+        handed_back()
         task = asyncio.create_task(heap.Trimmer(heap.Allocator(trim, allocator.info))
                                    .run(every=0.05))
         await asyncio.sleep(0)
-        chunks = [bytearray(2048) for _ in range(60_000)]  # all in use: the first trim
-        for c in chunks:                                     # returns nothing of them
-            c[::512] = b"x" * 4
+        made = chunks()  # all in use: the first trim returns nothing of them
         await until(began.is_set, "no trim began", within=10)
-        kept = chunks[::64]
-        del chunks
+        kept = made[::64]
+        del made
         gc.collect()
         high = heap.resident()
         go_on.set()
