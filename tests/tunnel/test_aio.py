@@ -427,3 +427,29 @@ def test_a_peer_that_grants_window_but_does_not_read_makes_writers_wait() -> Non
         await conn.close()
         theirs.close()
     run(main)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_stream_whose_end_resets_another_does_not_break_the_shutdown(loop: str) -> None:
+    """The edge's callback path aborts its upstream from a stream's end callback: when the
+    connection ends, that resets (and forgets) another stream while the streams are being
+    ended. The shutdown still ends every stream and the accept loop (it raised
+    'dictionary changed size during iteration', and the session was left open)."""
+    async def main() -> None:
+        async with connected() as (client, server):
+            opened = [await client.open_stream() for _ in range(2)]
+            for s in opened:
+                await s.write(b"x")
+            first, second = await server.accept(), await server.accept()
+            assert first is not None and second is not None
+            ends: list[str] = []
+
+            def on_end() -> None:
+                ends.append("first")
+                second.reset()
+
+            first.deliver(lambda data: first.taken(len(data)), on_end)
+            await server.close()
+            assert ends == ["first"]
+            assert await asyncio.wait_for(server.accept(), 5) is None
+    run(main, loop)

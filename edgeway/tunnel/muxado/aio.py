@@ -333,9 +333,12 @@ class MuxConnection:
         if self.closed.is_set():
             return
         self.closed.set()
-        for stream in self._streams.values():
+        # (cleared first: each refers back to us, no cycles left for the collector; and a
+        # stream's end callback may reset another stream, which forgets it here)
+        streams = list(self._streams.values())
+        self._streams.clear()
+        for stream in streams:
             stream._fail(code)
-        self._streams.clear()  # (each refers back to us: no cycles left for the collector)
         self._wake_openers()  # they find the session closing
         self._accepted.put_nowait(None)
         # Flush and close before the first await: whoever waits on ``accept`` may cancel us.
