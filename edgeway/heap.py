@@ -20,7 +20,7 @@ import gc
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -87,25 +87,31 @@ class Trimmer:
     trim began."""
 
     allocator: Allocator
+    # the resident size after the last trim, and the memory in use when it began (at first:
+    # both when the trimmer was made)
+    floor: int = field(init=False)
+    used: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.floor, self.used = resident(), self.allocator.in_use()
 
     async def run(self, every: float = EVERY) -> None:
         """Until cancelled. A trim that fails (no worker thread could start, the process
         out of descriptors for ``/proc``) is logged and tried again at the next sample: the
         task must not end, or the heap would never be handed back again."""
-        floor, used = resident(), self.allocator.in_use()
         failing = False
         while True:
             await asyncio.sleep(every)
             try:
                 now, in_use = resident(), self.allocator.in_use()
-                if now < floor + GREW and in_use > used - FREED:
-                    floor = min(floor, now)
+                if now < self.floor + GREW and in_use > self.used - FREED:
+                    self.floor = min(self.floor, now)
                     continue
                 t0 = time.perf_counter()
                 await asyncio.to_thread(self.allocator.trim, 0)
                 # what was in use before it: memory the loop frees while the trim runs (on
                 # its thread) is past where it looked, and a fall from there trims again
-                floor, used = resident(), in_use
+                self.floor, self.used = resident(), in_use
             except (OSError, RuntimeError) as exc:
                 if not failing:  # (a line when it begins to fail, not one a second)
                     log.warning("heap_trim_failed", error=f"{type(exc).__name__}: {exc}")
@@ -114,8 +120,8 @@ class Trimmer:
             if failing:
                 log.info("heap_trim_recovered")
             failing = False
-            log.debug("heap_trimmed", returned_mib=round((now - floor) / 2**20, 1),
-                      resident_mib=round(floor / 2**20, 1),
+            log.debug("heap_trimmed", returned_mib=round((now - self.floor) / 2**20, 1),
+                      resident_mib=round(self.floor / 2**20, 1),
                       ms=round((time.perf_counter() - t0) * 1000, 1))
 
 

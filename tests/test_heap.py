@@ -48,11 +48,10 @@ def burst() -> list[bytearray]:
     return kept
 
 
-async def _trimmed(trimmer: heap.Trimmer, then: Callable[[], bool] = lambda: True
+async def _trimmed(trims: heap.Allocator, then: Callable[[], bool] = lambda: True
                    ) -> tuple[int, int]:
     before = handed_back()
-    task = asyncio.create_task(trimmer.run(every=0.05))
-    await asyncio.sleep(0)  # (its first sizes taken: the burst comes after)
+    task = asyncio.create_task(heap.Trimmer(trims).run(every=0.05))  # (sizes taken: now)
     kept = burst()
     high = heap.resident()
     assert high > before + 60 * MIB  # (the freed chunks are still resident)
@@ -67,7 +66,7 @@ async def _trimmed(trimmer: heap.Trimmer, then: Callable[[], bool] = lambda: Tru
 
 def test_the_pages_a_burst_freed_are_handed_back() -> None:
     assert allocator is not None
-    high, low = asyncio.run(_trimmed(heap.Trimmer(allocator)))
+    high, low = asyncio.run(_trimmed(allocator))
     assert low < high - 60 * MIB
 
 
@@ -83,7 +82,7 @@ def test_a_failed_trim_is_logged_once_and_tried_again() -> None:
         return allocator.trim(pad)
 
     with structlog.testing.capture_logs() as logs:
-        asyncio.run(_trimmed(heap.Trimmer(heap.Allocator(trim, allocator.info)),
+        asyncio.run(_trimmed(heap.Allocator(trim, allocator.info),
                              lambda: any(e["event"] == "heap_trim_recovered" for e in logs)))
     events = [e["event"] for e in logs]
     assert failures == 0
@@ -110,8 +109,7 @@ def test_what_is_freed_while_a_trim_runs_is_trimmed_after() -> None:
     async def main() -> tuple[int, int]:
         handed_back()
         task = asyncio.create_task(heap.Trimmer(heap.Allocator(trim, allocator.info))
-                                   .run(every=0.05))
-        await asyncio.sleep(0)
+                                   .run(every=0.05))  # (its sizes taken: now)
         made = chunks()  # all in use: the first trim returns nothing of them
         await until(began.is_set, "no trim began", within=10)
         kept = made[::64]

@@ -37,6 +37,7 @@ from tests.edge.tls_upstream import localhost_contexts
 from tests.server import Server
 from tests.tunnel.test_aio import run
 from tests.tunnel.test_rebind import agent
+from tests.waiting import until
 
 # How the peer's bytes end a connection with two streams open. "junk": a header of no
 # frame type (0xF), then random bytes: a protocol error at the first header. Random bytes
@@ -194,15 +195,16 @@ def test_junk_floods_are_closed_at_once_and_the_memory_comes_back(own_server: Se
         # ten rounds hold no more than one: the last round's connections end, and the heap's
         # trimmer (every second) hands back what they freed; a failure says where it stayed
         t0 = time.monotonic()
-        trace: list[str] = []
-        while rss_mib(pid) > sizes[0] * 1.10:
+        trace: list[str] = []  # every two seconds
+
+        def back() -> bool:
             if len(trace) < (time.monotonic() - t0) // 2 + 1:
                 trace.append(f"{time.monotonic() - t0:.0f}s: {rss_mib(pid):.1f} MiB "
                              f"({memory_state(pid)})")
-            assert time.monotonic() - t0 < 20, \
-                (f"{sizes[0]:.1f} MiB after one round ({first}), round ends "
-                 f"{[round(x) for x in sizes[1:]]}, then {'; '.join(trace)}")
-            await asyncio.sleep(0.2)
+            return rss_mib(pid) <= sizes[0] * 1.10
+
+        await until(back, lambda: f"{sizes[0]:.1f} MiB after one round ({first}), round "
+                    f"ends {[round(x) for x in sizes[1:]]}, then {'; '.join(trace)}", within=20)
         return waits
 
     waits = asyncio.run(main())
