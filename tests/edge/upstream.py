@@ -4,7 +4,8 @@ WebSockets with the websockets library) on a loopback port, in a thread.
 Paths: ``/headers`` answers the request line, headers and the body's length and SHA-256 as
 JSON; ``/echo`` streams the request body back (chunked); ``/bytes/<n>`` sends n pseudo-random
 bytes (with a SHA-256 header);
-``/sse`` writes three events 0.3 s apart; ``/hang`` answers nothing; ``/ws`` echoes WebSocket
+``/sse?gate=KEY`` writes three events, each once the test saw the one before (``gated``);
+``/hang`` answers nothing; ``/ws`` echoes WebSocket
 messages; anything else answers its path and the ``name`` the server was started with.
 ``echo()`` is a plain TCP echo service.
 """
@@ -15,24 +16,64 @@ import asyncio
 import hashlib
 import json
 import random
+import secrets
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import parse_qsl
 
 import uvicorn
 
 from tests.server import free_port
 
 Scope = dict[str, Any]
+GATE_WAIT = 15.0  # seconds ``/sse`` waits for the test to see an event before it goes on
+_gates: dict[str, threading.Semaphore] = {}
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 def pseudo_random(n: int) -> bytes:
     return random.Random(n).randbytes(n)
+
+
+@contextmanager
+def gated() -> Iterator[tuple[str, Callable[[], None]]]:
+    """A gate for ``/sse?gate=KEY``: (the query, ``saw``). The service writes each event only
+    once the test called ``saw()`` for the one before; an event that was held back on the
+    way never lets it on, and after ``GATE_WAIT`` it writes ``data: late`` instead. An
+    answer relayed as it is written is thus told from one buffered, with no clock."""
+    key = secrets.token_hex(8)
+    gate = _gates[key] = threading.Semaphore(0)
+    try:
+        yield f"gate={key}", gate.release
+    finally:
+        del _gates[key]
+
+
+def events(lines: Iterable[str], saw: Callable[[], None]) -> list[str]:
+    """The ``data:`` lines of a gated ``/sse`` answer, each let on as it arrives."""
+    seen = []
+    for line in lines:
+        if line.startswith("data:"):
+            seen.append(line)
+            saw()
+    return seen
+
+
+async def _events(query: bytes, send: Send) -> None:
+    gate = _gates[dict(parse_qsl(query.decode()))["gate"]]
+    for i in range(3):
+        if i and not await asyncio.to_thread(gate.acquire, True, GATE_WAIT):
+            await send({"type": "http.response.body", "body": b"data: late\n\n",
+                        "more_body": True})
+            break
+        await send({"type": "http.response.body", "body": f"data: {i}\n\n".encode(),
+                    "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
 
 
 def app(name: str, seen: list[str] | None = None
@@ -96,11 +137,7 @@ def app(name: str, seen: list[str] | None = None
         elif path == "/sse":
             await start(200, [(b"content-type", b"text/event-stream"),
                               (b"cache-control", b"no-cache")])
-            for i in range(3):
-                await send({"type": "http.response.body", "body": f"data: {i}\n\n".encode(),
-                            "more_body": True})
-                await asyncio.sleep(0.3)
-            await send({"type": "http.response.body", "body": b""})
+            await _events(scope["query_string"], send)
         else:
             await start(200, [(b"content-type", b"text/plain")])
             await send({"type": "http.response.body", "body": f"{name} {path}".encode()})
