@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Final
 
 from edgeway.edge import h1
 from edgeway.edge.h1 import End, RequestParser
 from edgeway.edge.hooks import Exchange
 from edgeway.tunnel.pipes import Pipe, UpstreamGone
 
-BODY_TIMEOUT = 60.0  # between two reads of a request body
-DRAIN_LIMIT = 1 << 20  # body bytes of a request answered locally read and dropped at most
-WATCH_AFTER = 1.0  # an answer slower than this: the client is watched while it comes
-WATCH_LIMIT = 1 << 16  # pipelined bytes read ahead meanwhile
+BODY_TIMEOUT: Final = 60.0  # between two reads of a request body
+DRAIN_LIMIT: Final = 1 << 20  # body bytes of a request answered locally read and dropped at most
+WATCH_AFTER: Final = 1.0  # an answer slower than this: the client is watched while it comes
+WATCH_LIMIT: Final = 1 << 16  # pipelined bytes read ahead meanwhile
 
 
 class Deadline:

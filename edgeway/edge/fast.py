@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 import structlog
 
@@ -42,9 +42,11 @@ from edgeway.tunnel.registry import Tunnel
 if TYPE_CHECKING:
     from edgeway.edge.http import HttpEdge
 
-SAFE = (b"GET", b"HEAD", b"OPTIONS")  # the methods answered here: sent again if handed over
-READ_AHEAD = 1 << 16  # pipelined bytes read while a request is answered
-FAST, SLOW, DONE = 0, 1, 2  # who answers: the callbacks, ``serve``, nobody (it ended)
+SAFE: Final = (b"GET", b"HEAD", b"OPTIONS")  # the methods answered here: sent again if handed over
+READ_AHEAD: Final = 1 << 16  # pipelined bytes read while a request is answered
+FAST: Final = 0  # who answers: the callbacks,
+SLOW: Final = 1  # ``serve``,
+DONE: Final = 2  # nobody (it ended)
 
 log = structlog.get_logger()
 

@@ -28,7 +28,7 @@ from typing import Final
 import httptools
 
 Headers = list[tuple[bytes, bytes]]
-MAX_HEAD = 64 * 1024
+MAX_HEAD: Final = 64 * 1024
 NEED_DATA: Final = None  # next_event(): nothing complete yet
 HOP_BY_HOP = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding",
                         b"te", b"trailer", b"upgrade"))

@@ -19,13 +19,14 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Final
 
 from edgeway.edge.h1_response import ResponseParser
 from edgeway.tunnel.pipes import Pipe, StreamPipe
 from edgeway.tunnel.registry import Carrier
 
-MAX_IDLE = 128  # per target
-IDLE_TIMEOUT = 30.0
+MAX_IDLE: Final = 128  # per target
+IDLE_TIMEOUT: Final = 30.0
 
 
 @dataclass(eq=False)

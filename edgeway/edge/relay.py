@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Final
 
 from edgeway.edge import h1
 from edgeway.edge.answers import DONE, FAILED, REUSE, Fate, Retry, bad_gateway, fixed, outcome
@@ -24,7 +25,7 @@ from edgeway.edge.pipeline import Plan
 from edgeway.edge.pool import Upstream
 from edgeway.tunnel.pipes import UpstreamGone, must_drain, splice
 
-FLUSH_AT = 256 * 1024  # response bytes gathered before a write, when more are already here
+FLUSH_AT: Final = 256 * 1024  # response bytes gathered before a write, when more are already here
 Result = tuple[bool, Fate]  # (keep the public connection, what became of the upstream)
 
 

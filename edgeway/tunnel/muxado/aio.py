@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from typing import cast
+from typing import Final, cast
 
 from edgeway.tunnel.muxado.events import (
     ConnectionLost,
@@ -41,7 +41,7 @@ from edgeway.tunnel.muxado.session import Session
 from edgeway.tunnel.muxado.stream import MuxStream
 from edgeway.tunnel.muxado.transport import abort, adopt, quickack, records, tcp_fd
 
-BACKLOG = 1 << 20  # data queued for one write of the connection, beyond which writers wait
+BACKLOG: Final = 1 << 20  # data queued for one write of the connection, beyond which writers wait
 LINGER = 5.0  # seconds a reset stream is counted as open (the peer may still hold it)
 
 

@@ -7,17 +7,18 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Final
 
 from edgeway.tunnel.muxado import frames
 from edgeway.tunnel.muxado.events import ConnectionLost
 from edgeway.tunnel.muxado.frames import FIN, HEADER, SYN, ErrorCode, Frame, FrameType
 
-WINDOW = 256 * 1024
-MAX_CHUNK = 64 * 1024
-MIN_SEND = 32 * 1024
+WINDOW: Final = 256 * 1024
+MAX_CHUNK: Final = 64 * 1024
+MIN_SEND: Final = 32 * 1024
 
-DATA_WORD = FrameType.DATA << 4
-WNDINC_HEAD = (4 << 8) | (FrameType.WNDINC << 4)
+DATA_WORD: Final = FrameType.DATA << 4
+WNDINC_HEAD: Final = (4 << 8) | (FrameType.WNDINC << 4)
 
 
 @dataclass(slots=True)

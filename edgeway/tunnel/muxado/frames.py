@@ -15,12 +15,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Final
 
-MAX_STREAM_ID = 0x7FFFFFFF
-MAX_INCREMENT = 0x7FFFFFFF
-MAX_LENGTH = 0xFFFFFF
-FIN = 0x1
-SYN = 0x2
+MAX_STREAM_ID: Final = 0x7FFFFFFF
+MAX_INCREMENT: Final = 0x7FFFFFFF
+MAX_LENGTH: Final = 0xFFFFFF
+FIN: Final = 0x1
+SYN: Final = 0x2
 
 HEADER = struct.Struct(">II")
 U32 = struct.Struct(">I")
@@ -34,7 +35,7 @@ class FrameType(IntEnum):
     GOAWAY = 3
 
 
-DATA_T = 1  # a plain int for the hot path: comparing with an IntEnum member costs more
+DATA_T: Final = 1  # a plain int for the hot path: comparing with an IntEnum member costs more
 
 
 class ErrorCode(IntEnum):
@@ -140,10 +141,10 @@ def check(ftype: int, stream_id: int, body: bytes) -> FrameType:
 
 RawFrame = tuple[int, int, int, bytes]  # type, flags, stream id, body
 
-INITIAL_BUFFER = 64 * 1024
-MIN_FREE = 32 * 1024  # less room than this at the end of the buffer: move or grow first
-MAX_BUFFER = 1 << 20  # grown no further than this (or than one whole frame)
-SHRINK_AFTER = 64  # small reads in a row on an empty grown buffer: back to the initial size
+INITIAL_BUFFER: Final = 64 * 1024
+MIN_FREE: Final = 32 * 1024  # less room than this at the end of the buffer: move or grow first
+MAX_BUFFER: Final = 1 << 20  # grown no further than this (or than one whole frame)
+SHRINK_AFTER: Final = 64  # small reads in a row on an empty grown buffer: back to the initial size
 
 
 class FrameBuffer:

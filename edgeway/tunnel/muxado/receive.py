@@ -4,6 +4,8 @@ inline, what bulk transfers are made of (see "Cost" in ``session``)."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from edgeway.tunnel.muxado import frames
 from edgeway.tunnel.muxado.core import DATA_WORD, WNDINC_HEAD, SessionCore, StreamState
 from edgeway.tunnel.muxado.events import (
@@ -32,7 +34,7 @@ from edgeway.tunnel.muxado.frames import (
 _U32_AT = U32.unpack_from
 # Streams refused (an RST each) while the output was not taken, at most: the peer is not
 # reading our answers, and would make them pile up in memory (about 50 KiB of them).
-MAX_REFUSED_UNSENT = 4096
+MAX_REFUSED_UNSENT: Final = 4096
 
 
 class Receiver(SessionCore):

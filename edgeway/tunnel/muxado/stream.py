@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from edgeway.tunnel.muxado.events import StreamError
 from edgeway.tunnel.muxado.frames import ErrorCode
@@ -20,8 +20,8 @@ from edgeway.tunnel.muxado.frames import ErrorCode
 if TYPE_CHECKING:
     from edgeway.tunnel.muxado.aio import MuxConnection
 
-HIGH_WATER = 64 * 1024
-CLOSE_TIMEOUT = 30.0  # a closed stream whose peer never half-closes is reset after this
+HIGH_WATER: Final = 64 * 1024
+CLOSE_TIMEOUT: Final = 30.0  # a closed stream whose peer never half-closes is reset after this
 
 
 class StreamClosed(Exception):
