@@ -15,15 +15,14 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from edgeway.agent.configcheck import DEFAULT_INSPECT_DB_SIZE
 
-BODY_CAP = 64 * 1024  # body bytes kept per message (chunk framing included)
-MAX_EXCHANGES = 1000
-OVERHEAD = 512  # what an exchange weighs beyond its raw bytes (id, parsed headers…)
+BODY_CAP: Final = 64 * 1024  # body bytes kept per message (chunk framing included)
+MAX_EXCHANGES: Final = 1000
+OVERHEAD: Final = 512  # what an exchange weighs beyond its raw bytes (id, parsed headers…)
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
@@ -35,16 +34,21 @@ def canonical(name: str) -> str:
     return "-".join(part[:1].upper() + part[1:].lower() for part in name.split("-"))
 
 
-@dataclass
 class Message:
-    raw: bytearray  # the head, then at most BODY_CAP bytes of the body as sent
-    headers: dict[str, list[str]] = field(default_factory=dict)
-    proto: str = "HTTP/1.1"
-    method: str = ""  # requests
-    uri: str = ""
-    status_code: int = 0  # responses
-    reason: str = ""
-    body: int = 0  # body bytes seen on the wire
+    """One message of an exchange. (A plain class, not a dataclass: compiled, a dataclass's
+    generated ``__init__`` is interpreted Python, and the tap makes two of these a request.)"""
+
+    def __init__(self, raw: bytearray, headers: dict[str, list[str]] | None = None,
+                 proto: str = "HTTP/1.1", method: str = "", uri: str = "",
+                 status_code: int = 0, reason: str = "", body: int = 0) -> None:
+        self.raw = raw  # the head, then at most BODY_CAP bytes of the body as sent
+        self.headers: dict[str, list[str]] = {} if headers is None else headers
+        self.proto = proto
+        self.method = method  # requests
+        self.uri = uri
+        self.status_code = status_code  # responses
+        self.reason = reason
+        self.body = body  # body bytes seen on the wire
 
     @property
     def truncated(self) -> bool:
@@ -72,17 +76,26 @@ class _Ids:
 new_id = _Ids()
 
 
-@dataclass
 class Exchange:
-    tunnel_name: str
-    remote_addr: str
-    request: Message
-    start: float = field(default_factory=time.time)  # wall clock, first byte of the request
-    began: int = field(default_factory=time.monotonic_ns)  # the same instant, for duration
-    id: str = field(default_factory=new_id)
-    response: Message | None = None  # None while pending
-    duration: int = 0  # ns, request start to response end
-    size: int = 0  # the weight the store counted
+    """A request and its response (None while pending). ``start``: the wall clock at the
+    request's first byte; ``began``: the same instant, for ``duration`` (ns, to the
+    response's end); ``size``: the weight the store counted."""
+
+    def __init__(self, tunnel_name: str, remote_addr: str, request: Message,
+                 start: float | None = None, began: int | None = None) -> None:
+        self.tunnel_name, self.remote_addr, self.request = tunnel_name, remote_addr, request
+        self.start = time.time() if start is None else start
+        self.began = time.monotonic_ns() if began is None else began
+        self._id = ""  # drawn when first asked for (the light mode never does)
+        self.response: Message | None = None
+        self.duration = 0
+        self.size = 0
+
+    @property
+    def id(self) -> str:
+        if not self._id:
+            self._id = new_id()
+        return self._id
 
     def weight(self) -> int:
         return OVERHEAD + len(self.request.raw) + (len(self.response.raw) if self.response

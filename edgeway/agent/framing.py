@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import httptools
 
@@ -34,6 +34,7 @@ from edgeway.agent.heads import (
     may_begin,
     request_line,
     status_line,
+    text,
     with_host,
 )
 
@@ -43,10 +44,16 @@ if TYPE_CHECKING:
     from edgeway.agent.captures import Exchange
     from edgeway.agent.inspect import Tap
 
-HEAD_MAX = 64 * 1024  # a longer head (or more bytes held during an upgrade) stops the tap
-LINE_MAX = 4096  # chunk-size and trailer lines
+HEAD_MAX: Final = 64 * 1024  # a longer head (or more bytes held during an upgrade) stops the tap
+LINE_MAX: Final = 4096  # chunk-size and trailer lines
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
-HEAD, LENGTH, SIZE, DATA, TRAILER, CLOSE, HOLD = range(7)
+HEAD: Final = 0  # a side's states
+LENGTH: Final = 1
+SIZE: Final = 2
+DATA: Final = 3
+TRAILER: Final = 4
+CLOSE: Final = 5
+HOLD: Final = 6
 class Stop(Exception):
     """The tap cannot follow this connection any more."""
 
@@ -91,33 +98,34 @@ class Side:
         self.complete = True
 
     def feed(self, data: bytes) -> None:
-        view, pos, end = memoryview(data), 0, len(data)
+        pos, end = 0, len(data)
         while pos < end and not self.tap.stopped:
             if self.state == HOLD:
-                self.buf += view[pos:]
+                self.buf += memoryview(data)[pos:]
                 if len(self.buf) > HEAD_MAX:
                     raise Stop("too much sent before the upgrade was answered")
                 return
             if self.state in (LENGTH, DATA):
                 n = min(self.left, end - pos)
-                self._body(view[pos:pos + n])
+                self._body(data, pos, pos + n)
                 pos, self.left = pos + n, self.left - n
                 if not self.left and self.state == LENGTH:
                     self._end()
                 elif not self.left:
                     self.state = SIZE
             elif self.state == CLOSE:
-                self._body(view[pos:])
+                self._body(data, pos, end)
                 return
             else:
-                pos = self._line(data, view, pos)
+                pos = self._line(data, pos)
 
-    def _line(self, data: bytes, view: memoryview, pos: int) -> int:
+    def _line(self, data: bytes, pos: int) -> int:
         """The head, chunk-size and trailer states: read up to the end mark."""
+        end = len(data)
         if self.state == HEAD and not self.buf:
-            while pos < len(view) and view[pos] in b"\r\n":  # empty lines between messages
+            while pos < end and data[pos] in (13, 10):  # empty lines between messages
                 pos += 1
-            if pos == len(view):
+            if pos == end:
                 return pos
             self._begin()
         mark, limit = (b"\r\n\r\n", HEAD_MAX) if self.state == HEAD else (b"\r\n", LINE_MAX)
@@ -127,7 +135,7 @@ class Side:
             stop = at + len(mark) - pos
             line = data[pos:at + len(mark)]
         else:
-            self.buf += view[pos:pos + limit + len(mark) - old]
+            self.buf += memoryview(data)[pos:pos + limit + len(mark) - old]
             at = self.buf.find(mark, max(0, old - len(mark) + 1))
             if self.state == HEAD and at < 0 and self.light and not self._plausible(old):
                 raise Stop("not an HTTP head")  # (garbage shows at once)
@@ -141,14 +149,14 @@ class Side:
             if at < 0:
                 if len(self.buf) > limit:
                     raise Stop("head or line too long")
-                return len(view)
+                return end
             stop = at + len(mark)
             line = bytes(self.buf[:stop])
             self.buf.clear()
         if self.state == HEAD:
             self._head(line, line[old:])
         else:
-            self._body(line)
+            self._body(line, 0, len(line))
             if self.state == TRAILER:
                 if line == b"\r\n":
                     self._end()
@@ -160,18 +168,24 @@ class Side:
                 self.state = DATA if self.left > 2 else TRAILER
         return pos + stop - old
 
-    def _body(self, piece: memoryview | bytes) -> None:
+    def _body(self, data: bytes, start: int, stop: int) -> None:
+        """``data[start:stop]`` of a body (a view of it made only to keep or pass it on)."""
         msg = self.msg
-        if msg.body < BODY_CAP and not self.light:
+        if self.light:  # (only counted)
+            msg.body += stop - start
+            return
+        piece = data if start == 0 and stop == len(data) else memoryview(data)[start:stop]
+        if msg.body < BODY_CAP:
             msg.raw += piece[:BODY_CAP - msg.body]
-        msg.body += len(piece)
+        msg.body += stop - start
         if self.host:
             self.out += piece
         if self.state != CLOSE and self.parser is not None:
             self.parser.feed_data(piece)  # (chunked framing, checked by llhttp)
 
     def _begin(self) -> None:
-        self.began = (time.time(), time.monotonic_ns())
+        if self.request:  # (a response's is not kept)
+            self.began = (time.time(), time.monotonic_ns())
         self.msg = Message(bytearray())
         self.reused = self.complete  # (llhttp saw the last one end too)
         if not self.reused and not self.light:
@@ -207,28 +221,33 @@ class Side:
         coding = ",".join(headers["Transfer-Encoding"]).lower() \
             if "Transfer-Encoding" in headers else ""
         given = headers.get("Content-Length")
-        if given is not None and len(given) == 1 and given[0].isdigit() and given[0].isascii():
-            lengths = {given[0]}  # (the common case: one plain number)
-        else:
-            lengths = {v.strip() for v in ",".join(given).split(",")} if given else {""}
-        if coding:
+        if coding:  # (it wins over a length: RFC 9112 §6.3)
             if coding.rsplit(",", 1)[-1].strip() == "chunked":
                 self.state = SIZE
             elif self.request:
                 raise Stop("a request body of unknown length")
             else:
                 self.state = CLOSE
-        elif lengths != {""}:
+            return
+        if given is not None and len(given) == 1 and given[0].isascii() and \
+                given[0].isdigit():  # (the common case: one plain number)
+            self._length(int(given[0]))
+            return
+        lengths = {v.strip() for v in ",".join(given).split(",")} if given else None
+        if lengths is not None and lengths != {""}:
             (length,) = lengths  # several different lengths: ValueError, the tap stops
             if not (length.isascii() and length.isdigit()):
                 raise Stop("bad Content-Length")
-            self.left, self.state = int(length), LENGTH
-            if not self.left:
-                self._end()
+            self._length(int(length))
         elif self.request:
             self._end()
         else:
             self.state = CLOSE
+
+    def _length(self, n: int) -> None:
+        self.left, self.state = n, LENGTH
+        if not n:
+            self._end()
 
     def _parsed_head(self, head: bytes, rest: bytes) -> None:
         """Its head through llhttp (its syntax checked, every header kept)."""
@@ -267,23 +286,24 @@ class Side:
         if buf.find(b"\r\n", max(0, old - 1)) < 0:
             return may_begin(buf, self.request)
         self.line_read = True
-        return (request_line(buf) if self.request else status_line(buf)) is not None
+        line = text(buf[:buf.find(b"\r\n") + 2])
+        return (request_line(line) if self.request else status_line(line)) is not None
 
     def _light_head(self, head: bytes) -> None:
         """Its start line and framing headers, read here (the light mode)."""
-        msg = self.msg
+        msg, head_text = self.msg, text(head)
         if self.request:
-            request = request_line(head)
+            request = request_line(head_text)
             if request is None:
                 raise Stop("not an HTTP head")
             msg.method, msg.uri, msg.proto = request
         else:
-            status = status_line(head)
+            status = status_line(head_text)
             if status is None:
                 raise Stop("not an HTTP head")
             msg.proto, msg.status_code, msg.reason = status
-        msg.headers = framing_headers(head) if self.request else framing_headers(
-            head, BODY_FRAMING)
+        msg.headers = framing_headers(head_text) if self.request else framing_headers(
+            head_text, BODY_FRAMING)
 
     def _end(self) -> None:
         if self.state in (SIZE, DATA, TRAILER) and not self.complete and not self.light:

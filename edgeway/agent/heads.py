@@ -11,42 +11,62 @@ a reason (which may be empty, or missing with its space). Before a line has ende
 from __future__ import annotations
 
 import re
+from typing import Final
 
-_REQUEST_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+) ([^\x00-\x20\x7f]+) HTTP/(1\.[01])\r\n")
-_STATUS_LINE = re.compile(rb"HTTP/(1\.[01]) ([0-9]{3})(?: ([^\x00-\x08\x0a-\x1f\x7f]*))?\r\n")
+# (on the head decoded as latin-1, each byte one character: str's methods are compiled to
+# direct calls, bytes' ``find`` and ``in`` go through argument parsing and, for ``in``, an
+# attempt to read the needle as a number)
+_REQUEST_LINE = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+) ([^\x00-\x20\x7f]+) HTTP/(1\.[01])\r\n")
+_STATUS_LINE = re.compile(r"HTTP/(1\.[01]) ([0-9]{3})(?: ([^\x00-\x08\x0a-\x1f\x7f]*))?\r\n")
 _METHOD = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*(?: |\Z)")  # a request line's beginning
-METHOD_MAX = 32  # bytes of it read before its line ends (registered methods: 16 at most)
+METHOD_MAX: Final = 32  # bytes of it read before its line ends (registered methods: 16 at most)
 # what the tap itself reads of a head: all a side keeps when nothing is captured, read from
-# the head's bytes rather than through a callback per header
-FRAMING = ((b"\r\ncontent-length", "Content-Length"),
-           (b"\r\ntransfer-encoding", "Transfer-Encoding"),
-           (b"\r\nconnection", "Connection"), (b"\r\nupgrade", "Upgrade"))
-BODY_FRAMING = FRAMING[:2]  # a response's: its upgrade is told by its status
-STATUS_LINES = 256  # distinct status lines remembered (``status_line``)
-_status_lines: dict[bytes, tuple[str, int, str] | None] = {}
+# the head's text rather than through a callback per header
+FRAMING: Final = (("\r\ncontent-length", "Content-Length"),
+           ("\r\ntransfer-encoding", "Transfer-Encoding"),
+           ("\r\nconnection", "Connection"), ("\r\nupgrade", "Upgrade"))
+BODY_FRAMING: Final = FRAMING[:2]  # a response's: its upgrade is told by its status
+STATUS_LINES: Final = 256  # distinct start lines remembered, of each kind (``status_line``)
+REMEMBERED_MAX: Final = 512  # characters of a start line remembered at most (longer: read anew)
+_status_lines: dict[str, tuple[str, int, str] | None] = {}
+_request_lines: dict[str, tuple[str, str, str] | None] = {}
 
 
-def request_line(head: bytes | bytearray) -> tuple[str, str, str] | None:
-    """(method, target, protocol) of the request line ``head`` begins with, else None."""
+def text(head: bytes | bytearray) -> str:
+    """A head (or its beginning) as the functions here read it: latin-1, byte for byte."""
+    return head.decode("latin-1")
+
+
+def _line(head: str) -> str:
+    """The start line ``head`` begins with, with its CRLF, when it may be remembered."""
+    end = head.find("\r\n", 0, REMEMBERED_MAX)
+    return head[:end + 2] if end >= 0 else ""
+
+
+def request_line(head: str) -> tuple[str, str, str] | None:
+    """(method, target, protocol) of the request line ``head`` begins with, else None.
+    Clients repeat their requests (a poll, a health check, a page's assets): the last
+    ``STATUS_LINES`` are remembered."""
+    line = _line(head)
+    if line in _request_lines:
+        return _request_lines[line]
     found = _REQUEST_LINE.match(head)
-    if found is None:
-        return None
-    return (found[1].decode("latin-1"), found[2].decode("latin-1"),
-            "HTTP/" + found[3].decode("latin-1"))
+    read = None if found is None else (found[1], found[2], "HTTP/" + found[3])
+    if line:
+        if len(_request_lines) >= STATUS_LINES:
+            _request_lines.clear()
+        _request_lines[line] = read
+    return read
 
 
-def status_line(head: bytes | bytearray) -> tuple[str, int, str] | None:
+def status_line(head: str) -> tuple[str, int, str] | None:
     """(protocol, status, reason) of the status line ``head`` begins with, else None. A
     service answers with few distinct lines: the last ``STATUS_LINES`` are remembered."""
-    end = head.find(b"\r\n")
-    line = bytes(head[:end + 2]) if end >= 0 else b""
-    try:
+    line = _line(head)
+    if line in _status_lines:
         return _status_lines[line]
-    except KeyError:
-        pass
     found = _STATUS_LINE.match(head)
-    read = None if found is None else (
-        "HTTP/" + found[1].decode("latin-1"), int(found[2]), (found[3] or b"").decode("latin-1"))
+    read = None if found is None else ("HTTP/" + found[1], int(found[2]), found[3] or "")
     if line:
         if len(_status_lines) >= STATUS_LINES:
             _status_lines.clear()
@@ -62,10 +82,10 @@ def may_begin(start: bytearray, request: bool) -> bool:
     return b"HTTP/".startswith(bytes(start[:5]))
 
 
-def framing_headers(head: bytes, marks: tuple[tuple[bytes, str], ...] = FRAMING
+def framing_headers(head: str, marks: tuple[tuple[str, str], ...] = FRAMING
                     ) -> dict[str, list[str]]:
     """The framing headers of a whole head (its lines' values, in order, spaces and tabs
-    around them dropped), found in its lowered bytes (a regular expression ignoring case
+    around them dropped), found in its lowered text (a regular expression ignoring case
     took three times as long); ``marks``: which (``BODY_FRAMING``: a body's alone)."""
     lowered = head.lower()
     out: dict[str, list[str]] = {}
@@ -73,11 +93,17 @@ def framing_headers(head: bytes, marks: tuple[tuple[bytes, str], ...] = FRAMING
         at = lowered.find(mark)
         while at >= 0:
             colon = at + len(mark)
-            while lowered[colon] in (32, 9):  # (a head ends with CRLF CRLF: never past it)
+            c = lowered[colon]
+            while c == " " or c == "\t":  # (a head ends with CRLF CRLF: never past it)
                 colon += 1
-            if lowered[colon] == 58:  # ":", else a longer name
-                value = head[colon + 1:head.index(b"\r\n", colon)].strip(b" \t")
-                out.setdefault(name, []).append(value.decode("latin-1"))
+                c = lowered[colon]
+            if c == ":":  # else a longer name
+                value = head[colon + 1:lowered.find("\r\n", colon)].strip(" \t")
+                values = out.get(name)
+                if values is None:
+                    out[name] = [value]
+                else:
+                    values.append(value)
             at = lowered.find(mark, colon)
     return out
 

@@ -74,9 +74,10 @@ async def _unreachable(stream: MuxStream, tunnel: LocalTunnel, exc: BaseExceptio
 
 
 async def serve(stream: MuxStream, tunnel: LocalTunnel, client: str, store: Store | None,
-                seen: Callable[[LocalTunnel, Exchange], None],
+                seen: Callable[[tuple[str, Exchange]], None],
                 changed: Callable[[], None]) -> None:
-    """One proxied connection of ``tunnel`` from ``client``, until both sides are done."""
+    """One proxied connection of ``tunnel`` from ``client``, until both sides are done;
+    ``seen`` hears of each HTTP exchange as (the tunnel's name, it)."""
     metrics, c = tunnel.metrics, tunnel.config
     metrics.opened()
     changed()
@@ -90,9 +91,11 @@ async def serve(stream: MuxStream, tunnel: LocalTunnel, client: str, store: Stor
             await _unreachable(stream, tunnel, exc)
             return
         if c.proto == "http":
+            name = c.name
+
             def done(ex: Exchange) -> None:
                 metrics.request(ex.duration)
-                seen(tunnel, ex)
+                seen((name, ex))
 
             tap = Tap(store if c.inspect else None, c.name, client, c.rewritten_host(), done)
             await splice_tapped(reader, writer, stream, tap)

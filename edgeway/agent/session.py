@@ -313,9 +313,6 @@ class AgentSession:
         await asyncio.sleep(0.1)  # let the reply leave before the session goes
         await conn.close()
 
-    def _seen(self, tunnel: LocalTunnel, ex: Exchange) -> None:
-        self.recent.append((tunnel.config.name, ex))
-
     async def _proxy(self, stream: MuxStream) -> None:
         header = await proxy.read_header(stream)
         tunnel = next((t for t in self.tunnels.values() if t.id == header.get("id")), None)
@@ -323,4 +320,4 @@ class AgentSession:
             stream.reset()
             return
         await proxy.serve(stream, tunnel, str(header.get("clientaddr") or ""),
-                          self.inspector, self._seen, self._on_change)
+                          self.inspector, self.recent.append, self._on_change)

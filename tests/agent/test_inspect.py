@@ -20,7 +20,14 @@ import pytest
 from edgeway.agent import heads
 from edgeway.agent.captures import BODY_CAP, OVERHEAD, Exchange, Message, Store
 from edgeway.agent.configcheck import DEFAULT_INSPECT_DB_SIZE
-from edgeway.agent.heads import STATUS_LINES, framing_headers, status_line
+from edgeway.agent.heads import (
+    REMEMBERED_MAX,
+    STATUS_LINES,
+    framing_headers,
+    request_line,
+    status_line,
+    text,
+)
 from edgeway.agent.inspect import Tap
 from tests.edge.agents import EdgeClient
 from tests.server import Server, free_port
@@ -225,11 +232,31 @@ def test_remembered_status_lines_stay_bounded_and_read_the_same() -> None:
     a service sends, and a line read from it is the line read afresh (a bad one too)."""
     lines = [f"HTTP/1.1 {200 + n % 300} Reason {n}\r\n".encode() for n in range(3 * STATUS_LINES)]
     lines += [b"HTTP/1.1 200 OK\x01\r\n", b"HTTP/2 200 OK\r\n"]
-    first = [status_line(line + b"X: y\r\n\r\n") for line in lines]
+    first = [status_line(text(line + b"X: y\r\n\r\n")) for line in lines]
     assert len(heads._status_lines) <= STATUS_LINES
-    again = [status_line(line + b"\r\n") for line in lines]
+    again = [status_line(text(line + b"\r\n")) for line in lines]
     assert first == again and first[-2:] == [None, None]
     assert first[0] == ("HTTP/1.1", 200, "Reason 0")
+
+
+def test_remembered_request_lines_stay_bounded_and_read_the_same() -> None:
+    """Request lines are remembered too (clients repeat theirs), within the same bounds: no
+    more than ``STATUS_LINES`` of them, none longer than ``REMEMBERED_MAX``; a line read
+    from memory is the line read afresh, a bad one and a long one too."""
+    lines = [f"GET /{n}?q={'x' * (n % 7)} HTTP/1.{n % 2}\r\n".encode()
+             for n in range(3 * STATUS_LINES)]
+    long = b"GET /" + b"a" * REMEMBERED_MAX + b" HTTP/1.1\r\n"
+    lines += [b"GET /a b HTTP/1.1\r\n", b"GET / HTTP/2\r\n", b"G\x00T / HTTP/1.1\r\n", long]
+    first = [request_line(text(line + b"Host: h\r\n\r\n")) for line in lines]
+    assert len(heads._request_lines) <= STATUS_LINES
+    assert all(len(line) <= REMEMBERED_MAX for line in heads._request_lines)
+    again = [request_line(text(line + b"\r\n")) for line in lines]
+    assert first == again and first[-4:-1] == [None, None, None]
+    assert first[0] == ("GET", "/0?q=", "HTTP/1.0")
+    assert first[-1] == ("GET", "/" + "a" * REMEMBERED_MAX, "HTTP/1.1")
+    assert request_line(text(bytes(range(0x80, 0x100)).join([b"GET /", b" HTTP/1.1\r\n"]))
+                        ) == ("GET", "/" + bytes(range(0x80, 0x100)).decode("latin-1"),
+                              "HTTP/1.1")
 
 
 def test_garbage_after_an_exchange_keeps_it() -> None:
@@ -328,10 +355,10 @@ def test_the_framing_headers_of_a_head_are_found_whatever_their_case() -> None:
     head = (b"HTTP/1.1 200 OK\r\ncontent-LENGTH:5\r\nX-Upgrade: no\r\n"
             b"Upgrade-Insecure-Requests: 1\r\nConnection: \t keep-alive, Upgrade \t\r\n"
             b"Content-Length:  5 \r\nUPGRADE: h2c\r\nTransfer-Encoding:\r\n\r\n")
-    assert framing_headers(head) == {
+    assert framing_headers(text(head)) == {
         "Content-Length": ["5", "5"], "Connection": ["keep-alive, Upgrade"],
         "Upgrade": ["h2c"], "Transfer-Encoding": [""]}
-    assert framing_headers(b"GET / HTTP/1.1\r\nHost: connection\r\n\r\n") == {}
+    assert framing_headers(text(b"GET / HTTP/1.1\r\nHost: connection\r\n\r\n")) == {}
 
 
 def exchange(size: int, tunnel: str = "t") -> Exchange:
