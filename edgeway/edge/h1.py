@@ -21,7 +21,7 @@ it becomes the request's ``Host`` and the target is forwarded in origin form.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from http import HTTPStatus
 from typing import Final
 
@@ -60,6 +60,12 @@ class Request:
     upgrade: bool  # asks to switch protocols (WebSocket): bytes after it are not HTTP
     body: bool  # a body follows (chunked, or a non-zero Content-Length)
 
+    def __init__(self, method: bytes, target: bytes, headers: Headers, http10: bool,
+                 keep_alive: bool, upgrade: bool, body: bool) -> None:
+        # (written out: compiled, the one dataclass generates runs interpreted)
+        self.method, self.target, self.headers, self.http10 = method, target, headers, http10
+        self.keep_alive, self.upgrade, self.body = keep_alive, upgrade, body
+
 
 @dataclass(slots=True)
 class Response:
@@ -69,10 +75,18 @@ class Response:
     keep_alive: bool  # the upstream connection can carry another request
     length: int | None  # Content-Length; None: chunked, close-delimited or bodiless
 
+    def __init__(self, status: int, reason: bytes, headers: Headers, keep_alive: bool,
+                 length: int | None) -> None:
+        self.status, self.reason, self.headers = status, reason, headers
+        self.keep_alive, self.length = keep_alive, length
+
 
 @dataclass(slots=True)
 class End:
-    trailers: Headers = field(default_factory=list)
+    trailers: Headers
+
+    def __init__(self, trailers: Headers | None = None) -> None:
+        self.trailers = [] if trailers is None else trailers
 
 
 Event = Request | Response | bytes | End

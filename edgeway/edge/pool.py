@@ -38,6 +38,12 @@ class Upstream:
     parser: ResponseParser = field(default_factory=ResponseParser)
     ended: bool = False  # the upstream closed its side
 
+    def __init__(self, key: str, pipe: Pipe, parser: ResponseParser | None = None,
+                 ended: bool = False) -> None:
+        # (written out: compiled, the one dataclass generates runs interpreted)
+        self.key, self.pipe, self.ended = key, pipe, ended
+        self.parser = ResponseParser() if parser is None else parser
+
     @property
     def conn(self) -> Carrier | None:
         """The agent session carrying it (None: a static backend)."""

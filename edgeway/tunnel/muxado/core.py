@@ -34,6 +34,17 @@ class StreamState:
     fin_sent: bool = False
     unacked: int = 0  # consumed but not yet returned to the peer as window
 
+    def __init__(self, send_window: int, recv_window: int, local_open: bool = True,
+                 remote_open: bool = True, syn_sent: bool = False,
+                 pending: deque[bytes | memoryview] | None = None, pending_size: int = 0,
+                 fin_queued: bool = False, fin_sent: bool = False, unacked: int = 0) -> None:
+        # (written out: compiled, the one dataclass generates runs interpreted)
+        self.send_window, self.recv_window = send_window, recv_window
+        self.local_open, self.remote_open, self.syn_sent = local_open, remote_open, syn_sent
+        self.pending = deque() if pending is None else pending
+        self.pending_size, self.fin_queued, self.fin_sent = pending_size, fin_queued, fin_sent
+        self.unacked = unacked
+
 
 class SessionCore:
     def __init__(self, *, client: bool, window: int = WINDOW, max_streams: int = 512,
