@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from weakref import WeakKeyDictionary
 
 import structlog
@@ -41,6 +41,7 @@ from edgeway.tunnel.registry import Registry, Tunnel
 log = structlog.get_logger()
 EDGE_COLLECTIONS = ("edges/https", "edges/https/routes", "edges/tls", "edges/tcp")
 STALE_RETRY = 1.0  # seconds between reload attempts while the database is out of reach
+QUICK_MAX = 1024  # names whose routing decision ``quick`` remembers (then it forgets them all)
 WATCHED = frozenset((*EDGE_COLLECTIONS, *BACKEND_COLLECTIONS, "ip_policies",
                      "ip_policy_rules", "reserved_domains", "vaults", "vault_secrets",
                      "tls_certificates", "agent_ingresses", "managed_certificates",
@@ -88,6 +89,10 @@ class EdgeRouter:
         self.bounce: Callable[[Request, str], Fixed | None] | None = None
         self.oauth_apps: tuple[str, ...] = ()
         self.region = ""  # this server's (a policy's conn.server_region)
+        # ``quick``'s decisions for a name (and scheme) served by one agent's tunnel with no
+        # check of the request, as of one snapshot and one version of the registry
+        self._quick: dict[tuple[str, str], Decision] = {}
+        self._quick_as_of: tuple[Snapshot, int] | None = None
 
     def changed(self, collection: str) -> None:
         if collection in WATCHED:
@@ -235,8 +240,32 @@ class EdgeRouter:
         host = request_host(req.headers)
         if self.bounce is not None and scheme == "https" and self.bounce(req, host) is not None:
             return None
-        decision = self._decide(self.snapshot, req, ip, scheme, https_port, tls_edge, host)
-        return decision if decision.missing is None else None
+        snap, version = self.snapshot, self.registry.version
+        as_of = self._quick_as_of
+        if as_of is None or as_of[0] is not snap or as_of[1] != version:
+            self._quick.clear()  # (nothing kept of an older snapshot or registry)
+            self._quick_as_of = (snap, version)
+        else:
+            known = self._quick.get((host, scheme))
+            if known is not None and cast(Tunnel, known.target).alive:
+                return known
+        decision = self._decide(snap, req, ip, scheme, https_port, tls_edge, host)
+        if decision.missing is not None:
+            return None
+        if self._lasting(decision, host):
+            if len(self._quick) >= QUICK_MAX:
+                self._quick.clear()
+            self._quick[(host, scheme)] = decision
+        return decision
+
+    def _lasting(self, decision: Decision, host: str) -> bool:
+        """Whether ``decision`` is every request's for ``host`` (over its scheme) while the
+        snapshot and the registry stay as they are: an agent's tunnel, the only one bound to
+        the name (several take turns), with no check that reads the request (its address,
+        its headers) and no HTTPS edge (whose routes read its path)."""
+        target = decision.target
+        return isinstance(target, Tunnel) and not decision.edge and not decision.internal \
+            and not decision.plan.checks and len(self.registry.for_host(host)) == 1
 
     def _decide(self, snap: Snapshot, req: Request, ip: str, scheme: str, https_port: int,
                 tls_edge: Edge | None, host: str) -> Decision:

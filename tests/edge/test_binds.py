@@ -5,6 +5,7 @@ tunnel listener's certificate for agent ingress region domains."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import socket
@@ -19,6 +20,7 @@ import pytest
 from tests.edge import tls_upstream, upstream
 from tests.edge.agents import EdgeClient, agent, ca_context
 from tests.server import Server, start
+from tests.waiting import until
 
 
 def reserve(api: httpx.Client, *domains: str) -> None:
@@ -96,21 +98,30 @@ def test_wildcard_binds_serve_every_name_no_more_specific_tunnel_serves(
 
 
 def test_pooled_binds_share_a_name(srv: Server, token: str) -> None:
+    """A name served by one tunnel, its requests answered (the edge remembers its route),
+    then by two: from the second bind on, they take turns, on a connection kept alive from
+    before it too; once the first leaves, the second answers them all."""
     with srv.client() as api:
         reserve(api, "pool.example.net")
     with upstream.running("left") as left, upstream.running("right") as right:
         a = agent(srv, token, {"kind": "https", "domain": "pool.example.net", "pool": True,
                                "forward": f"http://127.0.0.1:{left}"})
-        b = agent(srv, token, {"kind": "https", "domain": "pool.example.net", "pool": True,
-                               "forward": f"http://127.0.0.1:{right}"})
+        b = None
         try:
-            assert a.urls == b.urls
             with EdgeClient(srv) as web:
+                assert {web.get(a.urls[0] + "/x").text for _ in range(6)} == {"left /x"}
+                b = agent(srv, token, {"kind": "https", "domain": "pool.example.net",
+                                       "pool": True, "forward": f"http://127.0.0.1:{right}"})
+                assert a.urls == b.urls
                 seen = {web.get(a.urls[0] + "/x").text for _ in range(12)}
-            assert seen == {"left /x", "right /x"}
+                assert seen == {"left /x", "right /x"}
+                a.stop()
+                asyncio.run(until(lambda: {web.get(b.urls[0] + "/y").text for _ in range(6)}
+                                  == {"right /y"}, "the second bind alone answers"))
         finally:
             a.stop()
-            b.stop()
+            if b is not None:
+                b.stop()
 
 
 def test_label_acls_with_wildcard_keys_and_values(srv: Server, service: int) -> None:
