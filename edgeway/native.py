@@ -5,14 +5,14 @@ The sans-I/O protocol cores on the hot paths: HTTP/1.1 heads (``edge/h1``,
 ``edge/h1_response``), muxado's frames, session and streams (``tunnel/muxado``) and the
 agent's HTTP tap (``agent/framing``, ``heads``, ``captures``, ``metrics``); and what drives
 them per request: the edge's HTTP path (``edge/http``, ``forwarding``, ``relay``,
-``client``, ``pool``, ``hosts``), the agent's proxy streams (``agent/proxy``, ``inspect``) and a stream
-spliced with a transport (``tunnel/splice``). They are mypy-strict Python, compiled as they
-are: the same source is the pure fallback, used when the build had no compiler (a build that
-fails installs the package without them), with ``EDGEWAY_PURE=1``, or when a compiled module
-is stale: a source edited after its build (an editable install) would otherwise be shadowed
-by the extension beside it. Then every one of them is loaded from source, never a mix
-(compiled modules call each other directly, so one from source beside the others would give
-two versions of its classes).
+``client``, ``pool``, ``hosts``), the agent's proxy streams (``agent/proxy``, ``inspect``)
+and a stream spliced with a transport (``tunnel/splice``). They are mypy-strict Python,
+compiled as they are: the same source is the pure fallback, used when the build had no
+compiler (a build that fails installs the package without them), with ``EDGEWAY_PURE=1``, or
+when a compiled module is stale: a source edited after its build (an editable install) would
+otherwise be shadowed by the extension beside it. Then every one of them is loaded from
+source, never a mix (compiled modules call each other directly, so one from source beside
+the others would give two versions of its classes).
 
 Compiled, a class is native (no interpreted subclass, no weak reference to it: ``Pipe``
 and ``MuxConnection`` stay interpreted for that), an argument's annotation is checked at
