@@ -10,12 +10,13 @@ import ssl
 
 from edgeway.agent.config import AgentConfig
 from edgeway.agent.settings import server_host
+from edgeway.tlsobject import direct
 from edgeway.tunnel.muxado.aio import MuxConnection
 
 
 def _local_tls() -> ssl.SSLContext:
     """Local https:// upstreams usually have self-signed certificates: not verified."""
-    context = ssl.create_default_context()
+    context = direct(ssl.create_default_context())
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     return context
@@ -32,7 +33,7 @@ def context(root_cas: str, cert: str = "", key: str = "") -> ssl.SSLContext:
         ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
     if cert:
         ctx.load_cert_chain(cert, key)
-    return ctx
+    return direct(ctx)
 
 
 def refused(exc: BaseException, server: str) -> ssl.SSLError | None:

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from edgeway.pki.seal import TLS_KEYS, Sealer
+from edgeway.tlsobject import direct
 
 TLS_VERSIONS = {"1.0": ssl.TLSVersion.TLSv1, "1.1": ssl.TLSVersion.TLSv1_1,
                 "1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
@@ -183,7 +184,7 @@ class EdgeCerts:
     def _context(cert: Path, key: Path, http: bool = True, client_cas: str = "",
                  min_version: str = "1.2", optional: bool = False,
                  max_version: str = "1.3") -> ssl.SSLContext:
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx = direct(ssl.create_default_context(ssl.Purpose.CLIENT_AUTH))
         if min_version in LEGACY:
             # Asked for by the edge's tls_termination, for old clients: their handshakes sign
             # with SHA-1, which OpenSSL's default security level refuses; level 0 is set on

@@ -21,6 +21,7 @@ from edgeway.platform import Platform
 from edgeway.restrictions import KINDS as RESTRICTION_KINDS
 from edgeway.store.db import DatabaseUnavailable
 from edgeway.store.repo import Changes, Repo
+from edgeway.tlsobject import direct
 from edgeway.tunnel import auth, commands, records, revocation, rpc
 from edgeway.tunnel.admission import Admission
 from edgeway.tunnel.binder import Binder
@@ -70,7 +71,7 @@ class TunnelServer:
                              https_port, tcp_name)
         self.registry = self.binder.registry
         self.sessions: dict[str, AgentConnection] = self.binder.sessions
-        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context = direct(ssl.create_default_context(ssl.Purpose.CLIENT_AUTH))
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self.context.load_cert_chain(tls.cert, tls.key)
         self.context.sni_callback = self._sni
