@@ -23,18 +23,21 @@ Phases (each optional; the defaults let everything through unchanged):
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+# (declared with the compiled HTTP path, and known here as every hook's)
+from edgeway.edge.exchange import UNKNOWN as UNKNOWN
+from edgeway.edge.exchange import Exchange as Exchange
+from edgeway.edge.exchange import Local as Local
+from edgeway.edge.exchange import accepted as accepted
 from edgeway.edge.h1 import Request
 from edgeway.edge.pages import Fixed, page
 from edgeway.ippolicy import Network
 
 if TYPE_CHECKING:
     from edgeway.edge.modules.circuit_breaker import Breakers
-    from edgeway.edge.modules.compression import Gzip
     from edgeway.edge.modules.sns import SnsVerifier
     from edgeway.edge.modules.traffic_policy import RateLimits
     from edgeway.tunnel.pipes import Pipe
@@ -73,21 +76,6 @@ class Diverted:
 Inner = Callable[[str], Any]
 
 
-class Local(NamedTuple):
-    """The server's side of a public connection (``conn.server_*``, ``conn.ts.start``)."""
-    ip: str = ""
-    port: int = 0
-    start: float = 0.0  # when it was accepted (epoch seconds)
-    region: str = ""  # this server's region
-
-
-UNKNOWN = Local()  # (where a connection's server side is not known: tests, checks)
-
-
-def accepted(sockname: Any, region: str) -> Local:
-    """The server side of a public connection accepted now on ``sockname``."""
-    ip, port = (sockname[0], sockname[1]) if isinstance(sockname, tuple) else ("", 0)
-    return Local(str(ip), int(port), time.time(), region)
 # a connection hook's verdict: refused (False), go on (True), or sent elsewhere
 Connect = bool | Diverted
 
@@ -117,37 +105,6 @@ class Services:
     # whether a tunnel has modules or a traffic policy of its own (http-request does not
     # call such an internal endpoint: it would skip them)
     guarded: Callable[[Any], bool] = lambda _tunnel: False
-
-
-@dataclass(slots=True)
-class Exchange:
-    """One request on its way through the hooks, and what they keep for its response."""
-    req: Request
-    ip: str
-    port: int
-    scheme: str
-    services: Services
-    # the body, read whole (its end taken) by a hook, or None
-    read_body: Callable[[int], Awaitable[bytes | None]]
-    interim: Callable[[bytes], None]  # writes a 1xx head (100 Continue) to the client
-    local: Local = UNKNOWN  # the connection's server side
-    body: bytes | None = None
-    env: dict[str, Any] | None = None  # the traffic policy's CEL variables
-    # forward-internal: the internal endpoint's tunnel the request goes to instead (the
-    # request hooks of its own plan run next), and how many forwards it took so far
-    forward: Any = None
-    hops: int = 0
-    # a traffic policy's actions that count this request's outcome (its circuit breakers)
-    counted: list[Any] = field(default_factory=list)
-    gzip: Gzip | None = None  # the response body is gzipped (set by the compression hook)
-    # the response body is rewritten whole before it goes on (a traffic policy's
-    # response-body-find-replace), gzipped after that if it is
-    rewrite: BodyFilter | None = None
-    # what came of it, for its traffic event (edge/traffic.py)
-    status: int = 0  # the final status answered (0: none, the connection was cut)
-    answered: float = 0.0  # when its final response head was ready (monotonic)
-    sent: int = 0  # response body bytes for the client
-    received: int = 0  # request body bytes forwarded
 
 
 class BodyFilter(Protocol):
