@@ -11,7 +11,7 @@ a reason (which may be empty, or missing with its space). Before a line has ende
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Final, TypeVar
 
 # (on the head decoded as latin-1, each byte one character: str's methods are compiled to
 # direct calls, bytes' ``find`` and ``in`` go through argument parsing and, for ``in``, an
@@ -23,13 +23,14 @@ METHOD_MAX: Final = 32  # bytes of it read before its line ends (registered meth
 # what the tap itself reads of a head: all a side keeps when nothing is captured, read from
 # the head's text rather than through a callback per header
 FRAMING: Final = (("\r\ncontent-length", "Content-Length"),
-           ("\r\ntransfer-encoding", "Transfer-Encoding"),
-           ("\r\nconnection", "Connection"), ("\r\nupgrade", "Upgrade"))
+                  ("\r\ntransfer-encoding", "Transfer-Encoding"),
+                  ("\r\nconnection", "Connection"), ("\r\nupgrade", "Upgrade"))
 BODY_FRAMING: Final = FRAMING[:2]  # a response's: its upgrade is told by its status
 STATUS_LINES: Final = 256  # distinct start lines remembered, of each kind (``status_line``)
 REMEMBERED_MAX: Final = 512  # characters of a start line remembered at most (longer: read anew)
 _status_lines: dict[str, tuple[str, int, str] | None] = {}
 _request_lines: dict[str, tuple[str, str, str] | None] = {}
+T = TypeVar("T")
 
 
 def text(head: bytes | bytearray) -> str:
@@ -43,6 +44,15 @@ def _line(head: str) -> str:
     return head[:end + 2] if end >= 0 else ""
 
 
+def _remember(lines: dict[str, T], line: str, read: T) -> T:
+    """``read``, remembered for ``line`` among the last ``STATUS_LINES`` ("": never)."""
+    if line:
+        if len(lines) >= STATUS_LINES:
+            lines.clear()
+        lines[line] = read
+    return read
+
+
 def request_line(head: str) -> tuple[str, str, str] | None:
     """(method, target, protocol) of the request line ``head`` begins with, else None.
     Clients repeat their requests (a poll, a health check, a page's assets): the last
@@ -51,12 +61,8 @@ def request_line(head: str) -> tuple[str, str, str] | None:
     if line in _request_lines:
         return _request_lines[line]
     found = _REQUEST_LINE.match(head)
-    read = None if found is None else (found[1], found[2], "HTTP/" + found[3])
-    if line:
-        if len(_request_lines) >= STATUS_LINES:
-            _request_lines.clear()
-        _request_lines[line] = read
-    return read
+    return _remember(_request_lines, line, None if found is None else (
+        found[1], found[2], "HTTP/" + found[3]))
 
 
 def status_line(head: str) -> tuple[str, int, str] | None:
@@ -66,12 +72,8 @@ def status_line(head: str) -> tuple[str, int, str] | None:
     if line in _status_lines:
         return _status_lines[line]
     found = _STATUS_LINE.match(head)
-    read = None if found is None else ("HTTP/" + found[1], int(found[2]), found[3] or "")
-    if line:
-        if len(_status_lines) >= STATUS_LINES:
-            _status_lines.clear()
-        _status_lines[line] = read
-    return read
+    return _remember(_status_lines, line, None if found is None else (
+        "HTTP/" + found[1], int(found[2]), found[3] or ""))
 
 
 def may_begin(start: bytearray, request: bool) -> bool:
