@@ -5,7 +5,8 @@ the server CPU per request and, from the samples, the share of each function (it
 with what it calls) and of each module, so that a change to the hot path can be weighed.
 
 Run from the repository root:  python -m bench.http_profile [--connections 64] [--seconds 15]
-[--agent sdk|edgeway [--inspect]] [--profile server|agent] (the process sampled)
+[--agent sdk|edgeway [--inspect]] [--route http|http-modules] [--profile server|agent]
+(the process sampled)
 Needs wrk, Node and the SDK as edge_bench does, and py-spy (``pip install py-spy``; found on
 PATH or beside this Python). ``--raw FILE`` keeps py-spy's collapsed stacks.
 
@@ -103,7 +104,7 @@ def profile(run: Run, args: argparse.Namespace) -> None:
         stop = functools.partial(children.stop, "agent")
     else:
         agent = Agent(children, "agent", server, token)
-        url = agent.bind("http", f"http://127.0.0.1:{up}")[0]
+        url = agent.bind(args.route, f"http://127.0.0.1:{up}")[0]
         host = url.split("://", 1)[1].split("/", 1)[0]
         assert port_of(url) == server.http_port
         agent_pid, stop = agent.proc.pid, agent.close
@@ -169,6 +170,9 @@ def main() -> None:
     parser.add_argument("--agent", choices=("sdk", "edgeway"), default="sdk",
                         help="the agent: the official SDK, or the Edgeway agent (edgeway http)")
     parser.add_argument("--inspect", action="store_true", help="the Edgeway agent inspecting")
+    parser.add_argument("--route", choices=("http", "http-modules"), default="http",
+                        help="the SDK's endpoint: every module off, or a typical route's "
+                        "modules (bench.http_paths' edgeway-http-modules)")
     parser.add_argument("--profile", choices=("server", "agent"), default="server",
                         help="the process sampled")
     args = parser.parse_args()

@@ -11,7 +11,6 @@ import os
 import socket
 import ssl
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -177,11 +176,8 @@ def test_deleting_the_reserved_domain_stops_the_tunnel(srv: Server, token: str,
             with EdgeClient(srv) as web:
                 assert web.get(url + "/").status_code == 200
                 assert api.delete(f"/reserved_domains/{domain['id']}").status_code == 204
-                deadline = time.monotonic() + 5
-                while time.monotonic() < deadline and any(
-                        t["public_url"] == url for t in api.get("/tunnels").json()["tunnels"]):
-                    time.sleep(0.1)
-                assert all(t["public_url"] != url for t in api.get("/tunnels").json()["tunnels"])
+                asyncio.run(until(lambda: all(t["public_url"] != url for t in api.get(
+                    "/tunnels").json()["tunnels"]), "the tunnel left the list", within=5))
                 assert web.get(url + "/").status_code == 404
         finally:
             a.stop()
@@ -234,18 +230,15 @@ def test_same_urls_after_a_rolling_restart(tmp_path: Path) -> None:
             second = start(tmp_path / "srv", None, "--reuse-port", token=first.token,
                            ports=ports)
             assert first.stop() == 0
-            deadline = time.monotonic() + 60  # (the SDK's back-off, on a loaded machine)
-            answer = ""
             with EdgeClient(second) as web:
-                while time.monotonic() < deadline:
+                def after() -> str:
                     try:
-                        answer = web.get(https_url + "/after").text
-                    except httpx.HTTPError:
-                        answer = ""
-                    if answer == "svc /after":
-                        break
-                    time.sleep(0.2)
-            assert answer == "svc /after"
+                        return web.get(https_url + "/after").text
+                    except httpx.HTTPError as exc:
+                        return repr(exc)
+                # (within the SDK's back-off, on a loaded machine)
+                asyncio.run(until(lambda: after() == "svc /after",
+                                  lambda: f"the new process answers: {after()}", within=60))
             with socket.create_connection(("127.0.0.1", int(tcp_url.rsplit(":", 1)[1])),
                                           timeout=10) as s:
                 s.sendall(b"same port")
@@ -264,17 +257,15 @@ def test_agents_dialing_a_region_domain_get_a_certificate_for_it(srv: Server) ->
         ingress = api.post("/agent_ingresses", json={"domain": "connect.example.org"}).json()
     (region,) = ingress["region_domains"][:1]
     context = ca_context(srv)  # verifies the chain and the host name, as the SDK does
-    deadline = time.monotonic() + 5
-    while True:
+
+    def verified() -> bool:
         try:
             with socket.create_connection(("127.0.0.1", srv.tunnel_port), timeout=10) as raw, \
                     context.wrap_socket(raw, server_hostname=region) as tls:
-                assert tls.version() in ("TLSv1.2", "TLSv1.3")
-            break
+                return tls.version() in ("TLSv1.2", "TLSv1.3")
         except ssl.SSLCertVerificationError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+            return False
+    asyncio.run(until(verified, f"a certificate for {region}", within=5))
     with socket.create_connection(("127.0.0.1", srv.tunnel_port), timeout=10) as raw, \
             pytest.raises(ssl.SSLCertVerificationError):
         context.wrap_socket(raw, server_hostname="tunnel.unknown.example.org")
