@@ -248,6 +248,10 @@ class EdgeRouter:
         else:
             known = self._quick.get((host, scheme))
             if known is not None and cast(Tunnel, known.target).alive:
+                if known.plan.checks:  # (what reads the request is asked again, in order)
+                    refusal = known.plan.check(ip, req.headers)
+                    if refusal is not None:
+                        return Decision(refusal)
                 return known
         decision = self._decide(snap, req, ip, scheme, https_port, tls_edge, host)
         if decision.missing is not None:
@@ -260,12 +264,13 @@ class EdgeRouter:
 
     def _lasting(self, decision: Decision, host: str) -> bool:
         """Whether ``decision`` is every request's for ``host`` (over its scheme) while the
-        snapshot and the registry stay as they are: an agent's tunnel, the only one bound to
-        the name (several take turns), with no check that reads the request (its address,
-        its headers) and no HTTPS edge (whose routes read its path)."""
+        snapshot and the registry stay as they are, but for its plan's checks (which read the
+        request: its address, its headers), asked again for each: an agent's tunnel, the only
+        one bound to the name (several take turns), and no HTTPS edge (whose routes read the
+        request's path)."""
         target = decision.target
         return isinstance(target, Tunnel) and not decision.edge and not decision.internal \
-            and not decision.plan.checks and len(self.registry.for_host(host)) == 1
+            and len(self.registry.for_host(host)) == 1
 
     def _decide(self, snap: Snapshot, req: Request, ip: str, scheme: str, https_port: int,
                 tls_edge: Edge | None, host: str) -> Decision:

@@ -10,17 +10,19 @@ request after good ones; a defect raised in a callback, which ends its connectio
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import socket
 from collections.abc import MutableMapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import h11
 import pytest
 import structlog.testing
 
 from edgeway.edge.http import HttpEdge
-from tests.edge.agents import Agent
+from tests.edge.agents import Agent, agent
 from tests.server import Server
 
 Sdk = tuple[Agent, str]
@@ -240,3 +242,39 @@ def test_a_defect_in_a_callback_ends_that_connection_alone() -> None:
 
     logs = asyncio.run(main())
     assert [e["event"] for e in logs] == ["http_fast_path_failed"] * 2
+
+
+def _status(sock: socket.socket, host: str, auth: str = "") -> int:
+    """One GET on ``sock`` (kept alive), with ``auth`` as its Authorization; its status."""
+    line = f"Authorization: {auth}\r\n" if auth else ""
+    sock.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\n{line}\r\n".encode())
+    ((status, _, _),) = responses(sock, 1)
+    return status
+
+
+def test_a_remembered_route_asks_its_checks_of_every_request(one_srv: Server,
+                                                             service: int) -> None:
+    """The route a name's first request found is remembered, but what reads each request
+    (an IP restriction, basic auth) is asked again of each: on one connection, then from
+    an address the restriction refuses, after the route was remembered."""
+    with one_srv.client() as api:
+        token = api.post("/credentials", json={}).json()["token"]
+    a = agent(one_srv, token, {"kind": "http", "forward": f"http://127.0.0.1:{service}",
+                               "allow_cidrs": ["127.0.0.1/32"],
+                               "basic_auth": ["alice", "correct-horse"]})
+    try:
+        host = urlsplit(a.urls[0]).netloc
+        good = "Basic " + base64.b64encode(b"alice:correct-horse").decode()
+        bad = "Basic " + base64.b64encode(b"alice:wrong-horse").decode()
+        with connect(one_srv) as sock:
+            assert [_status(sock, host, auth) for auth in (good, good, "", bad, good)] == \
+                [200, 200, 401, 401, 200]
+        with socket.socket() as other:
+            other.settimeout(30)
+            other.bind(("127.0.0.2", 0))  # (loopback too, outside 127.0.0.1/32)
+            other.connect(("127.0.0.1", one_srv.http_port))
+            assert _status(other, host, good) == 403
+        with connect(one_srv) as sock:
+            assert _status(sock, host, good) == 200
+    finally:
+        a.stop()

@@ -9,6 +9,7 @@ it (ERR_NGROK_393)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 from collections.abc import Iterator
@@ -17,7 +18,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 
+from edgeway.edge.modules import ip_restriction
+from edgeway.ippolicy import permits
 from tests.edge.agents import agent, ca_context
 from tests.edge.test_edges import made, route
 from tests.edge.test_ip_restrictions import tcp_echoes
@@ -168,3 +172,20 @@ def test_restrict_ips_with_enforce_false_lets_everyone_through(srv: Server, toke
     (refused,) = bound(srv, token, [{"name": "x", "kind": "https", "forward": ways[0][2],
                                      "policy": restrict("on_http_request", "no")}]).values()
     assert isinstance(refused, str) and "enforce 'no'" in refused, refused
+
+
+def test_a_rules_remembered_verdicts_are_its_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ip_restriction module remembers each address's verdict (parsing and matching an
+    address costs more than the rest of routing): the same verdict as ``permits`` for every
+    address, asked twice, past the bound (then it forgets them all), for what is no address."""
+    monkeypatch.setattr(ip_restriction, "SEEN_MAX", 64)
+    allow = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("::/0"))
+    deny = (ipaddress.ip_network("10.9.0.0/16"),)
+    rule = ip_restriction.IPRule(allow, deny)
+    addresses = [f"10.{i % 12}.0.{i}" for i in range(200)] + \
+        ["::1", "::ffff:10.9.0.1", "::ffff:10.1.0.1", "not an address", "", "192.0.2.1"]
+    for ip in addresses * 2:
+        assert rule.allows(ip) == permits(ip, allow, deny), ip
+        assert len(rule.seen) <= 64
+    assert rule.allows("10.9.0.1") is False and rule.allows("10.8.0.1") is True
+    assert rule == ip_restriction.IPRule(allow, deny)  # (what it remembers is not its value)

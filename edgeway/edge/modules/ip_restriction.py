@@ -7,7 +7,7 @@ and TLS connections are closed."""
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from edgeway.edge.h1 import Headers
@@ -15,15 +15,27 @@ from edgeway.edge.hooks import UNKNOWN, Compiling, Connect, Hook, Inner, Local, 
 from edgeway.edge.pages import Fixed, page
 from edgeway.ippolicy import Network, permits, split
 
+SEEN_MAX = 4096  # addresses whose verdict a rule remembers (then it forgets them all)
+
 
 @dataclass(frozen=True)
 class IPRule(Hook):
     name = "ip_restriction"
     allow: tuple[Network, ...]
     deny: tuple[Network, ...]
+    # address -> its verdict: a rule never changes, and parsing an address and matching it
+    # against networks (``ipaddress``) costs more than the rest of a request's routing
+    seen: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def allows(self, ip: str) -> bool:
-        return permits(ip, self.allow, self.deny)
+        seen = self.seen
+        verdict = seen.get(ip)
+        if verdict is None:
+            verdict = permits(ip, self.allow, self.deny)
+            if len(seen) >= SEEN_MAX:
+                seen.clear()
+            seen[ip] = verdict
+        return verdict
 
     def connect(self, ip: str, port: int, inner: Inner = nobody,
                 local: Local = UNKNOWN) -> Connect:
