@@ -89,8 +89,9 @@ class EdgeRouter:
         self.bounce: Callable[[Request, str], Fixed | None] | None = None
         self.oauth_apps: tuple[str, ...] = ()
         self.region = ""  # this server's (a policy's conn.server_region)
-        # ``quick``'s decisions for a name (and scheme) served by one agent's tunnel with no
-        # check of the request, as of one snapshot and one version of the registry
+        # ``quick``'s decisions for a name (and scheme) served by one agent's tunnel (its
+        # plan's checks asked again of each request), as of one snapshot and one version of
+        # the registry
         self._quick: dict[tuple[str, str], Decision] = {}
         self._quick_as_of: tuple[Snapshot, int] | None = None
 
