@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
-import resource
 import socket
 import ssl
 import statistics
@@ -39,14 +38,10 @@ from tests.edge.tls_upstream import localhost_contexts  # noqa: E402
 
 CHUNK = 64 * 1024
 BUFFER = 256 * 1024  # what the muxado session offers a read (and uvloop's most per read)
+PAYLOAD = bytes(CHUNK)
 
 
-def cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-class Receiver(asyncio.BufferedProtocol):
+class Transfer(asyncio.BufferedProtocol):
     """uvloop's TLS transport, decrypting into one reused buffer; or sending ``total``
     bytes, pausing at its write-buffer limit."""
 
@@ -64,9 +59,8 @@ class Receiver(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         assert self.transport is not None
-        data = bytes(CHUNK)
         while self.count < self.total and self.transport.get_write_buffer_size() < BUFFER:
-            self.transport.write(data)
+            self.transport.write(PAYLOAD)
             self.count += CHUNK
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -89,7 +83,7 @@ async def serve_uvloop(listener: socket.socket, context: ssl.SSLContext, directi
                        total: int) -> None:
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
-    server = await loop.create_server(lambda: Receiver(direction, total, done),
+    server = await loop.create_server(lambda: Transfer(direction, total, done),
                                       sock=listener, ssl=context)
     await done
     server.close()
@@ -125,16 +119,18 @@ async def serve_socket(listener: socket.socket, context: ssl.SSLContext, directi
         while count < total:
             try:
                 while count < total:
-                    count += tls.recv_into(buffer)
+                    got = tls.recv_into(buffer)
+                    if not got:
+                        raise ConnectionError("the client left before the end")
+                    count += got
             except ssl.SSLWantReadError:
                 await wait_fd(fd, write=False)
         tls.setblocking(True)
         tls.sendall(b"k")
     else:
-        data = bytes(CHUNK)
         while count < total:
             try:
-                tls.send(data)  # (all of it: no partial writes; a retry sends the same)
+                tls.send(PAYLOAD)  # (all of it: no partial writes; a retry sends the same)
                 count += CHUNK
             except ssl.SSLWantWriteError:
                 await wait_fd(fd, write=True)
@@ -147,10 +143,10 @@ def server(kind: str, direction: str, total: int, listener: socket.socket,
            context: ssl.SSLContext, results: mp.Queue[float]) -> None:
 
     async def main() -> float:
-        start = cpu()
+        start = time.process_time()
         serve = serve_uvloop if kind == "uvloop" else serve_socket
         await serve(listener, context, direction, total)
-        return cpu() - start
+        return time.process_time() - start
 
     results.put(uvloop.run(main()))
 
