@@ -5,7 +5,8 @@ The sans-I/O protocol cores on the hot paths: HTTP/1.1 heads (``edge/h1``,
 ``edge/h1_response``), muxado's frames, session and streams (``tunnel/muxado``) and the
 agent's HTTP tap (``agent/framing``, ``heads``, ``captures``, ``metrics``); and what drives
 them per request: the edge's HTTP path (``edge/http``, ``forwarding``, ``relay``,
-``client``, ``pool``, ``hosts``, ``exchange``), the agent's proxy streams (``agent/proxy``,
+``client``, ``pool``, ``hosts``, ``exchange``, ``answers``, the ``router``'s remembered
+decisions, the dashboard's ``recent`` traffic), the agent's proxy streams (``agent/proxy``,
 ``inspect``) and a stream spliced with a transport (``tunnel/splice``). They are mypy-strict Python,
 compiled as they are: the same source is the pure fallback, used when the build had no
 compiler (a build that fails installs the package without them), with ``EDGEWAY_PURE=1``, or
@@ -58,6 +59,9 @@ MODULES = (
     "edgeway/edge/http.py",
     "edgeway/edge/hosts.py",
     "edgeway/edge/exchange.py",
+    "edgeway/edge/router.py",
+    "edgeway/edge/answers.py",
+    "edgeway/recent.py",
 )
 LIBRARY = "edgeway.cores"  # mypyc's group: the shared library is edgeway/cores__mypyc.*.so
 SLACK = 2.0  # seconds a source may be newer than its extension (both written by one install)

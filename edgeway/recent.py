@@ -37,23 +37,21 @@ class RecentTraffic:
         self._by: OrderedDict[str, deque[tuple[Any, ...]]] = OrderedDict()
         self.labels: dict[str, str] = {}  # key -> what it is (a URL, a host name)
 
-    def _add(self, key: str, label: str, row: tuple[Any, ...]) -> None:
-        rows = self._by.get(key)
-        if rows is None:
-            if len(self._by) >= self.max_endpoints:
-                gone, _ = self._by.popitem(last=False)
-                self.labels.pop(gone, None)
-            rows = self._by[key] = deque(maxlen=self.per_endpoint)
-            self.labels[key] = label
-        else:
-            self._by.move_to_end(key)
-        rows.append(row)
-
     def served(self, key: str, method: bytes, target: bytes, status: int, ip: str, port: int,
                took: float, scheme: str, route: str, label: str) -> None:
         """One request the edge answered for the endpoint ``key`` (``label``: what it is)."""
-        self._add(key, label, (time.time(), ip, port, method, target, status, took, scheme,
-                               route))
+        row = (time.time(), ip, port, method, target, status, took, scheme, route)
+        by = self._by
+        rows = by.get(key)
+        if rows is None:
+            if len(by) >= self.max_endpoints:
+                gone, _ = by.popitem(last=False)
+                self.labels.pop(gone, None)
+            rows = by[key] = deque(maxlen=self.per_endpoint)
+            self.labels[key] = label
+        else:
+            by.move_to_end(key)
+        rows.append(row)
 
     def endpoints(self) -> list[tuple[str, str, list[Served]]]:
         """Each endpoint (key, label, its requests newest first), the one served last first."""

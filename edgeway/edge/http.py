@@ -224,16 +224,20 @@ class HttpEdge:
     def record(self, x: Exchange, req: Request, decision: Decision, started: float) -> None:
         """A request answered (or given up on): its traffic event, when subscribed, and
         the dashboard's recent traffic."""
-        if self.events is not None and self.events.wants(traffic.HTTP):
-            traffic.emit_http(self.events, x, req, decision, started)
-        if self.recent is not None and (decision.edge_id or isinstance(decision.target,
-                                                                       Tunnel)):
-            target = decision.target
-            key, label = (decision.edge_id, "") if decision.edge_id else \
-                (target.id, target.url) if isinstance(target, Tunnel) else ("", "")
-            self.recent.served(key, req.method, req.target, x.status, x.ip, x.port,
-                               time.monotonic() - started, self.scheme,
-                               decision.route_id, label)
+        events, recent = self.events, self.recent
+        if events is not None and events.wants(traffic.HTTP):
+            traffic.emit_http(events, x, req, decision, started)
+        if recent is None:
+            return
+        target = decision.target
+        if decision.edge_id:
+            key, label = decision.edge_id, ""
+        elif isinstance(target, Tunnel):
+            key, label = target.id, target.url
+        else:
+            return
+        recent.served(key, req.method, req.target, x.status, x.ip, x.port,
+                      time.monotonic() - started, self.scheme, decision.route_id, label)
 
     def _internal(self, decision: Decision, x: Exchange
                   ) -> tuple[Decision, tuple[Hook, ...]]:

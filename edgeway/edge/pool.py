@@ -76,15 +76,18 @@ class Pool:
         """Keep ``upstream`` for the next request to its target (or close it: its target has
         enough idle ones, it ended, or its agent session has requests waiting for a
         stream)."""
-        conn = upstream.conn
-        if upstream.pipe.ended:
-            upstream.pipe.close()
+        pipe = upstream.pipe
+        if pipe.ended:
+            pipe.close()
             return
+        conn = pipe.stream.conn if isinstance(pipe, StreamPipe) else None
         if conn is not None and (conn.crowded or conn.closed.is_set()):
-            upstream.pipe.abort()  # (between requests: a reset loses nothing, frees it now)
+            pipe.abort()  # (between requests: a reset loses nothing, frees it now)
             return
         loop = asyncio.get_running_loop()
-        idle = self._idle.setdefault(upstream.key, deque())
+        idle = self._idle.get(upstream.key)
+        if idle is None:
+            idle = self._idle[upstream.key] = deque()
         idle.append((loop.time() + self.idle_timeout, upstream))
         if len(idle) > self.max_idle:
             idle.popleft()[1].pipe.close()
